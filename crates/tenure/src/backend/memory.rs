@@ -1,0 +1,279 @@
+//! A deterministic in-process backend, for tests.
+//!
+//! [`MemoryStore`] keeps leases in a map and measures their TTLs with
+//! tokio's clock, so tests that pause time (`#[tokio::test(start_paused =
+//! true)]`) run the whole election protocol instantly and identically on
+//! every run. It also lets a test do what is hard to arrange against a real
+//! server: revoke a lease now, hand it to another owner, lose all data, or
+//! make every call fail or hang.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::Notices;
+use crate::machine::{AcquireReply, Holder, RenewReply};
+use crate::{Error, LeaderInfo, Result};
+
+/// How calls to a [`MemoryStore`] behave, to simulate outages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Calls work.
+    #[default]
+    None,
+    /// Calls fail at once with [`Error::Unavailable`] (a refused connection).
+    Fail,
+    /// Calls never answer (a paused server or a black-holed network); the
+    /// election's per-call timeout ends them.
+    Stall,
+}
+
+/// An in-memory lease store shared by any number of elections, for tests.
+///
+/// Clones share the same store.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("jobs")
+///     .memory(&store)
+///     .ttl(Duration::from_secs(3))
+///     .build()
+///     .await?;
+/// let term = election.campaign().await?;
+/// assert!(term.is_leader());
+///
+/// store.revoke("jobs"); // simulate losing the lease right now
+/// let reason = term.lost().await;
+/// assert!(!term.is_leader());
+/// println!("lost: {reason}");
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    state: Arc<Mutex<StoreState>>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+#[derive(Default)]
+struct StoreState {
+    leases: HashMap<String, Lease>,
+    last_tokens: HashMap<String, u64>,
+    /// Survives [`MemoryStore::wipe`], standing in for the server clock
+    /// that keeps Redis tokens rising across a restart.
+    token_floor: u64,
+    notices: HashMap<String, watch::Sender<Notices>>,
+    fault: Fault,
+}
+
+#[derive(Debug, Clone)]
+struct Lease {
+    owner: String,
+    token: u64,
+    expires: Instant,
+    since_ms: u64,
+}
+
+impl StoreState {
+    /// The live lease of an election, dropping it if it has expired.
+    fn live_lease(&mut self, election: &str, now: Instant) -> Option<&mut Lease> {
+        if self
+            .leases
+            .get(election)
+            .is_some_and(|lease| lease.expires <= now)
+        {
+            self.leases.remove(election);
+        }
+        self.leases.get_mut(election)
+    }
+
+    fn next_token(&mut self, election: &str) -> u64 {
+        let last = self.last_tokens.get(election).copied().unwrap_or(0);
+        let token = (last + 1).max(self.token_floor + 1);
+        self.last_tokens.insert(election.to_string(), token);
+        self.token_floor = self.token_floor.max(token);
+        token
+    }
+
+    fn notify(&mut self, election: &str, change: impl FnOnce(&mut Notices)) {
+        self.notices
+            .entry(election.to_string())
+            .or_insert_with(|| watch::channel(Notices::default()).0)
+            .send_modify(change);
+    }
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, StoreState> {
+        // A panic while holding this lock can only come from a bug in this
+        // file; the state is still consistent, so keep going.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Make every later call fail, hang, or work again.
+    pub fn set_fault(&self, fault: Fault) {
+        self.lock().fault = fault;
+    }
+
+    /// Delete an election's lease without announcing it, as if it expired
+    /// or Redis lost it. The holder learns at its next renewal.
+    pub fn revoke(&self, election: &str) {
+        self.lock().leases.remove(election);
+    }
+
+    /// Give an election's lease to `owner` with a new token, as if another
+    /// instance took over; returns that token.
+    pub fn steal(&self, election: &str, owner: &str, ttl: Duration) -> u64 {
+        let mut state = self.lock();
+        let token = state.next_token(election);
+        let now = Instant::now();
+        state.leases.insert(
+            election.to_string(),
+            Lease {
+                owner: owner.to_string(),
+                token,
+                expires: now + ttl,
+                since_ms: 0,
+            },
+        );
+        state.notify(election, |n| n.acquired += 1);
+        token
+    }
+
+    /// Lose every lease and token counter, as a Redis restart without
+    /// persistence does. Later tokens still rise above earlier ones.
+    pub fn wipe(&self) {
+        let mut state = self.lock();
+        state.leases.clear();
+        state.last_tokens.clear();
+    }
+
+    /// Who holds an election's lease now.
+    pub fn holder(&self, election: &str) -> Option<LeaderInfo> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        state
+            .live_lease(election, now)
+            .map(|lease| LeaderInfo::from(holder_of(lease, now)))
+    }
+
+    pub(crate) fn backend(&self, election: &str) -> MemoryBackend {
+        MemoryBackend {
+            store: self.clone(),
+            election: election.to_string(),
+        }
+    }
+}
+
+fn holder_of(lease: &Lease, now: Instant) -> Holder {
+    Holder {
+        owner: lease.owner.clone(),
+        token: lease.token,
+        ttl_left: lease.expires.saturating_duration_since(now),
+        since_ms: lease.since_ms,
+    }
+}
+
+/// One election's view of a [`MemoryStore`].
+pub(crate) struct MemoryBackend {
+    store: MemoryStore,
+    election: String,
+}
+
+impl MemoryBackend {
+    /// Apply the configured fault before touching the store.
+    async fn reachable(&self) -> Result<()> {
+        let fault = self.store.lock().fault;
+        match fault {
+            Fault::None => Ok(()),
+            Fault::Fail => Err(Error::Unavailable),
+            Fault::Stall => std::future::pending().await,
+        }
+    }
+
+    pub async fn acquire(&self, owner: &str, ttl_ms: u64) -> Result<AcquireReply> {
+        self.reachable().await?;
+        let ttl = Duration::from_millis(ttl_ms);
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        if let Some(lease) = state.live_lease(&self.election, now) {
+            if lease.owner == owner {
+                lease.expires = now + ttl;
+                return Ok(AcquireReply::Won { token: lease.token });
+            }
+            return Ok(AcquireReply::Held(holder_of(lease, now)));
+        }
+        let token = state.next_token(&self.election);
+        state.leases.insert(
+            self.election.clone(),
+            Lease {
+                owner: owner.to_string(),
+                token,
+                expires: now + ttl,
+                since_ms: 0,
+            },
+        );
+        state.notify(&self.election, |n| n.acquired += 1);
+        Ok(AcquireReply::Won { token })
+    }
+
+    pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        match state.live_lease(&self.election, now) {
+            Some(lease) if lease.owner == owner && lease.token == token => {
+                lease.expires = now + Duration::from_millis(ttl_ms);
+                Ok(RenewReply::Renewed)
+            }
+            Some(lease) => Ok(RenewReply::NotOwner(Some(holder_of(lease, now)))),
+            None => Ok(RenewReply::NotOwner(None)),
+        }
+    }
+
+    pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        let ours = state
+            .live_lease(&self.election, now)
+            .is_some_and(|lease| lease.owner == owner && lease.token == token);
+        if ours {
+            state.leases.remove(&self.election);
+            state.notify(&self.election, |n| n.released += 1);
+        }
+        Ok(ours)
+    }
+
+    pub async fn inspect(&self) -> Result<Option<Holder>> {
+        self.reachable().await?;
+        let now = Instant::now();
+        let mut state = self.store.lock();
+        Ok(state
+            .live_lease(&self.election, now)
+            .map(|lease| holder_of(lease, now)))
+    }
+
+    pub fn notices(&self) -> watch::Receiver<Notices> {
+        self.store
+            .lock()
+            .notices
+            .entry(self.election.clone())
+            .or_insert_with(|| watch::channel(Notices::default()).0)
+            .subscribe()
+    }
+}

@@ -1,0 +1,382 @@
+//! The Redis backend: each lease operation is one server-side script.
+//!
+//! An election talks to Redis over connections of its own: a
+//! [`ConnectionManager`] for the scripts (so renewals never queue behind the
+//! application's other traffic, and a dropped connection is re-established
+//! in the background without replaying commands) and a pub/sub connection
+//! for release notifications. The subscriber task resubscribes by itself
+//! after any disconnect and counts each resubscription as a possible missed
+//! release, so waiting candidates re-check the lease instead of sleeping
+//! through a handover.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::ConnectionManager;
+use redis::{Client, ErrorKind, RedisError, Script, Value};
+use tokio::sync::watch;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::Notices;
+use crate::keys::Keys;
+use crate::machine::{AcquireReply, Holder, RenewReply};
+use crate::{redact_url, Error, Result};
+
+static ACQUIRE: &str = include_str!("scripts/acquire.lua");
+static RENEW: &str = include_str!("scripts/renew.lua");
+static RESIGN: &str = include_str!("scripts/resign.lua");
+static INSPECT: &str = include_str!("scripts/inspect.lua");
+
+/// How to reach Redis.
+#[derive(Debug, Clone)]
+pub(crate) struct RedisTarget {
+    pub url: String,
+    pub tls_ca: Option<std::path::PathBuf>,
+}
+
+impl RedisTarget {
+    pub fn redacted(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    /// Build a client (no I/O yet). TLS uses the system's roots unless a CA
+    /// file is given.
+    pub fn client(&self) -> Result<Client> {
+        // The redis crate's rustls support needs a process-wide provider; an
+        // application that installed its own keeps it.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let redacted = self.redacted();
+        let client = match &self.tls_ca {
+            Some(path) => {
+                let pem = read_ca(path).map_err(|detail| Error::Tls {
+                    url: redacted.clone(),
+                    detail,
+                })?;
+                Client::build_with_tls(
+                    self.url.as_str(),
+                    redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(pem),
+                    },
+                )
+            }
+            None => Client::open(self.url.as_str()),
+        };
+        client.map_err(|e| {
+            Error::Config(format!(
+                "invalid Redis URL {redacted}: {} (expected redis://[user:password@]host[:port][/db] \
+                 or rediss:// for TLS)",
+                e.detail().unwrap_or(&e.to_string())
+            ))
+        })
+    }
+
+    /// Open a [`ConnectionManager`] whose calls time out after `call_timeout`,
+    /// and check with a PING that the server accepts us.
+    pub async fn connect(&self, call_timeout: Duration) -> Result<ConnectionManager> {
+        let client = self.client()?;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(call_timeout.max(Duration::from_secs(1))))
+            .set_response_timeout(Some(call_timeout))
+            .set_number_of_retries(1);
+        let mut conn = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| self.classify(e))?;
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| self.classify(e))?;
+        Ok(conn)
+    }
+
+    /// Turn a client error into the crate's error, naming the URL without
+    /// its password.
+    pub fn classify(&self, err: RedisError) -> Error {
+        classify(err, &self.redacted())
+    }
+}
+
+fn read_ca(path: &Path) -> std::result::Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))
+}
+
+/// Map a client error to the crate's error.
+pub(crate) fn classify(err: RedisError, url: &str) -> Error {
+    let code = err.code().unwrap_or_default();
+    let detail = err.detail().unwrap_or_default().to_string();
+    if code == "TENUREFOREIGN" {
+        let (key, what) = detail.split_once(' ').unwrap_or((detail.as_str(), ""));
+        return Error::ForeignData {
+            key: key.to_string(),
+            detail: what.to_string(),
+        };
+    }
+    let text = err.to_string();
+    if err.kind() == ErrorKind::AuthenticationFailed
+        || matches!(code, "NOAUTH" | "WRONGPASS")
+    {
+        return Error::Auth {
+            url: url.to_string(),
+            detail: text,
+        };
+    }
+    if code == "NOPERM" {
+        return Error::NoPermission { detail: text };
+    }
+    let lower = text.to_ascii_lowercase();
+    if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
+        return Error::Tls {
+            url: url.to_string(),
+            detail: text,
+        };
+    }
+    if err.is_timeout() {
+        return Error::Timeout(Duration::ZERO);
+    }
+    if err.is_io_error() || err.is_connection_refusal() || err.is_connection_dropped() {
+        return Error::Unreachable {
+            url: url.to_string(),
+            detail: text,
+        };
+    }
+    Error::Redis(text)
+}
+
+/// One election's lease in Redis.
+pub(crate) struct RedisBackend {
+    target: RedisTarget,
+    keys: Keys,
+    conn: ConnectionManager,
+    scripts: Arc<Scripts>,
+    notices: watch::Receiver<Notices>,
+    _stop_subscriber: DropGuard,
+}
+
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    resign: Script,
+    inspect: Script,
+}
+
+impl RedisBackend {
+    /// Connect, verify the server accepts us, and start the subscriber.
+    pub async fn connect(target: RedisTarget, keys: Keys, call_timeout: Duration) -> Result<Self> {
+        let conn = target.connect(call_timeout).await?;
+        let (notices_tx, notices) = watch::channel(Notices::default());
+        let stop = CancellationToken::new();
+        tokio::spawn(subscribe_loop(
+            target.clone(),
+            keys.events.clone(),
+            notices_tx,
+            stop.clone(),
+        ));
+        Ok(RedisBackend {
+            target,
+            keys,
+            conn,
+            scripts: Arc::new(Scripts {
+                acquire: Script::new(ACQUIRE),
+                renew: Script::new(RENEW),
+                resign: Script::new(RESIGN),
+                inspect: Script::new(INSPECT),
+            }),
+            notices,
+            _stop_subscriber: stop.drop_guard(),
+        })
+    }
+
+    pub async fn acquire(&self, owner: &str, ttl_ms: u64) -> Result<AcquireReply> {
+        let reply: Value = self
+            .scripts
+            .acquire
+            .key(&self.keys.lease)
+            .key(&self.keys.token)
+            .arg(owner)
+            .arg(ttl_ms)
+            .arg(&self.keys.events)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.target.classify(e))?;
+        let items = self.array(reply, 5)?;
+        let won = self.int(&items[0])?;
+        let holder = Holder {
+            token: self.uint(&items[1])?,
+            owner: self.text(&items[2])?,
+            ttl_left: Duration::from_millis(self.uint(&items[3])?),
+            since_ms: self.uint(&items[4])?,
+        };
+        Ok(if won == 1 {
+            AcquireReply::Won {
+                token: holder.token,
+            }
+        } else {
+            AcquireReply::Held(holder)
+        })
+    }
+
+    pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
+        let reply: Value = self
+            .scripts
+            .renew
+            .key(&self.keys.lease)
+            .arg(owner)
+            .arg(token)
+            .arg(ttl_ms)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.target.classify(e))?;
+        let items = self.array(reply, 1)?;
+        if self.int(&items[0])? == 1 {
+            return Ok(RenewReply::Renewed);
+        }
+        if items.len() < 4 {
+            return Ok(RenewReply::NotOwner(None));
+        }
+        Ok(RenewReply::NotOwner(Some(Holder {
+            owner: self.text(&items[1])?,
+            token: self.uint(&items[2])?,
+            ttl_left: Duration::from_millis(self.uint(&items[3])?),
+            since_ms: 0,
+        })))
+    }
+
+    pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
+        let released: i64 = self
+            .scripts
+            .resign
+            .key(&self.keys.lease)
+            .arg(owner)
+            .arg(token)
+            .arg(&self.keys.events)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.target.classify(e))?;
+        Ok(released == 1)
+    }
+
+    pub async fn inspect(&self) -> Result<Option<Holder>> {
+        let reply: Value = self
+            .scripts
+            .inspect
+            .key(&self.keys.lease)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| self.target.classify(e))?;
+        let items = self.array(reply, 0)?;
+        if items.is_empty() {
+            return Ok(None);
+        }
+        if items.len() < 4 {
+            return Err(self.unexpected("an inspect reply with fewer than 4 items"));
+        }
+        Ok(Some(Holder {
+            owner: self.text(&items[0])?,
+            token: self.uint(&items[1])?,
+            // -2 (expired between TYPE and PTTL cannot happen inside a
+            // script) or -1 (no expiry, reported as foreign by acquire).
+            ttl_left: Duration::from_millis(self.uint(&items[2]).unwrap_or(0)),
+            since_ms: self.uint(&items[3])?,
+        }))
+    }
+
+    pub fn notices(&self) -> watch::Receiver<Notices> {
+        self.notices.clone()
+    }
+
+    fn unexpected(&self, what: &str) -> Error {
+        Error::Redis(format!(
+            "unexpected reply from Redis: {what} (is {} a Redis server?)",
+            self.target.redacted()
+        ))
+    }
+
+    fn array(&self, value: Value, min_len: usize) -> Result<Vec<Value>> {
+        match value {
+            Value::Array(items) if items.len() >= min_len => Ok(items),
+            other => Err(self.unexpected(&format!("{other:?}"))),
+        }
+    }
+
+    fn int(&self, value: &Value) -> Result<i64> {
+        match value {
+            Value::Int(n) => Ok(*n),
+            other => Err(self.unexpected(&format!("{other:?} where an integer was expected"))),
+        }
+    }
+
+    fn uint(&self, value: &Value) -> Result<u64> {
+        let n = self.int(value)?;
+        u64::try_from(n).map_err(|_| self.unexpected(&format!("negative number {n}")))
+    }
+
+    fn text(&self, value: &Value) -> Result<String> {
+        match value {
+            Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+            Value::SimpleString(s) => Ok(s.clone()),
+            other => Err(self.unexpected(&format!("{other:?} where a string was expected"))),
+        }
+    }
+}
+
+/// Keep a subscription to the election's events channel, resubscribing
+/// after any disconnect, until `stop` is cancelled.
+async fn subscribe_loop(
+    target: RedisTarget,
+    channel: String,
+    notices: watch::Sender<Notices>,
+    stop: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(50);
+    let mut warned = false;
+    loop {
+        let session = async {
+            let client = target.client()?;
+            let mut pubsub = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub())
+                .await
+                .map_err(|_| Error::Timeout(Duration::from_secs(5)))?
+                .map_err(|e| target.classify(e))?;
+            pubsub
+                .subscribe(&channel)
+                .await
+                .map_err(|e| target.classify(e))?;
+            tracing::debug!(channel = %channel, "subscribed to lease events");
+            // A release may have happened while we were not subscribed.
+            notices.send_modify(|n| n.released += 1);
+            let mut messages = pubsub.on_message();
+            while let Some(message) = messages.next().await {
+                let payload: Vec<u8> = message.get_payload_bytes().to_vec();
+                if payload.starts_with(b"released:") {
+                    notices.send_modify(|n| n.released += 1);
+                } else if payload.starts_with(b"acquired:") {
+                    notices.send_modify(|n| n.acquired += 1);
+                }
+            }
+            Ok::<(), Error>(())
+        };
+        let outcome = tokio::select! {
+            _ = stop.cancelled() => return,
+            outcome = session => outcome,
+        };
+        match outcome {
+            Ok(()) => {
+                tracing::debug!(channel = %channel, "lease event subscription closed; resubscribing");
+                backoff = Duration::from_millis(50);
+                warned = false;
+            }
+            Err(err) => {
+                if !warned {
+                    tracing::warn!(channel = %channel, error = %err, "lease event subscription failed; retrying (handover falls back to lease expiry meanwhile)");
+                    warned = true;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+    }
+}

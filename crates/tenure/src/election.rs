@@ -1,0 +1,606 @@
+//! Elections: configuration, campaigning, and the keeper of a term.
+//!
+//! This is the I/O driver around [`crate::machine`]: it sends requests to
+//! the backend with per-call timeouts, notes when each was sent, and lets
+//! the state machine decide. Followers sleep until the holder's lease would
+//! expire or a release is announced, whichever comes first, so an idle
+//! follower costs about one Redis call per term.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::Stream;
+use rand::Rng;
+use tokio::sync::{mpsc, watch};
+use tokio::time::{sleep_until, timeout, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::redis::{RedisBackend, RedisTarget};
+use crate::backend::{Backend, Notices};
+use crate::keys::{validate_name, Keys};
+use crate::leadership::{Command, TermShared};
+use crate::machine::{after_acquire, CandidateStep, Holder, LeaderState, LeaderStep, Timing};
+use crate::{instance_id, metrics, Error, Leadership, LostReason, MemoryStore, Result};
+
+/// The default lease TTL.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "tenure";
+
+/// Who leads an election, as read from the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderInfo {
+    /// The leader's instance id.
+    pub id: String,
+    /// Its term's fencing token.
+    pub token: u64,
+    /// Time until its lease expires unless renewed.
+    pub ttl_left: Duration,
+    /// When the term began, by the store's clock (`None` for the in-memory store).
+    pub held_since: Option<SystemTime>,
+}
+
+impl From<Holder> for LeaderInfo {
+    fn from(holder: Holder) -> Self {
+        LeaderInfo {
+            id: holder.owner,
+            token: holder.token,
+            ttl_left: holder.ttl_left,
+            held_since: (holder.since_ms > 0)
+                .then(|| UNIX_EPOCH + Duration::from_millis(holder.since_ms)),
+        }
+    }
+}
+
+enum Store {
+    Redis(String),
+    Memory(MemoryStore),
+}
+
+/// Settings of an election; [`ElectionBuilder::build`] validates them and
+/// connects.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let err = tenure::Election::builder("nightly")
+///     .memory(&tenure::MemoryStore::new())
+///     .ttl(Duration::from_secs(10))
+///     .renew_every(Duration::from_secs(10))
+///     .build()
+///     .await
+///     .unwrap_err();
+/// assert!(err.to_string().contains("renew interval"));
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct ElectionBuilder {
+    name: String,
+    store: Option<Store>,
+    ttl: Duration,
+    renew_every: Option<Duration>,
+    margin: Option<Duration>,
+    call_timeout: Option<Duration>,
+    id: Option<String>,
+    prefix: String,
+    tls_ca: Option<PathBuf>,
+}
+
+impl ElectionBuilder {
+    /// Use Redis at `url`: `redis://[user:password@]host[:port][/db]`, or
+    /// `rediss://` for TLS (server verified against the system's roots, or
+    /// [`ElectionBuilder::tls_ca_file`]).
+    pub fn redis(mut self, url: impl Into<String>) -> Self {
+        self.store = Some(Store::Redis(url.into()));
+        self
+    }
+
+    /// Use an in-memory store (tests).
+    pub fn memory(mut self, store: &MemoryStore) -> Self {
+        self.store = Some(Store::Memory(store.clone()));
+        self
+    }
+
+    /// Lease time-to-live (default 15 s): how long a crashed leader blocks
+    /// the election, and how long a leader survives without reaching Redis.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How often the leader renews (default ttl/3). Must be shorter than
+    /// the ttl minus the margin.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// Safety margin subtracted from the ttl for the local deadline (default
+    /// ttl/10, at most 2 s): the allowance for this host's clock running
+    /// slower than the Redis server's during one ttl.
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// Upper bound of one Redis call (default renew interval/2, at most 2 s).
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = Some(timeout);
+        self
+    }
+
+    /// This instance's id (default: hostname plus 128 random bits). Two
+    /// processes must never share one.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Key prefix (default `tenure`); see the key layout in the crate docs.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Verify a `rediss://` server against this CA certificate (PEM file)
+    /// instead of the system's roots.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(path.into());
+        self
+    }
+
+    /// Validate the settings and connect.
+    ///
+    /// Fails with [`Error::Config`] on invalid settings, and with
+    /// [`Error::Unreachable`], [`Error::Auth`], [`Error::Tls`] when Redis
+    /// cannot be used.
+    pub async fn build(self) -> Result<Election> {
+        validate_name("election name", &self.name)?;
+        validate_name("key prefix", &self.prefix)?;
+        let timing = Timing::new(self.ttl, self.renew_every, self.margin, self.call_timeout)?;
+        let id = match self.id {
+            Some(id) if id.is_empty() || id.len() > 256 => {
+                return Err(Error::Config("instance id must be 1 to 256 bytes long".into()))
+            }
+            Some(id) => id,
+            None => instance_id(),
+        };
+        if timing.ttl < crate::machine::SHORT_TTL {
+            tracing::warn!(
+                election = %self.name,
+                ttl = ?timing.ttl,
+                "ttl below 1s: scheduling or network hiccups of a few hundred ms will cost leadership"
+            );
+        }
+        let keys = Keys::new(&self.prefix, &self.name);
+        let backend = match self.store {
+            None => {
+                return Err(Error::Config(
+                    "no store given: call .redis(url) or .memory(&store)".into(),
+                ))
+            }
+            Some(Store::Memory(store)) => Backend::Memory(store.backend(&self.name)),
+            Some(Store::Redis(url)) => {
+                let target = RedisTarget {
+                    url,
+                    tls_ca: self.tls_ca,
+                };
+                Backend::Redis(RedisBackend::connect(target, keys, timing.call_timeout).await?)
+            }
+        };
+        metrics::describe();
+        Ok(Election {
+            inner: Arc::new(Inner {
+                name: self.name,
+                id,
+                timing,
+                backend,
+            }),
+        })
+    }
+}
+
+struct Inner {
+    name: String,
+    id: String,
+    timing: Timing,
+    backend: Backend,
+}
+
+/// One named election, seen from this instance. Cheap to clone.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> tenure::Result<()> {
+/// let election = tenure::Election::builder("report-mailer")
+///     .redis("redis://127.0.0.1:6379")
+///     .build()
+///     .await?;
+/// loop {
+///     let term = election.campaign().await?;
+///     tokio::select! {
+///         reason = term.lost() => eprintln!("no longer leader: {reason}"),
+///         _ = send_reports(term.token()) => { term.resign().await?; break }
+///     }
+/// }
+/// # Ok(()) }
+/// # async fn send_reports(_token: u64) {}
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &self.inner.name)
+            .field("id", &self.inner.id)
+            .field("ttl", &self.inner.timing.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Election {
+    /// Start configuring the election `name`.
+    pub fn builder(name: impl Into<String>) -> ElectionBuilder {
+        ElectionBuilder {
+            name: name.into(),
+            store: None,
+            ttl: DEFAULT_TTL,
+            renew_every: None,
+            margin: None,
+            call_timeout: None,
+            id: None,
+            prefix: DEFAULT_PREFIX.to_string(),
+            tls_ca: None,
+        }
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// This instance's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.inner.timing.ttl
+    }
+
+    /// The renew interval.
+    pub fn renew_every(&self) -> Duration {
+        self.inner.timing.renew_every
+    }
+
+    /// Campaign until this instance is leader, then return the term.
+    ///
+    /// Transient failures (Redis down, timeouts) are retried with backoff;
+    /// errors that need a person (credentials, ACL, foreign data) are returned.
+    ///
+    /// # Cancel safety
+    /// If cancelled while an acquire is in flight, a term may have been won
+    /// that nobody renews; it lapses after one TTL, and a new `campaign` by
+    /// this instance adopts it at once.
+    pub async fn campaign(&self) -> Result<Leadership> {
+        self.campaign_observed(|_| {}).await
+    }
+
+    /// [`Election::campaign`], calling `on_follower` each time another
+    /// instance is seen leading with a new term.
+    pub(crate) async fn campaign_observed(
+        &self,
+        mut on_follower: impl FnMut(&LeaderInfo),
+    ) -> Result<Leadership> {
+        let timing = &self.inner.timing;
+        let mut notices = self.inner.backend.notices();
+        let mut failures: u32 = 0;
+        let mut last_seen_token = None;
+        loop {
+            let seen = *notices.borrow_and_update();
+            let sent = Instant::now();
+            let reply = match timeout(
+                timing.call_timeout,
+                self.inner.backend.acquire(&self.inner.id, timing.ttl_ms()),
+            )
+            .await
+            {
+                Ok(Ok(reply)) => {
+                    failures = 0;
+                    Some(reply)
+                }
+                Ok(Err(err)) if !err.is_transient() => return Err(err),
+                Ok(Err(err)) => {
+                    failures = failures.saturating_add(1);
+                    if failures == 1 {
+                        tracing::warn!(election = %self.inner.name, error = %err, "acquire failed; retrying");
+                    }
+                    None
+                }
+                Err(_) => {
+                    // Outcome unknown: the script may have run. The next
+                    // attempt adopts the term if it did.
+                    failures = failures.saturating_add(1);
+                    if failures == 1 {
+                        tracing::warn!(election = %self.inner.name, timeout = ?timing.call_timeout, "acquire timed out; retrying");
+                    }
+                    None
+                }
+            };
+            let now = Instant::now();
+            match after_acquire(timing, sent, now, reply, self.jitter(), failures) {
+                CandidateStep::Elected(state) => return Ok(self.start_term(state)),
+                CandidateStep::Follow { until, holder } => {
+                    if last_seen_token != Some(holder.token) {
+                        last_seen_token = Some(holder.token);
+                        tracing::debug!(election = %self.inner.name, leader = %holder.owner, token = holder.token, "following");
+                        on_follower(&LeaderInfo::from(holder));
+                    }
+                    wait_for_release(&mut notices, seen, until).await;
+                }
+                CandidateStep::Retry { at } => sleep_until(at).await,
+            }
+        }
+    }
+
+    /// A little randomness so followers woken by the same expiry or
+    /// announcement do not all call Redis in the same instant.
+    fn jitter(&self) -> Duration {
+        let max = (self.inner.timing.ttl / 200).min(Duration::from_millis(5));
+        let max_us = max.as_micros() as u64;
+        Duration::from_micros(rand::rng().random_range(0..=max_us))
+    }
+
+    fn start_term(&self, state: LeaderState) -> Leadership {
+        let (lost, _) = watch::channel(None);
+        let shared = Arc::new(TermShared {
+            election: self.inner.name.clone(),
+            id: self.inner.id.clone(),
+            token: state.token,
+            deadline: Mutex::new(state.deadline),
+            lost,
+            ended: CancellationToken::new(),
+        });
+        let (commands_tx, commands_rx) = mpsc::channel(8);
+        tracing::info!(election = %self.inner.name, id = %self.inner.id, token = state.token, "elected leader");
+        metrics::elected(&self.inner.name, state.token);
+        tokio::spawn(keep(self.clone(), shared.clone(), state, commands_rx));
+        Leadership::new(shared, commands_tx)
+    }
+
+    /// Who leads now, read from the store (`None` when nobody does).
+    pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
+        let timing = &self.inner.timing;
+        match timeout(timing.call_timeout, self.inner.backend.inspect()).await {
+            Ok(result) => Ok(result?.map(LeaderInfo::from)),
+            Err(_) => Err(Error::Timeout(timing.call_timeout)),
+        }
+    }
+
+    /// A stream of leadership changes: the current leader first, then one
+    /// item each time the leader (or its term) changes, `None` while nobody
+    /// leads. Driven by lease announcements, with the holder's TTL as a
+    /// fallback, so a crash is reported when its lease expires. Errors are
+    /// yielded and the stream keeps going.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use futures_util::StreamExt;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let mut changes = Box::pin(election.watch());
+    /// assert_eq!(changes.next().await.unwrap()?, None);
+    /// let term = election.campaign().await?;
+    /// let leader = changes.next().await.unwrap()?.unwrap();
+    /// assert_eq!(leader.token, term.token());
+    /// # Ok(()) }
+    /// ```
+    pub fn watch(&self) -> impl Stream<Item = Result<Option<LeaderInfo>>> + Send + 'static {
+        struct State {
+            election: Election,
+            notices: watch::Receiver<Notices>,
+            last: Option<Option<(String, u64)>>,
+            wait: Option<Duration>,
+        }
+        let state = State {
+            notices: self.inner.backend.notices(),
+            election: self.clone(),
+            last: None,
+            wait: None,
+        };
+        futures_util::stream::unfold(state, |mut state| async move {
+            loop {
+                if let Some(wait) = state.wait.take() {
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = state.notices.changed() => {}
+                    }
+                }
+                state.notices.borrow_and_update();
+                let timing = state.election.inner.timing;
+                match state.election.leader().await {
+                    Ok(leader) => {
+                        // Re-read when the lease would expire; 1 ms past it
+                        // so the store has dropped it.
+                        state.wait = Some(
+                            leader
+                                .as_ref()
+                                .map_or(timing.ttl, |l| l.ttl_left + Duration::from_millis(1)),
+                        );
+                        let key = leader.as_ref().map(|l| (l.id.clone(), l.token));
+                        if state.last.as_ref() != Some(&key) {
+                            state.last = Some(key);
+                            return Some((Ok(leader), state));
+                        }
+                    }
+                    Err(err) => {
+                        state.wait = Some(timing.renew_every);
+                        return Some((Err(err), state));
+                    }
+                }
+            }
+        })
+    }
+
+    /// A runner for the callback style: campaign, run work while leader,
+    /// campaign again after losing, resign on shutdown.
+    pub fn runner(&self) -> crate::Runner {
+        crate::Runner::new(self.clone())
+    }
+}
+
+/// Sleep until `until`, or until a release is announced after `seen`.
+async fn wait_for_release(notices: &mut watch::Receiver<Notices>, seen: Notices, until: Instant) {
+    let released = async {
+        loop {
+            if notices.borrow_and_update().released != seen.released {
+                return;
+            }
+            if notices.changed().await.is_err() {
+                // No more announcements: only the TTL is left to wait for.
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = sleep_until(until) => {}
+        _ = released => {}
+    }
+}
+
+/// The keeper of one term: renews on schedule, answers confirm and resign
+/// requests, and ends the term on loss or when every handle is dropped.
+async fn keep(
+    election: Election,
+    shared: Arc<TermShared>,
+    mut state: LeaderState,
+    mut commands: mpsc::Receiver<Command>,
+) {
+    let inner = &election.inner;
+    let reason = loop {
+        let wake = state.next_renewal.min(state.deadline);
+        let command = tokio::select! {
+            command = commands.recv() => command,
+            _ = sleep_until(wake) => {
+                match renew_once(&election, &shared, &mut state).await {
+                    LeaderStep::RenewAt(_) => continue,
+                    LeaderStep::Lost(reason) => break reason,
+                }
+            }
+        };
+        match command {
+            Some(Command::Confirm(reply)) => {
+                let step = renew_once(&election, &shared, &mut state).await;
+                let outcome = match &step {
+                    LeaderStep::RenewAt(_) if shared.lost_reason().is_none() => {
+                        Ok(state.deadline.saturating_duration_since(Instant::now()))
+                    }
+                    LeaderStep::RenewAt(_) => Err(Error::NotLeader(
+                        shared.lost_reason().unwrap_or(LostReason::Shutdown),
+                    )),
+                    LeaderStep::Lost(reason) => Err(Error::NotLeader(reason.clone())),
+                };
+                let _ = reply.send(outcome);
+                if let LeaderStep::Lost(reason) = step {
+                    break reason;
+                }
+            }
+            Some(Command::Resign(reason, reply)) => {
+                end_term(inner, &shared, reason);
+                let _ = reply.send(release(&election, &shared).await);
+                shared.ended.cancel();
+                return;
+            }
+            None => {
+                // Every handle is gone: nobody can act on this term.
+                end_term(inner, &shared, LostReason::Resigned);
+                if let Err(err) = release(&election, &shared).await {
+                    tracing::warn!(election = %inner.name, error = %err, "could not release the lease of a dropped term; it lapses at its ttl");
+                }
+                shared.ended.cancel();
+                return;
+            }
+        }
+    };
+    end_term(inner, &shared, reason);
+    shared.ended.cancel();
+}
+
+/// One renewal round trip, applied to the state machine.
+async fn renew_once(election: &Election, shared: &TermShared, state: &mut LeaderState) -> LeaderStep {
+    let inner = &election.inner;
+    let timing = &inner.timing;
+    let sent = Instant::now();
+    if sent >= state.deadline {
+        return LeaderStep::Lost(LostReason::DeadlinePassed);
+    }
+    let call = inner
+        .backend
+        .renew(&inner.id, state.token, timing.ttl_ms());
+    let reply = match timeout(timing.call_timeout_before(sent, state.deadline), call).await {
+        Ok(Ok(reply)) => {
+            metrics::renewed(&inner.name, sent.elapsed());
+            Some(reply)
+        }
+        Ok(Err(err)) => {
+            metrics::renewal_failed(&inner.name);
+            tracing::warn!(election = %inner.name, error = %err, time_left = ?state.deadline.saturating_duration_since(Instant::now()), "renewal failed");
+            None
+        }
+        Err(_) => {
+            metrics::renewal_failed(&inner.name);
+            tracing::warn!(election = %inner.name, time_left = ?state.deadline.saturating_duration_since(Instant::now()), "renewal timed out; its outcome is unknown");
+            None
+        }
+    };
+    let step = state.after_renew(timing, sent, Instant::now(), reply);
+    shared.set_deadline(state.deadline);
+    step
+}
+
+fn end_term(inner: &Inner, shared: &TermShared, reason: LostReason) {
+    shared.mark_lost(reason.clone());
+    // Clamp the deadline so no clone can believe in the term any more.
+    shared.set_deadline(shared.deadline().min(Instant::now()));
+    let reason = shared.lost_reason().unwrap_or(reason);
+    match reason {
+        LostReason::Resigned | LostReason::Shutdown => {
+            tracing::info!(election = %inner.name, token = shared.token, reason = %reason, "leadership ended")
+        }
+        _ => tracing::warn!(election = %inner.name, token = shared.token, reason = %reason, "leadership lost"),
+    }
+    metrics::lost(&inner.name, &reason);
+}
+
+/// Delete the lease if this term still owns it, and announce the release.
+async fn release(election: &Election, shared: &TermShared) -> Result<()> {
+    let inner = &election.inner;
+    let call = inner.backend.resign(&inner.id, shared.token);
+    match timeout(inner.timing.call_timeout, call).await {
+        Ok(Ok(_released)) => Ok(()),
+        Ok(Err(err)) => Err(err),
+        Err(_) => Err(Error::Timeout(inner.timing.call_timeout)),
+    }
+}
+
+impl Election {
+    /// Release the lease if this instance holds it (best effort): used when
+    /// a campaign is abandoned, since its last acquire may have won.
+    pub(crate) async fn release_if_held(&self) {
+        let inner = &self.inner;
+        let Ok(Some(holder)) = self.leader().await else {
+            return;
+        };
+        if holder.id == inner.id {
+            let _ = timeout(
+                inner.timing.call_timeout,
+                inner.backend.resign(&inner.id, holder.token),
+            )
+            .await;
+        }
+    }
+}

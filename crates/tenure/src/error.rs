@@ -1,0 +1,127 @@
+//! The one error type of the crate.
+//!
+//! Variants name what went wrong in terms a user can act on (fix the
+//! configuration, the URL, the credentials, the ACL, a foreign key) rather
+//! than echoing the Redis client's internals. URLs in messages never carry
+//! passwords.
+
+use std::time::Duration;
+
+use crate::LostReason;
+
+/// Everything that can go wrong in tenure.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The election's configuration is invalid; the message says which setting.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// Redis could not be reached (refused, DNS, network).
+    #[error("cannot reach Redis at {url}: {detail}")]
+    Unreachable {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+        /// What the connection attempt reported.
+        detail: String,
+    },
+
+    /// Redis rejected the username or password.
+    #[error("Redis at {url} rejected the credentials: {detail}")]
+    Auth {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+        /// The server's reply.
+        detail: String,
+    },
+
+    /// The TLS handshake failed or TLS settings were unusable.
+    #[error("TLS to Redis at {url} failed: {detail}")]
+    Tls {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+        /// What failed (certificate, handshake, file).
+        detail: String,
+    },
+
+    /// The Redis user may not run a command tenure needs (ACL).
+    #[error(
+        "the Redis user lacks a permission tenure needs: {detail} (grant +@scripting +publish \
+         +subscribe +ping and access to the election's keys and channels)"
+    )]
+    NoPermission {
+        /// The server's reply.
+        detail: String,
+    },
+
+    /// A key tenure owns holds data tenure did not write.
+    #[error(
+        "key {key} holds data tenure did not write ({detail}); tenure will not touch it: \
+         delete it or choose another key prefix"
+    )]
+    ForeignData {
+        /// The offending key.
+        key: String,
+        /// What was found there.
+        detail: String,
+    },
+
+    /// A Redis call did not answer within its timeout. Its outcome is unknown:
+    /// it may still have run on the server.
+    #[error("Redis did not answer within {0:?}")]
+    Timeout(Duration),
+
+    /// Any other Redis error (transient connection drops, server errors).
+    #[error("Redis error: {0}")]
+    Redis(String),
+
+    /// The simulated outage of an in-memory store ([`crate::MemoryStore::set_fault`]).
+    #[error("in-memory store unavailable (simulated fault)")]
+    Unavailable,
+
+    /// The term is over; the operation needs a current leader.
+    #[error("not leader any more: {0}")]
+    NotLeader(LostReason),
+}
+
+impl Error {
+    /// Whether retrying later may succeed (network, timeouts, restarts), as
+    /// opposed to errors that need a person (configuration, credentials, ACL,
+    /// foreign data).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// assert!(tenure::Error::Timeout(Duration::from_secs(1)).is_transient());
+    /// assert!(!tenure::Error::Config("ttl is zero".into()).is_transient());
+    /// ```
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Unreachable { .. } | Error::Timeout(_) | Error::Redis(_) | Error::Unavailable
+        )
+    }
+}
+
+/// The crate's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Replace the password of a URL by `***`, for messages and logs.
+///
+/// ```
+/// assert_eq!(
+///     tenure::redact_url("redis://app:s3cret@db:6379/2"),
+///     "redis://app:***@db:6379/2"
+/// );
+/// assert_eq!(tenure::redact_url("not a url"), "not a url");
+/// ```
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // set_password only fails for URLs that cannot have one, which
+            // a URL that has a password is not.
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        _ => raw.to_string(),
+    }
+}

@@ -1,0 +1,130 @@
+//! Fencing: making a stale leader's writes impossible, not just unlikely.
+//!
+//! A Redis lease cannot stop a leader that was paused (GC, VM migration,
+//! `SIGSTOP`) right after checking [`Leadership::is_leader`] from acting
+//! when it resumes, after someone else took over. What stops it is the
+//! resource: every write carries the writer's fencing token, and the
+//! resource refuses a token lower than one it has already accepted.
+//! Tokens rise with every term, so the newest leader always wins.
+//!
+//! For data in Redis, [`FencedKey`] does this with one script per write.
+//! For a SQL store, keep the highest token beside the data and make the
+//! check part of the write itself:
+//!
+//! ```sql
+//! UPDATE jobs SET last_run = $now, fence_token = $token
+//!  WHERE name = $job AND fence_token <= $token;
+//! -- 0 rows updated: a newer leader has written; stop acting.
+//! ```
+//!
+//! [`Leadership::is_leader`]: crate::Leadership::is_leader
+
+use redis::aio::ConnectionLike;
+use redis::{Script, Value};
+
+use crate::backend::redis::classify;
+use crate::{Error, Result};
+
+static FENCED_SET: &str = include_str!("fence/fenced_set.lua");
+
+/// The outcome of a fenced write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FencedWrite {
+    /// The write was applied.
+    Accepted,
+    /// A write with a newer token was already accepted; nothing changed.
+    Rejected {
+        /// The highest token the resource has accepted.
+        highest: u64,
+    },
+}
+
+impl FencedWrite {
+    /// Whether the write was applied.
+    pub fn is_accepted(&self) -> bool {
+        matches!(self, FencedWrite::Accepted)
+    }
+}
+
+/// A Redis hash holding a value and the highest fencing token that wrote it
+/// (fields `value` and `token`); writes with an older token are rejected.
+///
+/// ```no_run
+/// # async fn demo(term: tenure::Leadership, mut conn: redis::aio::ConnectionManager) -> tenure::Result<()> {
+/// let marker = tenure::FencedKey::new("cleanup:last-run");
+/// match marker.set(&mut conn, term.token(), "2026-11-29").await? {
+///     tenure::FencedWrite::Accepted => println!("recorded"),
+///     tenure::FencedWrite::Rejected { highest } => {
+///         println!("a newer leader (token {highest}) has written; stopping")
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedKey {
+    key: String,
+    script: Script,
+}
+
+impl FencedKey {
+    /// A fenced value stored at `key`.
+    pub fn new(key: impl Into<String>) -> Self {
+        FencedKey {
+            key: key.into(),
+            script: Script::new(FENCED_SET),
+        }
+    }
+
+    /// The Redis key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Store `value` if `token` is at least the highest token accepted so far.
+    pub async fn set<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+        token: u64,
+        value: impl AsRef<[u8]>,
+    ) -> Result<FencedWrite> {
+        let reply: Value = self
+            .script
+            .key(&self.key)
+            .arg(token)
+            .arg(value.as_ref())
+            .invoke_async(conn)
+            .await
+            .map_err(|e| classify(e, "the fenced resource's connection"))?;
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), ..] => Ok(FencedWrite::Accepted),
+                [Value::Int(0), Value::Int(highest)] => Ok(FencedWrite::Rejected {
+                    highest: u64::try_from(*highest).unwrap_or(0),
+                }),
+                other => Err(Error::Redis(format!("unexpected fenced write reply {other:?}"))),
+            },
+            other => Err(Error::Redis(format!("unexpected fenced write reply {other:?}"))),
+        }
+    }
+
+    /// Read the value and the token that wrote it (`None` if never written).
+    pub async fn get<C: ConnectionLike + Send>(
+        &self,
+        conn: &mut C,
+    ) -> Result<Option<(u64, Vec<u8>)>> {
+        let (token, value): (Option<u64>, Option<Vec<u8>>) = redis::cmd("HMGET")
+            .arg(&self.key)
+            .arg("token")
+            .arg("value")
+            .query_async(conn)
+            .await
+            .map_err(|e| match classify(e, "the fenced resource's connection") {
+                Error::Redis(detail) if detail.contains("WRONGTYPE") => Error::ForeignData {
+                    key: self.key.clone(),
+                    detail: "is not a fenced hash".into(),
+                },
+                other => other,
+            })?;
+        Ok(token.map(|token| (token, value.unwrap_or_default())))
+    }
+}

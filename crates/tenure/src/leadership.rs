@@ -1,0 +1,280 @@
+//! The handle a leader holds for one term.
+//!
+//! A [`Leadership`] is to a term what tokio-util's `CancellationToken` is to
+//! a task: cheap to clone, safe to share with the work it guards, and able
+//! to say at once whether acting is still allowed ([`Leadership::is_leader`],
+//! no I/O) or to wake the work when it is not ([`Leadership::lost`]).
+//!
+//! A background *keeper* task renews the lease and ends the term; the handle
+//! only reads the shared state and sends the keeper requests.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Error, Result};
+
+/// Why a term ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// Another instance holds the lease now.
+    Taken {
+        /// That instance's id.
+        by: String,
+        /// Its term's fencing token.
+        token: u64,
+    },
+    /// The lease is gone from the store (it expired, or the store lost its data).
+    Expired,
+    /// The local deadline passed without a successful renewal: this instance
+    /// cannot know that it still holds the lease, so it must stop.
+    DeadlinePassed,
+    /// [`Leadership::resign`] was called (or every handle was dropped).
+    Resigned,
+    /// The process is shutting down; the lease is released once the work stopped.
+    Shutdown,
+}
+
+impl LostReason {
+    /// A short stable label, used in metrics (`reason="taken"`).
+    ///
+    /// ```
+    /// assert_eq!(tenure::LostReason::DeadlinePassed.label(), "deadline");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            LostReason::Taken { .. } => "taken",
+            LostReason::Expired => "expired",
+            LostReason::DeadlinePassed => "deadline",
+            LostReason::Resigned => "resigned",
+            LostReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LostReason::Taken { by, token } => {
+                write!(f, "lease taken by {by} (token {token})")
+            }
+            LostReason::Expired => write!(f, "lease expired or was lost by the store"),
+            LostReason::DeadlinePassed => {
+                write!(f, "local deadline passed without a successful renewal")
+            }
+            LostReason::Resigned => write!(f, "resigned"),
+            LostReason::Shutdown => write!(f, "shutting down"),
+        }
+    }
+}
+
+/// State shared by every clone of a [`Leadership`] and its keeper.
+pub(crate) struct TermShared {
+    pub election: String,
+    pub id: String,
+    pub token: u64,
+    pub deadline: Mutex<Instant>,
+    pub lost: watch::Sender<Option<LostReason>>,
+    /// Cancelled when the keeper has finished: no more renewals will happen.
+    pub ended: CancellationToken,
+}
+
+impl TermShared {
+    pub fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn set_deadline(&self, deadline: Instant) {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
+    }
+
+    /// Record why the term is over; the first reason wins. Returns whether
+    /// this call set it.
+    pub fn mark_lost(&self, reason: LostReason) -> bool {
+        self.lost.send_if_modified(|current| {
+            if current.is_none() {
+                *current = Some(reason);
+                true
+            } else {
+                false
+            }
+        })
+    }
+
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.lost.borrow().clone()
+    }
+}
+
+/// Requests from handles to the keeper task.
+pub(crate) enum Command {
+    /// Renew now and report whether the term is still current.
+    Confirm(oneshot::Sender<Result<Duration>>),
+    /// Mark the term lost with this reason, then release the lease.
+    Resign(LostReason, oneshot::Sender<Result<()>>),
+}
+
+/// One term of leadership: the right to act until [`Leadership::lost`] fires.
+///
+/// Clones share the term. When every clone is dropped the keeper resigns in
+/// the background (or, if the runtime is gone, the lease lapses after one
+/// TTL); call [`Leadership::resign`] to hand over at a known point.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("reports").memory(&store).build().await?;
+/// let term = election.campaign().await?;
+/// println!("leading with fencing token {}", term.token());
+/// if term.is_leader() {
+///     // act, passing term.token() to anything that checks fencing tokens
+/// }
+/// term.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Leadership {
+    shared: Arc<TermShared>,
+    commands: mpsc::Sender<Command>,
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("election", &self.shared.election)
+            .field("id", &self.shared.id)
+            .field("token", &self.shared.token)
+            .field("is_leader", &self.is_leader())
+            .finish()
+    }
+}
+
+impl Leadership {
+    pub(crate) fn new(shared: Arc<TermShared>, commands: mpsc::Sender<Command>) -> Self {
+        Leadership { shared, commands }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<TermShared> {
+        &self.shared
+    }
+
+    /// The term's fencing token: larger than every token issued before in
+    /// this election. Pass it to resources that reject stale leaders.
+    pub fn token(&self) -> u64 {
+        self.shared.token
+    }
+
+    /// The election's name.
+    pub fn election(&self) -> &str {
+        &self.shared.election
+    }
+
+    /// This instance's id, as recorded in the lease.
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// Whether this instance may act as leader right now: the term has not
+    /// been lost and its local deadline has not passed. No I/O; checked
+    /// against the clock on every call, so a process that was paused learns
+    /// the truth the moment it looks, not at its next renewal.
+    pub fn is_leader(&self) -> bool {
+        self.shared.lost_reason().is_none() && Instant::now() < self.shared.deadline()
+    }
+
+    /// The local deadline: the instant this term ends unless renewed.
+    pub fn deadline(&self) -> Instant {
+        self.shared.deadline()
+    }
+
+    /// Time left until the local deadline (zero once it passed).
+    pub fn remaining(&self) -> Duration {
+        self.shared
+            .deadline()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Wait until the term is over and say why. Returns at once if it
+    /// already is. Fires at the local deadline by itself, even if the keeper
+    /// is stuck waiting on Redis.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only observes state.
+    pub async fn lost(&self) -> LostReason {
+        let mut lost = self.shared.lost.subscribe();
+        loop {
+            if let Some(reason) = lost.borrow_and_update().clone() {
+                return reason;
+            }
+            let deadline = self.shared.deadline();
+            if Instant::now() >= deadline {
+                return LostReason::DeadlinePassed;
+            }
+            tokio::select! {
+                changed = lost.changed() => {
+                    if changed.is_err() {
+                        // The keeper is gone without a reason, which it never
+                        // does; the deadline still bounds the term.
+                        tokio::time::sleep_until(self.shared.deadline()).await;
+                    }
+                }
+                // The deadline may have moved meanwhile; the loop re-reads it.
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// The reason the term ended, or `None` while it is current (deadline
+    /// checked too).
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.lost_reason().or_else(|| {
+            (Instant::now() >= self.shared.deadline()).then_some(LostReason::DeadlinePassed)
+        })
+    }
+
+    /// Renew the lease now, and succeed only if the term is still current
+    /// afterwards: call it right before a side effect that must not happen
+    /// twice. Returns the time left until the (new) deadline.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the renewal, once sent, completes in the keeper.
+    pub async fn confirm(&self) -> Result<Duration> {
+        if let Some(reason) = self.lost_reason() {
+            return Err(Error::NotLeader(reason));
+        }
+        let (reply, answer) = oneshot::channel();
+        if self.commands.send(Command::Confirm(reply)).await.is_err() {
+            return Err(Error::NotLeader(self.lost_reason().unwrap_or(LostReason::Resigned)));
+        }
+        match answer.await {
+            Ok(result) => result,
+            Err(_) => Err(Error::NotLeader(self.lost_reason().unwrap_or(LostReason::Resigned))),
+        }
+    }
+
+    /// End the term: stop being leader at once (every clone's
+    /// [`Leadership::is_leader`] turns false before the lease is deleted),
+    /// then release the lease and announce it so a waiting candidate takes
+    /// over within milliseconds.
+    ///
+    /// An error means the release could not be confirmed (e.g. Redis is
+    /// down); leadership is over all the same and the lease lapses at its TTL.
+    pub async fn resign(self) -> Result<()> {
+        self.resign_with(LostReason::Resigned).await
+    }
+
+    pub(crate) async fn resign_with(&self, reason: LostReason) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        if self.commands.send(Command::Resign(reason.clone(), reply)).await.is_err() {
+            // The keeper already ended the term.
+            self.shared.mark_lost(reason);
+            return Ok(());
+        }
+        answer.await.unwrap_or(Ok(()))
+    }
+}

@@ -1,0 +1,162 @@
+//! Leader election on Redis: one leader per named election, kept while it is
+//! healthy, handed over fast when it dies or steps down, and told the moment
+//! it may no longer act.
+//!
+//! ```no_run
+//! # #[tokio::main] async fn main() -> tenure::Result<()> {
+//! let election = tenure::Election::builder("report-mailer")
+//!     .redis("redis://127.0.0.1:6379")
+//!     .build()
+//!     .await?;
+//! let term = election.campaign().await?;           // wait until we lead
+//! println!("leading with fencing token {}", term.token());
+//! tokio::select! {
+//!     reason = term.lost() => println!("stopped leading: {reason}"),
+//!     _ = send_the_reports(term.token()) => term.resign().await?,
+//! }
+//! # Ok(()) }
+//! # async fn send_the_reports(_: u64) {}
+//! ```
+//!
+//! # What a Redis lease guarantees, and what it does not
+//!
+//! Like Kubernetes' client-go leader election, this is a lease: **at most one
+//! instance believes it is leader at any instant, provided the clocks of the
+//! hosts run at about the same rate** (each may be off by any amount; what
+//! matters is that one ttl measured here is not longer than the same ttl
+//! measured by the Redis server, minus the safety margin). A leader stops
+//! believing at its *local deadline*, computed from its own monotonic clock
+//! and the instant it *sent* its last successful renewal, so a paused or
+//! partitioned leader never outlives its lease on the server.
+//!
+//! What it does **not** guarantee:
+//! - **Pauses between check and act.** A process can check
+//!   [`Leadership::is_leader`], be paused for longer than the ttl, and then
+//!   act. No lease can prevent that. **Fencing tokens** can: pass
+//!   [`Leadership::token`] with every write and let the resource refuse
+//!   older tokens ([`FencedKey`], or the SQL pattern in [`fence`]).
+//! - **Redis failover.** Redis replication is asynchronous: a lease written
+//!   to a primary that fails before replicating it is lost, and a second
+//!   leader can be elected while the first still believes. A single Redis
+//!   node makes elections *efficient* (few duplicates, fast handover);
+//!   correctness under every failure needs fencing tokens (and, later, the
+//!   planned etcd backend, whose leases are replicated by consensus).
+//! - **Redis restarts** lose leases (without persistence), ending the
+//!   current term early; they do not break token ordering: tokens are
+//!   derived from the Redis server's clock and stay above every earlier
+//!   token as long as that clock does not step backwards across the restart.
+//!
+//! # Glossary
+//!
+//! - **election**: a name (e.g. `nightly-cleanup`) for which at most one
+//!   leader is chosen.
+//! - **candidate**: an instance trying to become leader
+//!   ([`Election::campaign`]); **follower**: a candidate that found another
+//!   leader and waits for its lease to expire or be released.
+//! - **lease**: the Redis key that records the leader; it expires after the
+//!   **ttl** unless renewed.
+//! - **term**: one uninterrupted leadership of one instance, from acquire to
+//!   loss or resignation ([`Leadership`]).
+//! - **token** (fencing token): the number of a term, strictly increasing per
+//!   election.
+//! - **deadline**: the local instant a term ends unless renewed: send time of
+//!   the last successful acquire/renew + ttl − margin.
+//! - **margin**: the safety allowance for clock-rate differences.
+//! - **resign**: end one's own term and release the lease at once.
+//!
+//! # Timing
+//!
+//! | setting | default | trade-off |
+//! |---|---|---|
+//! | ttl | 15 s | longer: survives longer Redis outages; shorter: faster takeover after a crash |
+//! | renew every | ttl / 3 | more often: more load, more retries before the deadline |
+//! | margin | ttl / 10, ≤ 2 s | larger: tolerates more clock-rate difference, loses leadership sooner when renewals fail |
+//! | call timeout | renew / 2, ≤ 2 s | bound of one Redis call |
+//!
+//! How renewal timing works is explained in one place: the state machine,
+//! `src/machine.rs`.
+//!
+//! # Keys
+//!
+//! Every key of the election `NAME` shares the Redis Cluster hash tag
+//! `{NAME}` under a configurable prefix (default `tenure`):
+//! `tenure:{NAME}:lease` (hash: owner, token, since; with TTL),
+//! `tenure:{NAME}:token` (last token issued) and the pub/sub channel
+//! `tenure:{NAME}:events`. A key holding anything else is reported as
+//! [`Error::ForeignData`] and never overwritten.
+//!
+//! # Metrics and logs
+//!
+//! Metrics go through the `metrics` facade (see [`describe_metrics`] for the
+//! list); logs through `tracing`. Passwords are never logged.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod backend;
+mod election;
+mod error;
+pub mod fence;
+mod keys;
+mod leadership;
+mod machine;
+mod metrics;
+mod runner;
+
+pub use backend::memory::{Fault, MemoryStore};
+pub use election::{Election, ElectionBuilder, LeaderInfo, DEFAULT_PREFIX, DEFAULT_TTL};
+pub use error::{redact_url, Error, Result};
+pub use fence::{FencedKey, FencedWrite};
+pub use leadership::{Leadership, LostReason};
+pub use metrics::describe_metrics;
+pub use runner::{shutdown_signal, Runner};
+
+/// The `redis` crate this version of tenure is built with, for
+/// [`FencedKey`] connections.
+pub use redis;
+
+/// A fresh instance id: this host's name, a dash, and 128 random bits in hex.
+///
+/// ```
+/// let id = tenure::instance_id();
+/// assert_eq!(id.rsplit('-').next().unwrap().len(), 32);
+/// assert_ne!(id, tenure::instance_id());
+/// ```
+pub fn instance_id() -> String {
+    let host = hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{host}-{:032x}", rand::random::<u128>())
+}
+
+/// Names of all elections with a live lease under `prefix`, read from Redis
+/// with `SCAN` (for `tenure status`).
+pub async fn list_elections(
+    conn: &mut redis::aio::ConnectionManager,
+    prefix: &str,
+) -> Result<Vec<String>> {
+    keys::validate_name("key prefix", prefix)?;
+    let pattern = keys::Keys::lease_pattern(prefix);
+    let mut names = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(500)
+            .query_async(conn)
+            .await
+            .map_err(|e| backend::redis::classify(e, "redis"))?;
+        names.extend(batch.iter().filter_map(|key| keys::Keys::name_of_lease(prefix, key)));
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}

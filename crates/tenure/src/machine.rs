@@ -1,0 +1,392 @@
+//! The election state machine: time and backend replies in, decisions out.
+//!
+//! Nothing in this module performs I/O or reads a clock. The driver in
+//! [`crate::election`] sends a request, notes the instant it *sent* it,
+//! and hands the reply (or the fact that none came) to these functions,
+//! which say what to do next and until when this instance may act.
+//!
+//! # How renewal timing works
+//!
+//! A term starts when an acquire that was sent at instant `s` succeeds. The
+//! server set the lease's TTL no earlier than `s`, so the lease cannot expire
+//! on the server before `s + ttl`. Allowing `margin` for the server's and our
+//! clocks running at different rates, this instance is leader until the
+//! **local deadline** `s + ttl - margin`. Each successful renewal sent at `r`
+//! moves the deadline to `r + ttl - margin`. Counting from the *send* time,
+//! never the reply time, is what makes the bound safe: a reply that arrives
+//! late can only make the deadline earlier than the server's expiry, never later.
+//!
+//! Renewals are due `renew_every` after the last successful one was sent.
+//! A renewal that fails or times out is retried every `retry_every` until the
+//! deadline; a timed-out renewal may have run on the server, but its outcome
+//! is unknown, so it never moves the deadline. Past the deadline, the term is
+//! over whether or not Redis answers.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{Error, LostReason, Result};
+
+/// The validated timing of an election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Timing {
+    /// Lease time-to-live on the server.
+    pub ttl: Duration,
+    /// How long after the last successful renewal (send time) the next one is due.
+    pub renew_every: Duration,
+    /// Drift allowance subtracted from the TTL to get the local deadline.
+    pub margin: Duration,
+    /// Upper bound of one Redis call.
+    pub call_timeout: Duration,
+    /// Delay between retries of a failed renewal.
+    pub retry_every: Duration,
+}
+
+/// Below this TTL a warning is logged: scheduler pauses and network jitter
+/// of a few hundred milliseconds would make the leader flap.
+pub(crate) const SHORT_TTL: Duration = Duration::from_secs(1);
+
+impl Timing {
+    /// Validate user settings and fill in defaults:
+    /// `renew_every = ttl / 3`, `margin = min(ttl / 10, 2 s)`,
+    /// `call_timeout = min(renew_every / 2, 2 s)`.
+    pub fn new(
+        ttl: Duration,
+        renew_every: Option<Duration>,
+        margin: Option<Duration>,
+        call_timeout: Option<Duration>,
+    ) -> Result<Self> {
+        if ttl < Duration::from_millis(1) {
+            return Err(Error::Config(format!(
+                "ttl must be at least 1ms (got {ttl:?})"
+            )));
+        }
+        if ttl.subsec_nanos() % 1_000_000 != 0 {
+            return Err(Error::Config(format!(
+                "ttl must be a whole number of milliseconds (got {ttl:?})"
+            )));
+        }
+        let renew_every = renew_every.unwrap_or(ttl / 3);
+        if renew_every.is_zero() {
+            return Err(Error::Config("renew interval must be greater than zero".into()));
+        }
+        if renew_every >= ttl {
+            return Err(Error::Config(format!(
+                "renew interval ({renew_every:?}) must be shorter than the ttl ({ttl:?}): \
+                 a lease renewed no more often than it expires lapses between renewals \
+                 (the default is ttl/3)"
+            )));
+        }
+        let margin = margin.unwrap_or_else(|| (ttl / 10).min(Duration::from_secs(2)));
+        if margin + renew_every >= ttl {
+            return Err(Error::Config(format!(
+                "safety margin ({margin:?}) plus renew interval ({renew_every:?}) must be \
+                 shorter than the ttl ({ttl:?}), or the local deadline passes before the \
+                 first renewal is due"
+            )));
+        }
+        let call_timeout =
+            call_timeout.unwrap_or_else(|| (renew_every / 2).min(Duration::from_secs(2)));
+        if call_timeout.is_zero() {
+            return Err(Error::Config("call timeout must be greater than zero".into()));
+        }
+        let retry_every = (renew_every / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        Ok(Timing {
+            ttl,
+            renew_every,
+            margin,
+            call_timeout,
+            retry_every,
+        })
+    }
+
+    /// The local deadline of a term whose last successful acquire or renewal
+    /// was sent at `sent_at`.
+    pub fn deadline(&self, sent_at: Instant) -> Instant {
+        sent_at + self.ttl - self.margin
+    }
+
+    /// Timeout for a call sent at `now` on behalf of a term ending at
+    /// `deadline`: never longer than the time left, so no wait outlives the term.
+    pub fn call_timeout_before(&self, now: Instant, deadline: Instant) -> Duration {
+        self.call_timeout
+            .min(deadline.saturating_duration_since(now))
+    }
+
+    /// The lease TTL in whole milliseconds, as sent to the server.
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis() as u64
+    }
+}
+
+/// What the holder of a lease looks like, as reported by the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub owner: String,
+    pub token: u64,
+    pub ttl_left: Duration,
+    pub since_ms: u64,
+}
+
+/// Reply to an acquire attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// We hold the lease: a new term, or our own term adopted after a retry.
+    Won { token: u64 },
+    /// Someone else holds it.
+    Held(Holder),
+}
+
+/// Reply to a renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RenewReply {
+    /// Still ours; TTL extended.
+    Renewed,
+    /// Not ours any more: gone (`None`) or held by another owner.
+    NotOwner(Option<Holder>),
+}
+
+/// What a candidate does after an acquire attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CandidateStep {
+    /// A term began.
+    Elected(LeaderState),
+    /// Someone else leads: try again at `until`, or earlier when a release
+    /// is announced.
+    Follow { until: Instant, holder: Holder },
+    /// The attempt failed (error or timeout): try again at `at`.
+    Retry { at: Instant },
+}
+
+/// Decide what a candidate does with the outcome of an acquire sent at `sent_at`.
+///
+/// `jitter` spreads followers so they do not all hit Redis in the same
+/// millisecond when a lease expires; `failures` counts consecutive failed
+/// attempts for the backoff.
+pub(crate) fn after_acquire(
+    timing: &Timing,
+    sent_at: Instant,
+    now: Instant,
+    reply: Option<AcquireReply>,
+    jitter: Duration,
+    failures: u32,
+) -> CandidateStep {
+    match reply {
+        Some(AcquireReply::Won { token }) => {
+            let state = LeaderState::elected(timing, token, sent_at);
+            if state.is_current(now) {
+                CandidateStep::Elected(state)
+            } else {
+                // The reply came so late that the term it started may
+                // already have expired; try again at once, which adopts the
+                // term if it is still ours.
+                CandidateStep::Retry { at: now }
+            }
+        }
+        Some(AcquireReply::Held(holder)) => CandidateStep::Follow {
+            // The holder's TTL was read after we sent; waiting it out from
+            // the reply instant can only make us late, never early.
+            until: now + holder.ttl_left + jitter,
+            holder,
+        },
+        None => {
+            let backoff = timing
+                .retry_every
+                .saturating_mul(1 << failures.min(6))
+                .min(timing.renew_every);
+            CandidateStep::Retry {
+                at: now + backoff + jitter,
+            }
+        }
+    }
+}
+
+/// The leader's side of a term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeaderState {
+    pub token: u64,
+    pub deadline: Instant,
+    pub next_renewal: Instant,
+}
+
+/// What the leader does after a renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeaderStep {
+    /// Renew (or retry) at this instant.
+    RenewAt(Instant),
+    /// The term is over.
+    Lost(LostReason),
+}
+
+impl LeaderState {
+    fn elected(timing: &Timing, token: u64, sent_at: Instant) -> Self {
+        LeaderState {
+            token,
+            deadline: timing.deadline(sent_at),
+            next_renewal: sent_at + timing.renew_every,
+        }
+    }
+
+    /// Whether this term still allows acting at `now`.
+    pub fn is_current(&self, now: Instant) -> bool {
+        now < self.deadline
+    }
+
+    /// Apply the outcome of a renewal sent at `sent_at`; `None` means no
+    /// answer (error or timeout), which never moves the deadline.
+    pub fn after_renew(
+        &mut self,
+        timing: &Timing,
+        sent_at: Instant,
+        now: Instant,
+        reply: Option<RenewReply>,
+    ) -> LeaderStep {
+        match reply {
+            Some(RenewReply::Renewed) => {
+                // A late reply to an old request must not pull the deadline back.
+                self.deadline = self.deadline.max(timing.deadline(sent_at));
+                self.next_renewal = sent_at + timing.renew_every;
+                if now >= self.deadline {
+                    return LeaderStep::Lost(LostReason::DeadlinePassed);
+                }
+                LeaderStep::RenewAt(self.next_renewal.max(now))
+            }
+            Some(RenewReply::NotOwner(None)) => LeaderStep::Lost(LostReason::Expired),
+            Some(RenewReply::NotOwner(Some(holder))) => LeaderStep::Lost(LostReason::Taken {
+                by: holder.owner,
+                token: holder.token,
+            }),
+            None if now >= self.deadline => LeaderStep::Lost(LostReason::DeadlinePassed),
+            None => {
+                self.next_renewal = (now + timing.retry_every).min(self.deadline);
+                LeaderStep::RenewAt(self.next_renewal)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn timing() -> Timing {
+        Timing::new(ms(3000), None, Some(ms(300)), None).unwrap()
+    }
+
+    #[test]
+    fn defaults_follow_the_ttl() {
+        let t = Timing::new(Duration::from_secs(15), None, None, None).unwrap();
+        assert_eq!(t.renew_every, Duration::from_secs(5));
+        assert_eq!(t.margin, ms(1500));
+        assert_eq!(t.call_timeout, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn renew_interval_not_shorter_than_ttl_is_rejected() {
+        let err = Timing::new(ms(1000), Some(ms(1000)), None, None).unwrap_err();
+        assert!(err.to_string().contains("must be shorter than the ttl"), "{err}");
+        assert!(Timing::new(ms(1000), Some(ms(2000)), None, None).is_err());
+    }
+
+    #[test]
+    fn margin_must_leave_room_for_a_renewal() {
+        let err = Timing::new(ms(1000), Some(ms(500)), Some(ms(500)), None).unwrap_err();
+        assert!(err.to_string().contains("safety margin"), "{err}");
+    }
+
+    #[test]
+    fn zero_values_are_rejected() {
+        assert!(Timing::new(Duration::ZERO, None, None, None).is_err());
+        assert!(Timing::new(ms(1000), Some(Duration::ZERO), None, None).is_err());
+        assert!(Timing::new(ms(1000), None, None, Some(Duration::ZERO)).is_err());
+        assert!(Timing::new(Duration::from_micros(1500), None, None, None).is_err());
+    }
+
+    #[test]
+    fn deadline_counts_from_the_send_time() {
+        let t = timing();
+        let sent = Instant::now();
+        let step = after_acquire(&t, sent, sent + ms(900), Some(AcquireReply::Won { token: 7 }), ms(0), 0);
+        let CandidateStep::Elected(state) = step else { panic!("not elected: {step:?}") };
+        assert_eq!(state.deadline, sent + ms(2700));
+        assert_eq!(state.next_renewal, sent + ms(1000));
+    }
+
+    #[test]
+    fn unanswered_renewal_never_moves_the_deadline() {
+        let t = timing();
+        let start = Instant::now();
+        let mut state = LeaderState::elected(&t, 1, start);
+        let step = state.after_renew(&t, start + ms(1000), start + ms(1500), None);
+        assert_eq!(state.deadline, start + ms(2700));
+        assert_eq!(step, LeaderStep::RenewAt(start + ms(1500) + t.retry_every));
+        let step = state.after_renew(&t, start + ms(2600), start + ms(2700), None);
+        assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
+    }
+
+    #[test]
+    fn late_renewal_reply_extends_from_its_send_time_only() {
+        let t = timing();
+        let start = Instant::now();
+        let mut state = LeaderState::elected(&t, 1, start);
+        let step = state.after_renew(&t, start + ms(1000), start + ms(2000), Some(RenewReply::Renewed));
+        assert_eq!(state.deadline, start + ms(3700));
+        assert_eq!(step, LeaderStep::RenewAt(start + ms(2000)));
+    }
+
+    #[test]
+    fn renewal_answered_after_the_deadline_does_not_revive_the_term() {
+        let t = timing();
+        let start = Instant::now();
+        let mut state = LeaderState::elected(&t, 1, start);
+        // Sent just before the deadline, answered long after the lease it
+        // would have extended could have expired.
+        let step = state.after_renew(&t, start + ms(100), start + ms(5000), Some(RenewReply::Renewed));
+        assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
+    }
+
+    #[test]
+    fn acquire_answered_after_its_deadline_is_retried_not_trusted() {
+        let t = timing();
+        let sent = Instant::now();
+        let late = sent + ms(2700);
+        let step = after_acquire(&t, sent, late, Some(AcquireReply::Won { token: 3 }), ms(0), 0);
+        assert_eq!(step, CandidateStep::Retry { at: late });
+    }
+
+    #[test]
+    fn follower_waits_for_the_holders_ttl() {
+        let t = timing();
+        let now = Instant::now();
+        let holder = Holder { owner: "b".into(), token: 4, ttl_left: ms(1200), since_ms: 0 };
+        let step = after_acquire(&t, now, now, Some(AcquireReply::Held(holder.clone())), ms(3), 0);
+        assert_eq!(step, CandidateStep::Follow { until: now + ms(1203), holder });
+    }
+
+    #[test]
+    fn failed_acquire_backs_off_up_to_the_renew_interval() {
+        let t = timing();
+        let now = Instant::now();
+        let first = after_acquire(&t, now, now, None, ms(0), 0);
+        assert_eq!(first, CandidateStep::Retry { at: now + t.retry_every });
+        let many = after_acquire(&t, now, now, None, ms(0), 30);
+        assert_eq!(many, CandidateStep::Retry { at: now + t.renew_every });
+    }
+
+    #[test]
+    fn losing_to_another_owner_names_it() {
+        let t = timing();
+        let start = Instant::now();
+        let mut state = LeaderState::elected(&t, 1, start);
+        let holder = Holder { owner: "other".into(), token: 9, ttl_left: ms(10), since_ms: 0 };
+        let step = state.after_renew(&t, start, start, Some(RenewReply::NotOwner(Some(holder))));
+        assert_eq!(step, LeaderStep::Lost(LostReason::Taken { by: "other".into(), token: 9 }));
+        let step = state.after_renew(&t, start, start, Some(RenewReply::NotOwner(None)));
+        assert_eq!(step, LeaderStep::Lost(LostReason::Expired));
+    }
+}

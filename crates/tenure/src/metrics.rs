@@ -1,0 +1,62 @@
+//! Metrics, through the [`metrics`](https://docs.rs/metrics) facade: the
+//! embedding application installs the exporter it likes (Prometheus,
+//! StatsD, ...). Without one, recording costs next to nothing.
+//!
+//! | name                                        | type      | labels           |
+//! |---------------------------------------------|-----------|------------------|
+//! | `leader_election_is_leader`                 | gauge     | `name`           |
+//! | `leader_election_token`                     | gauge     | `name`           |
+//! | `leader_election_acquired_total`            | counter   | `name`           |
+//! | `leader_election_lost_total`                | counter   | `name`, `reason` |
+//! | `leader_election_renewal_failure_total`     | counter   | `name`           |
+//! | `leader_election_renew_duration_seconds`    | histogram | `name`           |
+//!
+//! `reason` is one of [`LostReason::label`](crate::LostReason::label):
+//! `taken`, `expired`, `deadline`, `resigned`, `shutdown`.
+
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+
+use crate::LostReason;
+
+/// Describe tenure's metrics to the installed recorder (units and help
+/// text). Called by [`crate::ElectionBuilder::build`]; call it yourself if
+/// you install a recorder later.
+///
+/// ```
+/// tenure::describe_metrics();
+/// ```
+pub fn describe_metrics() {
+    describe_gauge!("leader_election_is_leader", "1 while this instance leads the election, else 0");
+    describe_gauge!("leader_election_token", "Fencing token of this instance's current or last term");
+    describe_counter!("leader_election_acquired_total", "Terms won by this instance");
+    describe_counter!("leader_election_lost_total", "Terms ended, by reason");
+    describe_counter!("leader_election_renewal_failure_total", "Renewals that failed or timed out");
+    describe_histogram!("leader_election_renew_duration_seconds", Unit::Seconds, "Round trip of successful renewals");
+}
+
+pub(crate) fn describe() {
+    describe_metrics();
+}
+
+pub(crate) fn elected(name: &str, token: u64) {
+    gauge!("leader_election_is_leader", "name" => name.to_string()).set(1.0);
+    gauge!("leader_election_token", "name" => name.to_string()).set(token as f64);
+    counter!("leader_election_acquired_total", "name" => name.to_string()).increment(1);
+}
+
+pub(crate) fn lost(name: &str, reason: &LostReason) {
+    gauge!("leader_election_is_leader", "name" => name.to_string()).set(0.0);
+    counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
+        .increment(1);
+}
+
+pub(crate) fn renewed(name: &str, latency: Duration) {
+    histogram!("leader_election_renew_duration_seconds", "name" => name.to_string())
+        .record(latency.as_secs_f64());
+}
+
+pub(crate) fn renewal_failed(name: &str) {
+    counter!("leader_election_renewal_failure_total", "name" => name.to_string()).increment(1);
+}
