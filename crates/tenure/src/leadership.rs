@@ -264,7 +264,7 @@ impl Leadership {
     ///
     /// An error means the release could not be confirmed (e.g. Redis is
     /// down); leadership is over all the same and the lease lapses at its TTL.
-    pub async fn resign(self) -> Result<()> {
+    pub async fn resign(&self) -> Result<()> {
         self.resign_with(LostReason::Resigned).await
     }
 

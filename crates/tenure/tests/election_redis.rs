@@ -1,0 +1,369 @@
+//! The election protocol against real redis-server processes.
+
+mod support;
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::AsyncCommands;
+use support::{campaign, election, raw, redis, CrashableInstance, HANG};
+use tenure::{Election, LostReason};
+use tokio::time::{timeout, Instant};
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_of_many_concurrent_candidates_wins() {
+    let server = redis();
+    let mut candidates = Vec::new();
+    for i in 0..12 {
+        candidates.push(election(&server.url(), "race", &format!("c{i}"), 10 * SECOND).await);
+    }
+    let attempts = candidates.iter().map(|e| {
+        let e = e.clone();
+        tokio::spawn(async move { timeout(Duration::from_millis(1500), e.campaign()).await })
+    });
+    let results = futures_util::future::join_all(attempts).await;
+    let winners: Vec<_> = results
+        .into_iter()
+        .filter_map(|r| match r.expect("campaign task does not panic") {
+            Ok(Ok(term)) => Some(term),
+            Ok(Err(err)) => panic!("campaign failed: {err}"),
+            Err(_) => None, // still following when the window closed
+        })
+        .collect();
+    assert_eq!(winners.len(), 1, "exactly one candidate leads");
+    let leader = candidates[0].leader().await.unwrap().expect("someone leads");
+    assert_eq!(leader.id, winners[0].id());
+    assert_eq!(leader.token, winners[0].token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_keeps_the_lease_past_several_ttls() {
+    let server = redis();
+    let ttl = Duration::from_millis(600);
+    let a = election(&server.url(), "renew", "a", ttl).await;
+    let b = election(&server.url(), "renew", "b", ttl).await;
+    let term = campaign(&a).await;
+    let challenger = tokio::spawn(async move { b.campaign().await });
+    tokio::time::sleep(ttl * 5).await;
+    assert!(term.is_leader(), "still leader after 5 ttls");
+    assert!(term.lost_reason().is_none());
+    assert!(!challenger.is_finished(), "the follower never won");
+    let leader = a.leader().await.unwrap().unwrap();
+    assert_eq!((leader.id.as_str(), leader.token), ("a", term.token()));
+    challenger.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_leader_is_replaced_right_after_its_lease_expires() {
+    let server = redis();
+    let ttl = Duration::from_millis(1500);
+    let (crashed, old_token) = CrashableInstance::lead(&server.url(), "crash", "victim", ttl);
+    let survivor = election(&server.url(), "crash", "survivor", ttl).await;
+    let follower = tokio::spawn({
+        let survivor = survivor.clone();
+        async move { survivor.campaign().await }
+    });
+    tokio::time::sleep(ttl / 2).await;
+    crashed.crash();
+    let crashed_at = Instant::now();
+    let term = timeout(HANG, follower).await.unwrap().unwrap().unwrap();
+    let waited = crashed_at.elapsed();
+    assert!(term.token() > old_token);
+    // The lease had up to a full ttl left when the renewals stopped, so the
+    // takeover cannot come sooner than the time left after the last renewal
+    // (at least ttl - renew interval); that it comes at all, without anyone
+    // deleting the key, is the property.
+    assert!(waited >= ttl - ttl / 3 - ttl / 2, "took over before expiry: {waited:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resign_hands_over_without_waiting_for_the_ttl() {
+    let server = redis();
+    let ttl = Duration::from_secs(20);
+    let a = election(&server.url(), "handover", "a", ttl).await;
+    let b = election(&server.url(), "handover", "b", ttl).await;
+    let term = campaign(&a).await;
+    let follower = tokio::spawn(async move { b.campaign().await });
+    // Let b find the holder and start waiting on it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resigned_at = Instant::now();
+    term.resign().await.unwrap();
+    let next = timeout(ttl / 2, follower)
+        .await
+        .expect("handover came long before the 20 s ttl")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.id(), "b");
+    assert!(resigned_at.elapsed() < ttl / 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_every_handle_releases_the_lease() {
+    let server = redis();
+    let ttl = Duration::from_secs(20);
+    let a = election(&server.url(), "dropped", "a", ttl).await;
+    let b = election(&server.url(), "dropped", "b", ttl).await;
+    let term = campaign(&a).await;
+    let follower = tokio::spawn(async move { b.campaign().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(term);
+    let next = timeout(ttl / 2, follower).await.expect("released on drop").unwrap().unwrap();
+    assert_eq!(next.id(), "b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_and_resign_by_a_non_owner_change_nothing() {
+    let server = redis();
+    let a = election(&server.url(), "owned", "a", 10 * SECOND).await;
+    let term = campaign(&a).await;
+    let mut conn = raw(&server.url()).await;
+    let before: Vec<String> = conn.hgetall("tenure:{owned}:lease").await.unwrap();
+    let ttl_before: i64 = conn.pttl("tenure:{owned}:lease").await.unwrap();
+
+    let renew = redis::Script::new(include_str!("../src/backend/scripts/renew.lua"));
+    let resign = redis::Script::new(include_str!("../src/backend/scripts/resign.lua"));
+    for (owner, token) in [("intruder", term.token()), ("a", term.token() - 1)] {
+        let renewed: redis::Value = renew
+            .key("tenure:{owned}:lease")
+            .arg(owner)
+            .arg(token)
+            .arg(999_999)
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(matches!(renewed, redis::Value::Array(ref items) if items[0] == redis::Value::Int(0)));
+        let released: i64 = resign
+            .key("tenure:{owned}:lease")
+            .arg(owner)
+            .arg(token)
+            .arg("tenure:{owned}:events")
+            .invoke_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(released, 0);
+    }
+    let after: Vec<String> = conn.hgetall("tenure:{owned}:lease").await.unwrap();
+    let ttl_after: i64 = conn.pttl("tenure:{owned}:lease").await.unwrap();
+    assert_eq!(before, after);
+    assert!(ttl_after <= ttl_before, "no renewal: {ttl_before} -> {ttl_after}");
+    assert!(term.is_leader());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_leader_stops_at_its_deadline_before_anyone_else_can_acquire() {
+    let server = redis();
+    let ttl = Duration::from_millis(1000);
+    let a = election(&server.url(), "paused", "a", ttl).await;
+    let b = election(&server.url(), "paused", "b", ttl).await;
+    let term = campaign(&a).await;
+    let follower = tokio::spawn(async move {
+        let term = b.campaign().await;
+        (Instant::now(), term)
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Freeze every client (both elections) for three ttls; key expiry is
+    // frozen too, so the lease cannot lapse while paused.
+    server.command(&["CLIENT", "PAUSE", "3000", "ALL"]).unwrap();
+    let deadline = term.deadline();
+    let reason = timeout(HANG, term.lost()).await.unwrap();
+    let lost_at = Instant::now();
+    assert!(!term.is_leader());
+    assert_eq!(reason, LostReason::DeadlinePassed);
+    assert!(
+        lost_at <= term.deadline().max(deadline) + Duration::from_millis(200),
+        "stopped acting no later than the deadline (+ scheduling slack)"
+    );
+    let (b_elected_at, b_term) = timeout(HANG, follower).await.unwrap().unwrap();
+    let b_term = b_term.unwrap();
+    assert!(lost_at < b_elected_at, "the old leader stopped before the new one started");
+    assert!(b_term.token() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_rise_across_a_restart_that_lost_all_data() {
+    let mut server = redis();
+    let ttl = Duration::from_millis(900);
+    let a = election(&server.url(), "restart", "a", ttl).await;
+    let first = campaign(&a).await;
+    let first_token = first.token();
+    server.restart().unwrap();
+    let mut conn = raw(&server.url()).await;
+    let counter: Option<u64> = conn.get("tenure:{restart}:token").await.unwrap();
+    assert_eq!(counter, None, "the restart really lost the data");
+
+    let reason = timeout(HANG, first.lost()).await.unwrap();
+    assert!(matches!(reason, LostReason::Expired | LostReason::DeadlinePassed), "{reason:?}");
+    // The same election object reconnects and wins a new, higher term.
+    let second = campaign(&a).await;
+    assert!(second.token() > first_token, "{} > {first_token}", second.token());
+    let b = election(&server.url(), "restart", "b", ttl).await;
+    let second_token = second.token();
+    second.resign().await.unwrap();
+    let third = campaign(&b).await;
+    assert!(third.token() > second_token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_notifications_resume_and_handover_stays_fast() {
+    let mut server = redis();
+    let ttl = Duration::from_secs(20);
+    let a = election(&server.url(), "resub", "a", ttl).await;
+    let b = election(&server.url(), "resub", "b", ttl).await;
+    server.restart().unwrap();
+    // Give both the connection manager and the subscriber time to come back.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let term = campaign(&a).await;
+    let follower = tokio::spawn(async move { b.campaign().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    term.resign().await.unwrap();
+    let next = timeout(ttl / 2, follower).await.expect("release was announced").unwrap().unwrap();
+    assert_eq!(next.id(), "b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stolen_lease_ends_the_term_with_the_new_owner_named() {
+    let server = redis();
+    let a = election(&server.url(), "stolen", "a", Duration::from_millis(900)).await;
+    let term = campaign(&a).await;
+    let mut conn = raw(&server.url()).await;
+    let _: () = redis::cmd("HSET")
+        .arg("tenure:{stolen}:lease")
+        .arg(&["owner", "thief", "token", "99999999999999", "since", "1"])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let reason = timeout(HANG, term.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::Taken { by: "thief".into(), token: 99_999_999_999_999 });
+    assert!(term.confirm().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirm_renews_and_reports_the_time_left() {
+    let server = redis();
+    let ttl = Duration::from_secs(3);
+    let a = election(&server.url(), "confirm", "a", ttl).await;
+    let term = campaign(&a).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = term.deadline();
+    let left = term.confirm().await.unwrap();
+    assert!(term.deadline() > before, "confirm moved the deadline");
+    assert!(left <= ttl);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_reports_each_change_of_leader() {
+    let server = redis();
+    let ttl = Duration::from_secs(10);
+    let a = election(&server.url(), "watched", "a", ttl).await;
+    let b = election(&server.url(), "watched", "b", ttl).await;
+    let observer = election(&server.url(), "watched", "observer", ttl).await;
+    let mut changes = Box::pin(observer.watch());
+    async fn next(
+        changes: &mut (impl futures_util::Stream<Item = tenure::Result<Option<tenure::LeaderInfo>>> + Unpin),
+    ) -> tenure::Result<Option<tenure::LeaderInfo>> {
+        timeout(HANG, changes.next()).await.expect("a change is reported").expect("stream goes on")
+    }
+    assert_eq!(next(&mut changes).await.unwrap(), None);
+    let term_a = campaign(&a).await;
+    let seen = next(&mut changes).await.unwrap().unwrap();
+    assert_eq!((seen.id.as_str(), seen.token), ("a", term_a.token()));
+    let b_task = tokio::spawn(async move { b.campaign().await });
+    term_a.resign().await.unwrap();
+    // Either the empty interval or b directly, then b.
+    let mut seen = next(&mut changes).await.unwrap();
+    if seen.is_none() {
+        seen = next(&mut changes).await.unwrap();
+    }
+    let seen = seen.unwrap();
+    assert_eq!(seen.id, "b");
+    assert!(seen.token > term_a.token());
+    assert!(seen.held_since.is_some());
+    b_task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_writes_with_an_older_token_are_rejected() {
+    let server = redis();
+    let ttl = Duration::from_secs(5);
+    let a = election(&server.url(), "fenced", "a", ttl).await;
+    let b = election(&server.url(), "fenced", "b", ttl).await;
+    let old = campaign(&a).await;
+    let old_token = old.token();
+    old.resign().await.unwrap();
+    let new = campaign(&b).await;
+    let mut conn = raw(&server.url()).await;
+    let key = tenure::FencedKey::new("app:{fenced}:report");
+    assert!(key.set(&mut conn, new.token(), "from b").await.unwrap().is_accepted());
+    let stale = key.set(&mut conn, old_token, "from a").await.unwrap();
+    assert_eq!(stale, tenure::FencedWrite::Rejected { highest: new.token() });
+    let (token, value) = key.get(&mut conn).await.unwrap().unwrap();
+    assert_eq!((token, value.as_slice()), (new.token(), b"from b".as_slice()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runner_works_while_leader_and_resigns_after_the_work_stopped_on_shutdown() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let server = redis();
+    let ttl = Duration::from_secs(20);
+    let a = election(&server.url(), "runner", "a", ttl).await;
+    let b = election(&server.url(), "runner", "b", ttl).await;
+    let ticks = Arc::new(AtomicU32::new(0));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn({
+        let ticks = ticks.clone();
+        a.runner()
+            .every(Duration::from_millis(50), move |term| {
+                let ticks = ticks.clone();
+                async move {
+                    assert!(term.is_leader());
+                    ticks.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .run_until(async {
+                let _ = stop_rx.await;
+            })
+    });
+    while ticks.load(Ordering::SeqCst) < 3 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let follower = tokio::spawn(async move { b.campaign().await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop_tx.send(()).unwrap();
+    timeout(HANG, run).await.unwrap().unwrap().unwrap();
+    let ticks_at_stop = ticks.load(Ordering::SeqCst);
+    let next = timeout(ttl / 2, follower).await.expect("handed over on shutdown").unwrap().unwrap();
+    assert_eq!(next.id(), "b");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(ticks.load(Ordering::SeqCst), ticks_at_stop, "no work after shutdown");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_with_different_names_are_independent() {
+    let server = redis();
+    let ttl = Duration::from_secs(5);
+    let x = election(&server.url(), "x", "same-host", ttl).await;
+    let y = election(&server.url(), "y", "same-host", ttl).await;
+    let tx = campaign(&x).await;
+    let ty = campaign(&y).await;
+    assert!(tx.is_leader() && ty.is_leader());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_prefix_moves_every_key() {
+    let server = redis();
+    let e = Election::builder("jobs")
+        .redis(server.url())
+        .prefix("myapp")
+        .id("a")
+        .build()
+        .await
+        .unwrap();
+    let _term = campaign(&e).await;
+    let mut conn = raw(&server.url()).await;
+    let mut keys: Vec<String> = conn.keys("*").await.unwrap();
+    keys.sort();
+    assert_eq!(keys, vec!["myapp:{jobs}:lease", "myapp:{jobs}:token"]);
+}

@@ -1,0 +1,116 @@
+//! Shared helpers for tenure's integration tests: private Redis servers and
+//! elections wired to them.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+pub use redis_process::RedisServer;
+use tenure::{Election, Leadership};
+
+/// Generous bound for anything that should happen "soon", only to turn a
+/// hang into a failure; never a speed assertion.
+pub const HANG: Duration = Duration::from_secs(30);
+
+/// Log to the test output when RUST_LOG is set.
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+}
+
+/// A fresh private redis-server on a free loopback port.
+pub fn redis() -> RedisServer {
+    init_logs();
+    match RedisServer::start() {
+        Ok(server) => server,
+        Err(err) => panic!("cannot start redis-server for the tests: {err}"),
+    }
+}
+
+/// An election on `url` with the given ttl and id.
+pub async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Election {
+    Election::builder(name)
+        .redis(url)
+        .ttl(ttl)
+        .id(id)
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("building election {name} for {id}: {err}"))
+}
+
+/// Campaign, failing the test on error or hang.
+pub async fn campaign(election: &Election) -> Leadership {
+    match tokio::time::timeout(HANG, election.campaign()).await {
+        Ok(Ok(term)) => term,
+        Ok(Err(err)) => panic!("{} could not campaign: {err}", election.id()),
+        Err(_) => panic!("{} did not become leader within {HANG:?}", election.id()),
+    }
+}
+
+/// A plain connection for inspecting Redis directly.
+pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).expect("test URL is valid");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("test redis is reachable")
+}
+
+/// Stop an election's instance as a crash would: its runtime and every task
+/// on it vanish, nothing is resigned.
+pub struct CrashableInstance {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl CrashableInstance {
+    /// Start an instance on its own runtime that campaigns and then keeps
+    /// renewing; returns once it leads, with its token.
+    pub fn lead(url: &str, name: &str, id: &str, ttl: Duration) -> (Self, u64) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime can be built");
+        let (url, name, id) = (url.to_string(), name.to_string(), id.to_string());
+        // block_on cannot run inside the test's runtime; a plain thread can.
+        let token = std::thread::scope(|scope| {
+            scope
+                .spawn(|| runtime.block_on(async move {
+            let election = election(&url, &name, &id, ttl).await;
+            let term = campaign(&election).await;
+            let token = term.token();
+            // Keep the term (and its keeper) alive on this runtime.
+            tokio::spawn(async move {
+                let _term = term;
+                let _election = election;
+                std::future::pending::<()>().await;
+            });
+            token
+        }))
+                .join()
+                .expect("the crashable instance's thread does not panic")
+        });
+        (
+            CrashableInstance {
+                runtime: Some(runtime),
+            },
+            token,
+        )
+    }
+
+    /// Crash: drop every task without running any more of them.
+    pub fn crash(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for CrashableInstance {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
