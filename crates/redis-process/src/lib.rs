@@ -102,11 +102,8 @@ impl Builder {
     pub fn start(self) -> Result<RedisServer, Error> {
         let binary = find_redis_server()?;
         let port = free_port()?;
-        let dir = std::env::temp_dir().join(format!(
-            "redis-process-{}-{}",
-            std::process::id(),
-            port
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("redis-process-{}-{}", std::process::id(), port));
         std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         let mut server = RedisServer {
             binary,
@@ -199,11 +196,8 @@ impl RedisServer {
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .map_err(io_err("setting a read timeout"))?;
-        let mut reader = BufReader::new(
-            stream
-                .try_clone()
-                .map_err(io_err("cloning a TCP stream"))?,
-        );
+        let mut reader =
+            BufReader::new(stream.try_clone().map_err(io_err("cloning a TCP stream"))?);
         if let Some(password) = &self.builder.password {
             send(&mut stream, &["AUTH", password])?;
             read_reply(&mut reader)?;
@@ -260,7 +254,10 @@ impl RedisServer {
                 let _ = child.wait();
                 return Err(Error::DidNotStart {
                     port: self.port,
-                    detail: format!("no connection after {START_TIMEOUT:?}; log: {}", self.log_tail()),
+                    detail: format!(
+                        "no connection after {START_TIMEOUT:?}; log: {}",
+                        self.log_tail()
+                    ),
                 });
             }
             std::thread::sleep(Duration::from_millis(5));

@@ -161,7 +161,9 @@ impl ElectionBuilder {
         let timing = Timing::new(self.ttl, self.renew_every, self.margin, self.call_timeout)?;
         let id = match self.id {
             Some(id) if id.is_empty() || id.len() > 256 => {
-                return Err(Error::Config("instance id must be 1 to 256 bytes long".into()))
+                return Err(Error::Config(
+                    "instance id must be 1 to 256 bytes long".into(),
+                ))
             }
             Some(id) => id,
             None => instance_id(),
@@ -531,16 +533,18 @@ async fn keep(
 }
 
 /// One renewal round trip, applied to the state machine.
-async fn renew_once(election: &Election, shared: &TermShared, state: &mut LeaderState) -> LeaderStep {
+async fn renew_once(
+    election: &Election,
+    shared: &TermShared,
+    state: &mut LeaderState,
+) -> LeaderStep {
     let inner = &election.inner;
     let timing = &inner.timing;
     let sent = Instant::now();
     if sent >= state.deadline {
         return LeaderStep::Lost(LostReason::DeadlinePassed);
     }
-    let call = inner
-        .backend
-        .renew(&inner.id, state.token, timing.ttl_ms());
+    let call = inner.backend.renew(&inner.id, state.token, timing.ttl_ms());
     let reply = match timeout(timing.call_timeout_before(sent, state.deadline), call).await {
         Ok(Ok(reply)) => {
             metrics::renewed(&inner.name, sent.elapsed());
@@ -571,7 +575,9 @@ fn end_term(inner: &Inner, shared: &TermShared, reason: LostReason) {
         LostReason::Resigned | LostReason::Shutdown => {
             tracing::info!(election = %inner.name, token = shared.token, reason = %reason, "leadership ended")
         }
-        _ => tracing::warn!(election = %inner.name, token = shared.token, reason = %reason, "leadership lost"),
+        _ => {
+            tracing::warn!(election = %inner.name, token = shared.token, reason = %reason, "leadership lost")
+        }
     }
     metrics::lost(&inner.name, &reason);
 }

@@ -101,9 +101,13 @@ impl FencedKey {
                 [Value::Int(0), Value::Int(highest)] => Ok(FencedWrite::Rejected {
                     highest: u64::try_from(*highest).unwrap_or(0),
                 }),
-                other => Err(Error::Redis(format!("unexpected fenced write reply {other:?}"))),
+                other => Err(Error::Redis(format!(
+                    "unexpected fenced write reply {other:?}"
+                ))),
             },
-            other => Err(Error::Redis(format!("unexpected fenced write reply {other:?}"))),
+            other => Err(Error::Redis(format!(
+                "unexpected fenced write reply {other:?}"
+            ))),
         }
     }
 

@@ -249,11 +249,15 @@ impl Leadership {
         }
         let (reply, answer) = oneshot::channel();
         if self.commands.send(Command::Confirm(reply)).await.is_err() {
-            return Err(Error::NotLeader(self.lost_reason().unwrap_or(LostReason::Resigned)));
+            return Err(Error::NotLeader(
+                self.lost_reason().unwrap_or(LostReason::Resigned),
+            ));
         }
         match answer.await {
             Ok(result) => result,
-            Err(_) => Err(Error::NotLeader(self.lost_reason().unwrap_or(LostReason::Resigned))),
+            Err(_) => Err(Error::NotLeader(
+                self.lost_reason().unwrap_or(LostReason::Resigned),
+            )),
         }
     }
 
@@ -270,7 +274,12 @@ impl Leadership {
 
     pub(crate) async fn resign_with(&self, reason: LostReason) -> Result<()> {
         let (reply, answer) = oneshot::channel();
-        if self.commands.send(Command::Resign(reason.clone(), reply)).await.is_err() {
+        if self
+            .commands
+            .send(Command::Resign(reason.clone(), reply))
+            .await
+            .is_err()
+        {
             // The keeper already ended the term.
             self.shared.mark_lost(reason);
             return Ok(());

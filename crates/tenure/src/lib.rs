@@ -150,7 +150,11 @@ pub async fn list_elections(
             .query_async(conn)
             .await
             .map_err(|e| backend::redis::classify(e, "redis"))?;
-        names.extend(batch.iter().filter_map(|key| keys::Keys::name_of_lease(prefix, key)));
+        names.extend(
+            batch
+                .iter()
+                .filter_map(|key| keys::Keys::name_of_lease(prefix, key)),
+        );
         if next == 0 {
             break;
         }

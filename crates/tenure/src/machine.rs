@@ -62,14 +62,16 @@ impl Timing {
                 "ttl must be at least 1ms (got {ttl:?})"
             )));
         }
-        if ttl.subsec_nanos() % 1_000_000 != 0 {
+        if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::Config(format!(
                 "ttl must be a whole number of milliseconds (got {ttl:?})"
             )));
         }
         let renew_every = renew_every.unwrap_or(ttl / 3);
         if renew_every.is_zero() {
-            return Err(Error::Config("renew interval must be greater than zero".into()));
+            return Err(Error::Config(
+                "renew interval must be greater than zero".into(),
+            ));
         }
         if renew_every >= ttl {
             return Err(Error::Config(format!(
@@ -89,9 +91,12 @@ impl Timing {
         let call_timeout =
             call_timeout.unwrap_or_else(|| (renew_every / 2).min(Duration::from_secs(2)));
         if call_timeout.is_zero() {
-            return Err(Error::Config("call timeout must be greater than zero".into()));
+            return Err(Error::Config(
+                "call timeout must be greater than zero".into(),
+            ));
         }
-        let retry_every = (renew_every / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
+        let retry_every =
+            (renew_every / 10).clamp(Duration::from_millis(10), Duration::from_millis(500));
         Ok(Timing {
             ttl,
             renew_every,
@@ -289,7 +294,10 @@ mod tests {
     #[test]
     fn renew_interval_not_shorter_than_ttl_is_rejected() {
         let err = Timing::new(ms(1000), Some(ms(1000)), None, None).unwrap_err();
-        assert!(err.to_string().contains("must be shorter than the ttl"), "{err}");
+        assert!(
+            err.to_string().contains("must be shorter than the ttl"),
+            "{err}"
+        );
         assert!(Timing::new(ms(1000), Some(ms(2000)), None, None).is_err());
     }
 
@@ -311,8 +319,17 @@ mod tests {
     fn deadline_counts_from_the_send_time() {
         let t = timing();
         let sent = Instant::now();
-        let step = after_acquire(&t, sent, sent + ms(900), Some(AcquireReply::Won { token: 7 }), ms(0), 0);
-        let CandidateStep::Elected(state) = step else { panic!("not elected: {step:?}") };
+        let step = after_acquire(
+            &t,
+            sent,
+            sent + ms(900),
+            Some(AcquireReply::Won { token: 7 }),
+            ms(0),
+            0,
+        );
+        let CandidateStep::Elected(state) = step else {
+            panic!("not elected: {step:?}")
+        };
         assert_eq!(state.deadline, sent + ms(2700));
         assert_eq!(state.next_renewal, sent + ms(1000));
     }
@@ -334,7 +351,12 @@ mod tests {
         let t = timing();
         let start = Instant::now();
         let mut state = LeaderState::elected(&t, 1, start);
-        let step = state.after_renew(&t, start + ms(1000), start + ms(2000), Some(RenewReply::Renewed));
+        let step = state.after_renew(
+            &t,
+            start + ms(1000),
+            start + ms(2000),
+            Some(RenewReply::Renewed),
+        );
         assert_eq!(state.deadline, start + ms(3700));
         assert_eq!(step, LeaderStep::RenewAt(start + ms(2000)));
     }
@@ -346,7 +368,12 @@ mod tests {
         let mut state = LeaderState::elected(&t, 1, start);
         // Sent just before the deadline, answered long after the lease it
         // would have extended could have expired.
-        let step = state.after_renew(&t, start + ms(100), start + ms(5000), Some(RenewReply::Renewed));
+        let step = state.after_renew(
+            &t,
+            start + ms(100),
+            start + ms(5000),
+            Some(RenewReply::Renewed),
+        );
         assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
     }
 
@@ -355,7 +382,14 @@ mod tests {
         let t = timing();
         let sent = Instant::now();
         let late = sent + ms(2700);
-        let step = after_acquire(&t, sent, late, Some(AcquireReply::Won { token: 3 }), ms(0), 0);
+        let step = after_acquire(
+            &t,
+            sent,
+            late,
+            Some(AcquireReply::Won { token: 3 }),
+            ms(0),
+            0,
+        );
         assert_eq!(step, CandidateStep::Retry { at: late });
     }
 
@@ -363,9 +397,27 @@ mod tests {
     fn follower_waits_for_the_holders_ttl() {
         let t = timing();
         let now = Instant::now();
-        let holder = Holder { owner: "b".into(), token: 4, ttl_left: ms(1200), since_ms: 0 };
-        let step = after_acquire(&t, now, now, Some(AcquireReply::Held(holder.clone())), ms(3), 0);
-        assert_eq!(step, CandidateStep::Follow { until: now + ms(1203), holder });
+        let holder = Holder {
+            owner: "b".into(),
+            token: 4,
+            ttl_left: ms(1200),
+            since_ms: 0,
+        };
+        let step = after_acquire(
+            &t,
+            now,
+            now,
+            Some(AcquireReply::Held(holder.clone())),
+            ms(3),
+            0,
+        );
+        assert_eq!(
+            step,
+            CandidateStep::Follow {
+                until: now + ms(1203),
+                holder
+            }
+        );
     }
 
     #[test]
@@ -373,9 +425,19 @@ mod tests {
         let t = timing();
         let now = Instant::now();
         let first = after_acquire(&t, now, now, None, ms(0), 0);
-        assert_eq!(first, CandidateStep::Retry { at: now + t.retry_every });
+        assert_eq!(
+            first,
+            CandidateStep::Retry {
+                at: now + t.retry_every
+            }
+        );
         let many = after_acquire(&t, now, now, None, ms(0), 30);
-        assert_eq!(many, CandidateStep::Retry { at: now + t.renew_every });
+        assert_eq!(
+            many,
+            CandidateStep::Retry {
+                at: now + t.renew_every
+            }
+        );
     }
 
     #[test]
@@ -383,9 +445,20 @@ mod tests {
         let t = timing();
         let start = Instant::now();
         let mut state = LeaderState::elected(&t, 1, start);
-        let holder = Holder { owner: "other".into(), token: 9, ttl_left: ms(10), since_ms: 0 };
+        let holder = Holder {
+            owner: "other".into(),
+            token: 9,
+            ttl_left: ms(10),
+            since_ms: 0,
+        };
         let step = state.after_renew(&t, start, start, Some(RenewReply::NotOwner(Some(holder))));
-        assert_eq!(step, LeaderStep::Lost(LostReason::Taken { by: "other".into(), token: 9 }));
+        assert_eq!(
+            step,
+            LeaderStep::Lost(LostReason::Taken {
+                by: "other".into(),
+                token: 9
+            })
+        );
         let step = state.after_renew(&t, start, start, Some(RenewReply::NotOwner(None)));
         assert_eq!(step, LeaderStep::Lost(LostReason::Expired));
     }

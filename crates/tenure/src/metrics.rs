@@ -16,7 +16,9 @@
 
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 
 use crate::LostReason;
 
@@ -28,12 +30,28 @@ use crate::LostReason;
 /// tenure::describe_metrics();
 /// ```
 pub fn describe_metrics() {
-    describe_gauge!("leader_election_is_leader", "1 while this instance leads the election, else 0");
-    describe_gauge!("leader_election_token", "Fencing token of this instance's current or last term");
-    describe_counter!("leader_election_acquired_total", "Terms won by this instance");
+    describe_gauge!(
+        "leader_election_is_leader",
+        "1 while this instance leads the election, else 0"
+    );
+    describe_gauge!(
+        "leader_election_token",
+        "Fencing token of this instance's current or last term"
+    );
+    describe_counter!(
+        "leader_election_acquired_total",
+        "Terms won by this instance"
+    );
     describe_counter!("leader_election_lost_total", "Terms ended, by reason");
-    describe_counter!("leader_election_renewal_failure_total", "Renewals that failed or timed out");
-    describe_histogram!("leader_election_renew_duration_seconds", Unit::Seconds, "Round trip of successful renewals");
+    describe_counter!(
+        "leader_election_renewal_failure_total",
+        "Renewals that failed or timed out"
+    );
+    describe_histogram!(
+        "leader_election_renew_duration_seconds",
+        Unit::Seconds,
+        "Round trip of successful renewals"
+    );
 }
 
 pub(crate) fn describe() {

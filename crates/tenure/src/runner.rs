@@ -17,6 +17,7 @@ use crate::{Election, LeaderInfo, Leadership, LostReason, Result};
 
 type WorkFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type WorkFn = Box<dyn FnMut(Leadership) -> WorkFuture + Send>;
+type Callback<T> = Option<Box<dyn FnMut(&T) + Send>>;
 
 enum Work {
     Idle,
@@ -48,9 +49,9 @@ enum Work {
 #[must_use]
 pub struct Runner {
     election: Election,
-    on_elected: Option<Box<dyn FnMut(&Leadership) + Send>>,
-    on_revoked: Option<Box<dyn FnMut(&LostReason) + Send>>,
-    on_follower: Option<Box<dyn FnMut(&LeaderInfo) + Send>>,
+    on_elected: Callback<Leadership>,
+    on_revoked: Callback<LostReason>,
+    on_follower: Callback<LeaderInfo>,
     work: Work,
     shutdown_grace: Option<Duration>,
 }
@@ -247,7 +248,10 @@ pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        match (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => {}

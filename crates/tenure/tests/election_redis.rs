@@ -33,7 +33,11 @@ async fn exactly_one_of_many_concurrent_candidates_wins() {
         })
         .collect();
     assert_eq!(winners.len(), 1, "exactly one candidate leads");
-    let leader = candidates[0].leader().await.unwrap().expect("someone leads");
+    let leader = candidates[0]
+        .leader()
+        .await
+        .unwrap()
+        .expect("someone leads");
     assert_eq!(leader.id, winners[0].id());
     assert_eq!(leader.token, winners[0].token());
 }
@@ -75,7 +79,10 @@ async fn crashed_leader_is_replaced_right_after_its_lease_expires() {
     // takeover cannot come sooner than the time left after the last renewal
     // (at least ttl - renew interval); that it comes at all, without anyone
     // deleting the key, is the property.
-    assert!(waited >= ttl - ttl / 3 - ttl / 2, "took over before expiry: {waited:?}");
+    assert!(
+        waited >= ttl - ttl / 3 - ttl / 2,
+        "took over before expiry: {waited:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +116,11 @@ async fn dropping_every_handle_releases_the_lease() {
     let follower = tokio::spawn(async move { b.campaign().await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     drop(term);
-    let next = timeout(ttl / 2, follower).await.expect("released on drop").unwrap().unwrap();
+    let next = timeout(ttl / 2, follower)
+        .await
+        .expect("released on drop")
+        .unwrap()
+        .unwrap();
     assert_eq!(next.id(), "b");
 }
 
@@ -133,7 +144,9 @@ async fn renew_and_resign_by_a_non_owner_change_nothing() {
             .invoke_async(&mut conn)
             .await
             .unwrap();
-        assert!(matches!(renewed, redis::Value::Array(ref items) if items[0] == redis::Value::Int(0)));
+        assert!(
+            matches!(renewed, redis::Value::Array(ref items) if items[0] == redis::Value::Int(0))
+        );
         let released: i64 = resign
             .key("tenure:{owned}:lease")
             .arg(owner)
@@ -147,7 +160,10 @@ async fn renew_and_resign_by_a_non_owner_change_nothing() {
     let after: Vec<String> = conn.hgetall("tenure:{owned}:lease").await.unwrap();
     let ttl_after: i64 = conn.pttl("tenure:{owned}:lease").await.unwrap();
     assert_eq!(before, after);
-    assert!(ttl_after <= ttl_before, "no renewal: {ttl_before} -> {ttl_after}");
+    assert!(
+        ttl_after <= ttl_before,
+        "no renewal: {ttl_before} -> {ttl_after}"
+    );
     assert!(term.is_leader());
 }
 
@@ -177,7 +193,10 @@ async fn blocked_leader_stops_at_its_deadline_before_anyone_else_can_acquire() {
     );
     let (b_elected_at, b_term) = timeout(HANG, follower).await.unwrap().unwrap();
     let b_term = b_term.unwrap();
-    assert!(lost_at < b_elected_at, "the old leader stopped before the new one started");
+    assert!(
+        lost_at < b_elected_at,
+        "the old leader stopped before the new one started"
+    );
     assert!(b_term.token() > 0);
 }
 
@@ -194,10 +213,17 @@ async fn fencing_tokens_rise_across_a_restart_that_lost_all_data() {
     assert_eq!(counter, None, "the restart really lost the data");
 
     let reason = timeout(HANG, first.lost()).await.unwrap();
-    assert!(matches!(reason, LostReason::Expired | LostReason::DeadlinePassed), "{reason:?}");
+    assert!(
+        matches!(reason, LostReason::Expired | LostReason::DeadlinePassed),
+        "{reason:?}"
+    );
     // The same election object reconnects and wins a new, higher term.
     let second = campaign(&a).await;
-    assert!(second.token() > first_token, "{} > {first_token}", second.token());
+    assert!(
+        second.token() > first_token,
+        "{} > {first_token}",
+        second.token()
+    );
     let b = election(&server.url(), "restart", "b", ttl).await;
     let second_token = second.token();
     second.resign().await.unwrap();
@@ -218,7 +244,11 @@ async fn after_a_restart_notifications_resume_and_handover_stays_fast() {
     let follower = tokio::spawn(async move { b.campaign().await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     term.resign().await.unwrap();
-    let next = timeout(ttl / 2, follower).await.expect("release was announced").unwrap().unwrap();
+    let next = timeout(ttl / 2, follower)
+        .await
+        .expect("release was announced")
+        .unwrap()
+        .unwrap();
     assert_eq!(next.id(), "b");
 }
 
@@ -235,7 +265,13 @@ async fn stolen_lease_ends_the_term_with_the_new_owner_named() {
         .await
         .unwrap();
     let reason = timeout(HANG, term.lost()).await.unwrap();
-    assert_eq!(reason, LostReason::Taken { by: "thief".into(), token: 99_999_999_999_999 });
+    assert_eq!(
+        reason,
+        LostReason::Taken {
+            by: "thief".into(),
+            token: 99_999_999_999_999
+        }
+    );
     assert!(term.confirm().await.is_err());
 }
 
@@ -261,9 +297,13 @@ async fn watch_reports_each_change_of_leader() {
     let observer = election(&server.url(), "watched", "observer", ttl).await;
     let mut changes = Box::pin(observer.watch());
     async fn next(
-        changes: &mut (impl futures_util::Stream<Item = tenure::Result<Option<tenure::LeaderInfo>>> + Unpin),
+        changes: &mut (impl futures_util::Stream<Item = tenure::Result<Option<tenure::LeaderInfo>>>
+                  + Unpin),
     ) -> tenure::Result<Option<tenure::LeaderInfo>> {
-        timeout(HANG, changes.next()).await.expect("a change is reported").expect("stream goes on")
+        timeout(HANG, changes.next())
+            .await
+            .expect("a change is reported")
+            .expect("stream goes on")
     }
     assert_eq!(next(&mut changes).await.unwrap(), None);
     let term_a = campaign(&a).await;
@@ -295,11 +335,23 @@ async fn fenced_writes_with_an_older_token_are_rejected() {
     let new = campaign(&b).await;
     let mut conn = raw(&server.url()).await;
     let key = tenure::FencedKey::new("app:{fenced}:report");
-    assert!(key.set(&mut conn, new.token(), "from b").await.unwrap().is_accepted());
+    assert!(key
+        .set(&mut conn, new.token(), "from b")
+        .await
+        .unwrap()
+        .is_accepted());
     let stale = key.set(&mut conn, old_token, "from a").await.unwrap();
-    assert_eq!(stale, tenure::FencedWrite::Rejected { highest: new.token() });
+    assert_eq!(
+        stale,
+        tenure::FencedWrite::Rejected {
+            highest: new.token()
+        }
+    );
     let (token, value) = key.get(&mut conn).await.unwrap().unwrap();
-    assert_eq!((token, value.as_slice()), (new.token(), b"from b".as_slice()));
+    assert_eq!(
+        (token, value.as_slice()),
+        (new.token(), b"from b".as_slice())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -334,10 +386,18 @@ async fn runner_works_while_leader_and_resigns_after_the_work_stopped_on_shutdow
     stop_tx.send(()).unwrap();
     timeout(HANG, run).await.unwrap().unwrap().unwrap();
     let ticks_at_stop = ticks.load(Ordering::SeqCst);
-    let next = timeout(ttl / 2, follower).await.expect("handed over on shutdown").unwrap().unwrap();
+    let next = timeout(ttl / 2, follower)
+        .await
+        .expect("handed over on shutdown")
+        .unwrap()
+        .unwrap();
     assert_eq!(next.id(), "b");
     tokio::time::sleep(Duration::from_millis(150)).await;
-    assert_eq!(ticks.load(Ordering::SeqCst), ticks_at_stop, "no work after shutdown");
+    assert_eq!(
+        ticks.load(Ordering::SeqCst),
+        ticks_at_stop,
+        "no work after shutdown"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

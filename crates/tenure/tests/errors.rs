@@ -25,11 +25,29 @@ async fn every_invalid_setting_is_named_in_its_error() {
     let ms = Duration::from_millis;
     let cases: Vec<(tenure::ElectionBuilder, &str)> = vec![
         (memory("e").ttl(ms(0)), "ttl must be at least 1ms"),
-        (memory("e").ttl(Duration::from_micros(1500)), "whole number of milliseconds"),
-        (memory("e").ttl(ms(1000)).renew_every(ms(1000)), "renew interval"),
-        (memory("e").ttl(ms(1000)).renew_every(ms(5000)), "must be shorter than the ttl"),
-        (memory("e").ttl(ms(1000)).renew_every(ms(0)), "greater than zero"),
-        (memory("e").ttl(ms(1000)).renew_every(ms(600)).margin(ms(400)), "safety margin"),
+        (
+            memory("e").ttl(Duration::from_micros(1500)),
+            "whole number of milliseconds",
+        ),
+        (
+            memory("e").ttl(ms(1000)).renew_every(ms(1000)),
+            "renew interval",
+        ),
+        (
+            memory("e").ttl(ms(1000)).renew_every(ms(5000)),
+            "must be shorter than the ttl",
+        ),
+        (
+            memory("e").ttl(ms(1000)).renew_every(ms(0)),
+            "greater than zero",
+        ),
+        (
+            memory("e")
+                .ttl(ms(1000))
+                .renew_every(ms(600))
+                .margin(ms(400)),
+            "safety margin",
+        ),
         (memory("e").call_timeout(ms(0)), "call timeout"),
         (memory(""), "election name must not be empty"),
         (memory("a{b}"), "braces"),
@@ -41,7 +59,10 @@ async fn every_invalid_setting_is_named_in_its_error() {
     for (builder, expected) in cases {
         let err = build_err(builder).await;
         assert!(matches!(err, Error::Config(_)), "{err:?}");
-        assert!(err.to_string().contains(expected), "{err} should mention {expected:?}");
+        assert!(
+            err.to_string().contains(expected),
+            "{err} should mention {expected:?}"
+        );
     }
 }
 
@@ -72,7 +93,10 @@ async fn an_unreachable_redis_is_reported_with_its_address_and_no_password() {
 #[tokio::test]
 async fn a_wrong_password_is_an_auth_error() {
     support::init_logs();
-    let server = RedisServer::builder().password("right-one").start().unwrap();
+    let server = RedisServer::builder()
+        .password("right-one")
+        .start()
+        .unwrap();
     let url = format!("redis://:wrong-one@127.0.0.1:{}", server.port());
     let err = build_err(Election::builder("e").redis(&url)).await;
     assert!(matches!(err, Error::Auth { .. }), "{err:?}");
@@ -82,7 +106,11 @@ async fn a_wrong_password_is_an_auth_error() {
     let err = build_err(Election::builder("e").redis(&url)).await;
     assert!(matches!(err, Error::Auth { .. }), "{err:?}");
     // The right one works.
-    Election::builder("e").redis(server.url()).build().await.unwrap();
+    Election::builder("e")
+        .redis(server.url())
+        .build()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -140,7 +168,9 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     assert!(matches!(err, Error::Unreachable { .. }), "{err:?}");
 
     let err = build_err(
-        Election::builder("tls").redis(&url).tls_ca_file(dir.join("missing.pem")),
+        Election::builder("tls")
+            .redis(&url)
+            .tls_ca_file(dir.join("missing.pem")),
     )
     .await;
     assert!(err.to_string().contains("missing.pem"), "{err}");
@@ -174,12 +204,22 @@ async fn keys_holding_foreign_data_are_reported_and_left_untouched() {
     let server = redis();
     let url = server.url();
     let mut conn = raw(&url).await;
-    let e = Election::builder("foreign").redis(&url).build().await.unwrap();
+    let e = Election::builder("foreign")
+        .redis(&url)
+        .build()
+        .await
+        .unwrap();
 
     // A string where the lease hash belongs.
-    let _: () = conn.set("tenure:{foreign}:lease", "someone else's").await.unwrap();
+    let _: () = conn
+        .set("tenure:{foreign}:lease", "someone else's")
+        .await
+        .unwrap();
     let err = e.campaign().await.unwrap_err();
-    assert!(matches!(err, Error::ForeignData { ref key, .. } if key == "tenure:{foreign}:lease"), "{err:?}");
+    assert!(
+        matches!(err, Error::ForeignData { ref key, .. } if key == "tenure:{foreign}:lease"),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("holds a string"), "{err}");
     let err = e.leader().await.unwrap_err();
     assert!(matches!(err, Error::ForeignData { .. }), "{err:?}");
@@ -188,15 +228,25 @@ async fn keys_holding_foreign_data_are_reported_and_left_untouched() {
 
     // A hash that is not a lease.
     let _: () = conn.del("tenure:{foreign}:lease").await.unwrap();
-    let _: () = conn.hset("tenure:{foreign}:lease", "colour", "blue").await.unwrap();
+    let _: () = conn
+        .hset("tenure:{foreign}:lease", "colour", "blue")
+        .await
+        .unwrap();
     let err = e.campaign().await.unwrap_err();
-    assert!(err.to_string().contains("without the owner/token/since fields"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("without the owner/token/since fields"),
+        "{err}"
+    );
     let _: () = conn.del("tenure:{foreign}:lease").await.unwrap();
 
     // A token counter that is not a number, and one of the wrong type.
     let _: () = conn.set("tenure:{foreign}:token", "twelve").await.unwrap();
     let err = e.campaign().await.unwrap_err();
-    assert!(matches!(err, Error::ForeignData { ref key, .. } if key == "tenure:{foreign}:token"), "{err:?}");
+    assert!(
+        matches!(err, Error::ForeignData { ref key, .. } if key == "tenure:{foreign}:token"),
+        "{err:?}"
+    );
     let _: () = conn.del("tenure:{foreign}:token").await.unwrap();
     let _: () = conn.rpush("tenure:{foreign}:token", "x").await.unwrap();
     let err = e.campaign().await.unwrap_err();
@@ -206,8 +256,14 @@ async fn keys_holding_foreign_data_are_reported_and_left_untouched() {
 
     // A fenced key of the wrong type.
     let _: () = conn.set("app:plain", "x").await.unwrap();
-    let err = tenure::FencedKey::new("app:plain").set(&mut conn, 1, "v").await.unwrap_err();
+    let err = tenure::FencedKey::new("app:plain")
+        .set(&mut conn, 1, "v")
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::ForeignData { .. }), "{err:?}");
-    let err = tenure::FencedKey::new("app:plain").get(&mut conn).await.unwrap_err();
+    let err = tenure::FencedKey::new("app:plain")
+        .get(&mut conn)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::ForeignData { .. }), "{err:?}");
 }

@@ -121,7 +121,9 @@ impl MemoryStore {
     fn lock(&self) -> MutexGuard<'_, StoreState> {
         // A panic while holding this lock can only come from a bug in this
         // file; the state is still consistent, so keep going.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Make every later call fail, hang, or work again.

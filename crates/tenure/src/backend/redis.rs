@@ -114,9 +114,7 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
         };
     }
     let text = err.to_string();
-    if err.kind() == ErrorKind::AuthenticationFailed
-        || matches!(code, "NOAUTH" | "WRONGPASS")
-    {
+    if err.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
         return Error::Auth {
             url: url.to_string(),
             detail: text,
@@ -334,10 +332,11 @@ async fn subscribe_loop(
     loop {
         let session = async {
             let client = target.client()?;
-            let mut pubsub = tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub())
-                .await
-                .map_err(|_| Error::Timeout(Duration::from_secs(5)))?
-                .map_err(|e| target.classify(e))?;
+            let mut pubsub =
+                tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub())
+                    .await
+                    .map_err(|_| Error::Timeout(Duration::from_secs(5)))?
+                    .map_err(|e| target.classify(e))?;
             pubsub
                 .subscribe(&channel)
                 .await

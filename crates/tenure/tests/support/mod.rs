@@ -76,18 +76,20 @@ impl CrashableInstance {
         // block_on cannot run inside the test's runtime; a plain thread can.
         let token = std::thread::scope(|scope| {
             scope
-                .spawn(|| runtime.block_on(async move {
-            let election = election(&url, &name, &id, ttl).await;
-            let term = campaign(&election).await;
-            let token = term.token();
-            // Keep the term (and its keeper) alive on this runtime.
-            tokio::spawn(async move {
-                let _term = term;
-                let _election = election;
-                std::future::pending::<()>().await;
-            });
-            token
-        }))
+                .spawn(|| {
+                    runtime.block_on(async move {
+                        let election = election(&url, &name, &id, ttl).await;
+                        let term = campaign(&election).await;
+                        let token = term.token();
+                        // Keep the term (and its keeper) alive on this runtime.
+                        tokio::spawn(async move {
+                            let _term = term;
+                            let _election = election;
+                            std::future::pending::<()>().await;
+                        });
+                        token
+                    })
+                })
                 .join()
                 .expect("the crashable instance's thread does not panic")
         });

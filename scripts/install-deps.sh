@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install what building and testing tenure needs on a fresh Debian/Ubuntu
+# machine, skipping whatever is already there. Safe to run repeatedly.
+set -euo pipefail
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "missing: ${need_apt[*]} (install them with your package manager)" >&2
+    exit 1
+  fi
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  echo "installing: ${need_apt[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# Debian starts the packaged services on install; tenure's tests start their
+# own private servers on free ports and never use the shared ones.
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    rustup component add "$component"
+  fi
+done
