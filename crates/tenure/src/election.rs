@@ -594,19 +594,64 @@ async fn release(election: &Election, shared: &TermShared) -> Result<()> {
 }
 
 impl Election {
-    /// Release the lease if this instance holds it (best effort): used when
-    /// a campaign is abandoned, since its last acquire may have won.
-    pub(crate) async fn release_if_held(&self) {
+    /// Release the lease if this instance holds it without a live
+    /// [`Leadership`] handle: call it after abandoning a [`Election::campaign`]
+    /// (e.g. on shutdown), since its last acquire may have won. Returns
+    /// whether a lease was released.
+    ///
+    /// Do not call it while a term of this instance is running: it would
+    /// release that term's lease under its feet.
+    pub async fn release_if_held(&self) -> Result<bool> {
         let inner = &self.inner;
-        let Ok(Some(holder)) = self.leader().await else {
-            return;
-        };
-        if holder.id == inner.id {
-            let _ = timeout(
-                inner.timing.call_timeout,
-                inner.backend.resign(&inner.id, holder.token),
-            )
-            .await;
+        match self.leader().await? {
+            Some(holder) if holder.id == inner.id => {
+                match timeout(
+                    inner.timing.call_timeout,
+                    inner.backend.resign(&inner.id, holder.token),
+                )
+                .await
+                {
+                    Ok(released) => released,
+                    Err(_) => Err(Error::Timeout(inner.timing.call_timeout)),
+                }
+            }
+            _ => Ok(false),
         }
+    }
+
+    /// One acquire attempt: the term if this instance won it, `None` if
+    /// another instance leads. Unlike [`Election::campaign`], transient
+    /// errors are returned, not retried.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("cron").memory(&store).id("a").build().await?;
+    /// let b = tenure::Election::builder("cron").memory(&store).id("b").build().await?;
+    /// let term = a.try_campaign().await?.expect("nobody led");
+    /// assert!(b.try_campaign().await?.is_none());
+    /// # drop(term); Ok(()) }
+    /// ```
+    pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
+        let timing = &self.inner.timing;
+        let sent = Instant::now();
+        let reply = timeout(
+            timing.call_timeout,
+            self.inner.backend.acquire(&self.inner.id, timing.ttl_ms()),
+        )
+        .await
+        .map_err(|_| Error::Timeout(timing.call_timeout))??;
+        match after_acquire(timing, sent, Instant::now(), Some(reply), Duration::ZERO, 0) {
+            CandidateStep::Elected(state) => Ok(Some(self.start_term(state))),
+            CandidateStep::Follow { .. } => Ok(None),
+            // Won, but answered after the term's deadline (impossible while
+            // the call timeout is shorter than the ttl); the lease lapses.
+            CandidateStep::Retry { .. } => Err(Error::Timeout(timing.call_timeout)),
+        }
+    }
+
+    /// The safety margin.
+    pub fn margin(&self) -> Duration {
+        self.inner.timing.margin
     }
 }

@@ -7,6 +7,7 @@
 //! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock); has a TTL |
 //! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; no TTL                   |
 //! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN` and `released:TOKEN` messages          |
+//! | `PREFIX:{NAME}:last-run`    | hash    | fenced marker of `tenure run --at-most-every` (`token`, `value`) |
 //!
 //! `{NAME}` is a Redis Cluster hash tag: every key of one election lives in
 //! one slot, so each script touches a single node. Names may not contain
@@ -23,6 +24,7 @@ pub(crate) struct Keys {
     pub lease: String,
     pub token: String,
     pub events: String,
+    pub last_run: String,
 }
 
 impl Keys {
@@ -31,6 +33,7 @@ impl Keys {
             lease: format!("{prefix}:{{{name}}}:lease"),
             token: format!("{prefix}:{{{name}}}:token"),
             events: format!("{prefix}:{{{name}}}:events"),
+            last_run: format!("{prefix}:{{{name}}}:last-run"),
         }
     }
 

@@ -92,6 +92,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod admin;
 mod backend;
 mod election;
 mod error;
@@ -128,39 +129,4 @@ pub fn instance_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_string());
     format!("{host}-{:032x}", rand::random::<u128>())
-}
-
-/// Names of all elections with a live lease under `prefix`, read from Redis
-/// with `SCAN` (for `tenure status`).
-pub async fn list_elections(
-    conn: &mut redis::aio::ConnectionManager,
-    prefix: &str,
-) -> Result<Vec<String>> {
-    keys::validate_name("key prefix", prefix)?;
-    let pattern = keys::Keys::lease_pattern(prefix);
-    let mut names = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(500)
-            .query_async(conn)
-            .await
-            .map_err(|e| backend::redis::classify(e, "redis"))?;
-        names.extend(
-            batch
-                .iter()
-                .filter_map(|key| keys::Keys::name_of_lease(prefix, key)),
-        );
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    names.sort();
-    names.dedup();
-    Ok(names)
 }

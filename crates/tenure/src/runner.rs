@@ -150,7 +150,9 @@ impl Runner {
             let term = tokio::select! {
                 term = campaign => term?,
                 _ = &mut shutdown => {
-                    self.election.release_if_held().await;
+                    if let Err(err) = self.election.release_if_held().await {
+                        tracing::warn!(election = %self.election.name(), error = %err, "could not check for a lease won by the abandoned campaign");
+                    }
                     return Ok(());
                 }
             };

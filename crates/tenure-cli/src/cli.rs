@@ -1,0 +1,198 @@
+//! Command-line syntax. Flag names are a contract: scripts and unit files
+//! depend on them. Every flag can also come from a `TENURE_*` variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Leader election on Redis: run a command on exactly one host at a time.
+#[derive(Debug, Parser)]
+#[command(name = "tenure", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log filter (tracing syntax, e.g. `info`, `debug`); logs go to stderr.
+    /// Default: `info`, or `warn` for `demo`.
+    #[arg(long, global = true, env = "TENURE_LOG")]
+    pub log: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run CMD while this instance is leader of the election; campaign again
+    /// after losing leadership.
+    Run(RunArgs),
+    /// Show who leads each election.
+    Status(StatusArgs),
+    /// Print every change of leader of an election, live, until interrupted.
+    Watch(WatchArgs),
+    /// Show tenure at work: elections, a crash, a handover, fencing tokens.
+    Demo(DemoArgs),
+    /// Internal: the process-group guardian `tenure run` puts around CMD.
+    #[command(name = "__guardian", hide = true)]
+    Guardian(GuardianArgs),
+}
+
+/// Where Redis is and how keys are named.
+#[derive(Debug, Args, Clone)]
+pub struct RedisArgs {
+    /// Redis URL: redis://[user:password@]host[:port][/db], or rediss:// for TLS.
+    #[arg(long = "redis", env = "TENURE_REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
+    pub url: String,
+
+    /// CA certificate (PEM) to verify a rediss:// server with, instead of the system's roots.
+    #[arg(long, env = "TENURE_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+
+    /// Key prefix shared by all instances.
+    #[arg(long, env = "TENURE_PREFIX", default_value = tenure::DEFAULT_PREFIX)]
+    pub prefix: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Name of the election: instances with the same name compete.
+    #[arg(long, env = "TENURE_ELECTION")]
+    pub election: String,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Lease time-to-live.
+    #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration)]
+    pub ttl: Duration,
+
+    /// How often the leader renews (default: ttl/3).
+    #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration)]
+    pub renew_every: Option<Duration>,
+
+    /// Safety margin subtracted from the ttl for the local deadline (default: ttl/10, at most 2s).
+    #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration)]
+    pub margin: Option<Duration>,
+
+    /// This instance's id (default: hostname plus 128 random bits).
+    #[arg(long, env = "TENURE_ID")]
+    pub id: Option<String>,
+
+    /// Time CMD gets between SIGTERM and SIGKILL; always capped so CMD is
+    /// gone before the lease could pass to another instance.
+    #[arg(long, env = "TENURE_KILL_GRACE", default_value = "10s", value_parser = parse_duration)]
+    pub kill_grace: Duration,
+
+    /// Serve /metrics, /healthz and /readyz on this address (a bare port binds 127.0.0.1).
+    #[arg(long, env = "TENURE_METRICS_ADDR", value_parser = parse_listen_addr)]
+    pub metrics_addr: Option<SocketAddr>,
+
+    /// Run CMD once if this instance becomes leader, then resign and exit with its status.
+    #[arg(long, env = "TENURE_ONCE")]
+    pub once: bool,
+
+    /// Exit at once (status 75) if another instance leads, instead of waiting.
+    #[arg(long, env = "TENURE_NO_WAIT")]
+    pub no_wait: bool,
+
+    /// With --once: skip (exit 0) if CMD already succeeded within this period
+    /// anywhere in the cluster.
+    #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_duration, requires = "once")]
+    pub at_most_every: Option<Duration>,
+
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Elections to show (default: every election with a live lease under the prefix).
+    pub names: Vec<String>,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// The election to watch.
+    pub name: String,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Use this Redis instead of starting a private redis-server.
+    #[arg(long = "redis", env = "TENURE_REDIS_URL", hide_env_values = true)]
+    pub url: Option<String>,
+
+    /// Lease ttl the demo's candidates use.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub ttl: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct GuardianArgs {
+    /// PID of the `tenure run` that started this guardian.
+    #[arg(long)]
+    pub parent: i32,
+
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+/// Parse `500ms`, `15s`, `2m`, `1h30m`, `24h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{e} (use a unit, e.g. 500ms, 15s, 2m, 24h)"))?;
+    if duration.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(duration)
+}
+
+/// Parse `9090` (127.0.0.1:9090), `127.0.0.1:9090`, `0.0.0.0:9090`, `[::1]:9090`.
+pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse::<SocketAddr>()
+        .map_err(|_| format!("{text:?} is not a port or an address like 127.0.0.1:9090"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_units_and_must_be_positive() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert!(parse_duration("15").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn a_bare_port_binds_loopback_only() {
+        assert_eq!(parse_listen_addr("9090"), Ok(SocketAddr::from(([127, 0, 0, 1], 9090))));
+        assert_eq!(parse_listen_addr("0.0.0.0:80"), Ok(SocketAddr::from(([0, 0, 0, 0], 80))));
+        assert!(parse_listen_addr("localhost").is_err());
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

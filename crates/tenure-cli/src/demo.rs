@@ -1,0 +1,196 @@
+//! `tenure demo`: the project's main job on a fresh machine, narrated.
+//!
+//! Three candidates (each on its own runtime, so one can vanish the way a
+//! crashed process does) campaign for one election on a private
+//! redis-server. The demo measures and prints: the first election, the
+//! takeover after the leader crashes (at lease expiry), the handover after a
+//! graceful step-down (milliseconds), and the fencing tokens rising, with a
+//! stale write being refused.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use redis_process::RedisServer;
+use tenure::{admin, Election, FencedKey, FencedWrite};
+use tokio::sync::mpsc;
+use tokio::time::{timeout, Instant};
+
+use crate::cli::DemoArgs;
+use crate::exit::{self, Failure};
+
+const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+
+/// What a candidate reports to the narrator.
+enum Event {
+    Elected { id: &'static str, token: u64, at: Instant },
+}
+
+/// A candidate on a runtime of its own.
+struct Candidate {
+    runtime: Option<tokio::runtime::Runtime>,
+    resign: mpsc::UnboundedSender<()>,
+}
+
+impl Candidate {
+    fn start(election: Election, id: &'static str, events: mpsc::UnboundedSender<Event>) -> Result<Self, Failure> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::new(1, format!("cannot start a runtime: {e}")))?;
+        let (resign, mut resign_requests) = mpsc::unbounded_channel::<()>();
+        runtime.spawn(async move {
+            loop {
+                let Ok(term) = election.campaign().await else { return };
+                let _ = events.send(Event::Elected { id, token: term.token(), at: Instant::now() });
+                tokio::select! {
+                    _ = term.lost() => {}
+                    Some(()) = resign_requests.recv() => {
+                        let _ = term.resign().await;
+                        // Step aside long enough for another candidate to win.
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        });
+        Ok(Candidate { runtime: Some(runtime), resign })
+    }
+
+    /// Vanish like a killed process: every task dropped, nothing resigned.
+    fn crash(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Candidate {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
+    let started = Instant::now();
+    println!("tenure demo: leader election on Redis, with measured times\n");
+    let (url, server) = match args.url {
+        Some(url) => {
+            println!("redis: using {}", tenure::redact_url(&url));
+            (url, None)
+        }
+        None => {
+            let server = tokio::task::spawn_blocking(RedisServer::start)
+                .await
+                .map_err(|e| Failure::new(1, e.to_string()))?
+                .map_err(|e| Failure::new(exit::UNAVAILABLE, e.to_string()))?;
+            println!(
+                "redis: started a private redis-server on 127.0.0.1:{} (pid {})",
+                server.port(),
+                server.pid().unwrap_or(0)
+            );
+            (server.url(), Some(server))
+        }
+    };
+    let outcome = narrate(&url, args.ttl).await;
+    let stopped = if server.is_some() { "; the private redis-server was stopped" } else { "" };
+    drop(server);
+    outcome?;
+    println!("\ndone in {:.1}s{stopped}", started.elapsed().as_secs_f64());
+    Ok(exit::OK)
+}
+
+async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
+    let name = format!("demo-{:08x}", rand_suffix());
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let mut candidates = HashMap::new();
+    let mut renew_every = Duration::ZERO;
+    let campaign_started = Instant::now();
+    for id in NAMES {
+        let election = Election::builder(&name).redis(url).ttl(ttl).id(id).build().await?;
+        renew_every = election.renew_every();
+        candidates.insert(id, Candidate::start(election, id, events_tx.clone())?);
+    }
+    println!(
+        "\n1. Three candidates ({}) campaign for election {name:?} (ttl {}, renew every {})",
+        NAMES.join(", "),
+        humantime::format_duration(ttl),
+        humantime::format_duration(Duration::from_millis(renew_every.as_millis() as u64)),
+    );
+    let wait = ttl * 5;
+    let (first, token1, at) = next_elected(&mut events, wait).await?;
+    println!("   -> {first} leads after {}, fencing token {token1}", ms(at - campaign_started));
+
+    let mut conn = admin::connect(url, None, Duration::from_secs(2)).await?;
+    println!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
+    let ttl_left = admin::leader_of(&mut conn, "tenure", &name)
+        .await?
+        .map_or(Duration::ZERO, |l| l.ttl_left);
+    let crashed_at = Instant::now();
+    if let Some(candidate) = candidates.get_mut(first) {
+        candidate.crash();
+    }
+    let expires_at = crashed_at + ttl_left;
+    let (second, token2, at) = next_elected(&mut events, wait).await?;
+    println!(
+        "   -> {second} took over {} after the crash; the lease had {} left, so that is {} after it expired",
+        ms(at - crashed_at),
+        ms(ttl_left),
+        signed_ms(at, expires_at)
+    );
+
+    println!("\n3. {second} steps down gracefully (resign releases the lease and announces it)");
+    let resigned_at = Instant::now();
+    if let Some(candidate) = candidates.get(second) {
+        let _ = candidate.resign.send(());
+    }
+    let (third, token3, at) = next_elected(&mut events, wait).await?;
+    println!("   -> {third} took over {} after the resignation, without waiting for the ttl", ms(at - resigned_at));
+
+    println!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
+    let resource = FencedKey::new(format!("{name}:resource"));
+    resource.set(&mut conn, token3, format!("written by {third}")).await?;
+    match resource.set(&mut conn, token1, format!("late write by {first}")).await? {
+        FencedWrite::Rejected { highest } => println!(
+            "   -> a late write by {first} with its old token {token1} is refused: the resource has seen {highest}"
+        ),
+        FencedWrite::Accepted => {
+            return Err(Failure::new(1, "the stale write was accepted: fencing is broken"));
+        }
+    }
+    let _: redis::RedisResult<()> = redis::cmd("DEL")
+        .arg(resource.key())
+        .query_async(&mut conn)
+        .await;
+    drop(candidates);
+    Ok(())
+}
+
+async fn next_elected(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    wait: Duration,
+) -> Result<(&'static str, u64, Instant), Failure> {
+    match timeout(wait, events.recv()).await {
+        Ok(Some(Event::Elected { id, token, at })) => Ok((id, token, at)),
+        Ok(None) => Err(Failure::new(1, "every candidate stopped")),
+        Err(_) => Err(Failure::new(1, format!("nobody was elected within {}", humantime::format_duration(wait)))),
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn signed_ms(at: Instant, reference: Instant) -> String {
+    if at >= reference {
+        ms(at - reference)
+    } else {
+        format!("-{}", ms(reference - at))
+    }
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ (std::process::id() << 8))
+        .unwrap_or(0)
+}

@@ -1,0 +1,170 @@
+//! `tenure status` and `tenure watch`: looking at elections without taking part.
+
+use std::time::{Duration, SystemTime};
+
+use futures_util::StreamExt;
+use serde::Serialize;
+use tenure::{admin, Election, LeaderInfo};
+
+use crate::cli::{StatusArgs, WatchArgs};
+use crate::exit::{self, Failure};
+
+/// One election in `status --json`. Field names are a stable contract.
+#[derive(Debug, Serialize)]
+struct ElectionStatus {
+    name: String,
+    leader: Option<LeaderStatus>,
+}
+
+#[derive(Debug, Serialize)]
+struct LeaderStatus {
+    id: String,
+    token: u64,
+    /// RFC 3339, by the Redis server's clock.
+    held_since: Option<String>,
+    ttl_left_ms: u64,
+}
+
+impl From<LeaderInfo> for LeaderStatus {
+    fn from(info: LeaderInfo) -> Self {
+        LeaderStatus {
+            id: info.id,
+            token: info.token,
+            held_since: info.held_since.map(rfc3339),
+            ttl_left_ms: info.ttl_left.as_millis() as u64,
+        }
+    }
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
+    let mut conn = admin::connect(&args.redis.url, args.redis.tls_ca.as_deref(), Duration::from_secs(2)).await?;
+    let names = if args.names.is_empty() {
+        admin::list_elections(&mut conn, &args.redis.prefix).await?
+    } else {
+        args.names.clone()
+    };
+    let mut rows = Vec::new();
+    for name in names {
+        let leader = admin::leader_of(&mut conn, &args.redis.prefix, &name).await?;
+        rows.push(ElectionStatus {
+            name,
+            leader: leader.map(LeaderStatus::from),
+        });
+    }
+    if args.json {
+        let json = serde_json::json!({ "elections": rows });
+        println!("{json}");
+    } else if rows.is_empty() {
+        println!("no elections with a leader under prefix {:?}", args.redis.prefix);
+    } else {
+        print!("{}", table(&rows));
+    }
+    Ok(exit::OK)
+}
+
+fn table(rows: &[ElectionStatus]) -> String {
+    let header = ["ELECTION", "LEADER", "TOKEN", "HELD SINCE", "TTL LEFT"];
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|row| match &row.leader {
+            Some(l) => [
+                row.name.clone(),
+                l.id.clone(),
+                l.token.to_string(),
+                l.held_since.clone().unwrap_or_else(|| "-".into()),
+                format!("{:.1}s", l.ttl_left_ms as f64 / 1000.0),
+            ],
+            None => [row.name.clone(), "(none)".into(), "-".into(), "-".into(), "-".into()],
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |row: [&str; 5]| {
+        let mut out = String::new();
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        out.push('\n');
+        out
+    };
+    let mut out = line(header);
+    for row in &cells {
+        out.push_str(&line([&row[0], &row[1], &row[2], &row[3], &row[4]]));
+    }
+    out
+}
+
+pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
+    let mut builder = Election::builder(&args.name)
+        .redis(&args.redis.url)
+        .prefix(&args.redis.prefix);
+    if let Some(ca) = &args.redis.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    let election = builder.build().await?;
+    let mut changes = Box::pin(election.watch());
+    let mut interrupted = Box::pin(tenure::shutdown_signal());
+    loop {
+        let change = tokio::select! {
+            change = changes.next() => change,
+            _ = &mut interrupted => return Ok(exit::OK),
+        };
+        let Some(change) = change else {
+            return Ok(exit::OK);
+        };
+        let now = rfc3339(SystemTime::now());
+        match change {
+            Ok(leader) if args.json => {
+                let json = serde_json::json!({
+                    "time": now,
+                    "election": args.name,
+                    "leader": leader.as_ref().map(|l| &l.id),
+                    "token": leader.as_ref().map(|l| l.token),
+                });
+                println!("{json}");
+            }
+            Ok(Some(leader)) => println!("{now}  {}  leader {}  token {}", args.name, leader.id, leader.token),
+            Ok(None) => println!("{now}  {}  no leader", args.name),
+            Err(err) => eprintln!("{now}  {}  cannot read the lease: {err}", args.name),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_aligns_columns_and_marks_empty_elections() {
+        let rows = vec![
+            ElectionStatus {
+                name: "reports".into(),
+                leader: Some(LeaderStatus {
+                    id: "host-a".into(),
+                    token: 42,
+                    held_since: Some("2026-11-29T10:00:00.000Z".into()),
+                    ttl_left_ms: 12_345,
+                }),
+            },
+            ElectionStatus { name: "cleanup-nightly".into(), leader: None },
+        ];
+        let text = table(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("ELECTION         LEADER"));
+        assert!(lines[1].contains("host-a") && lines[1].ends_with("12.3s"));
+        assert!(lines[2].starts_with("cleanup-nightly  (none)"));
+    }
+}
