@@ -40,7 +40,12 @@ pub enum Command {
 #[derive(Debug, Args, Clone)]
 pub struct RedisArgs {
     /// Redis URL: redis://[user:password@]host[:port][/db], or rediss:// for TLS.
-    #[arg(long = "redis", env = "TENURE_REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
+    #[arg(
+        long = "redis",
+        env = "TENURE_REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
     pub url: String,
 
     /// CA certificate (PEM) to verify a rediss:// server with, instead of the system's roots.
@@ -185,8 +190,14 @@ mod tests {
 
     #[test]
     fn a_bare_port_binds_loopback_only() {
-        assert_eq!(parse_listen_addr("9090"), Ok(SocketAddr::from(([127, 0, 0, 1], 9090))));
-        assert_eq!(parse_listen_addr("0.0.0.0:80"), Ok(SocketAddr::from(([0, 0, 0, 0], 80))));
+        assert_eq!(
+            parse_listen_addr("9090"),
+            Ok(SocketAddr::from(([127, 0, 0, 1], 9090)))
+        );
+        assert_eq!(
+            parse_listen_addr("0.0.0.0:80"),
+            Ok(SocketAddr::from(([0, 0, 0, 0], 80)))
+        );
         assert!(parse_listen_addr("localhost").is_err());
     }
 

@@ -22,7 +22,11 @@ const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 
 /// What a candidate reports to the narrator.
 enum Event {
-    Elected { id: &'static str, token: u64, at: Instant },
+    Elected {
+        id: &'static str,
+        token: u64,
+        at: Instant,
+    },
 }
 
 /// A candidate on a runtime of its own.
@@ -32,7 +36,11 @@ struct Candidate {
 }
 
 impl Candidate {
-    fn start(election: Election, id: &'static str, events: mpsc::UnboundedSender<Event>) -> Result<Self, Failure> {
+    fn start(
+        election: Election,
+        id: &'static str,
+        events: mpsc::UnboundedSender<Event>,
+    ) -> Result<Self, Failure> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -41,8 +49,14 @@ impl Candidate {
         let (resign, mut resign_requests) = mpsc::unbounded_channel::<()>();
         runtime.spawn(async move {
             loop {
-                let Ok(term) = election.campaign().await else { return };
-                let _ = events.send(Event::Elected { id, token: term.token(), at: Instant::now() });
+                let Ok(term) = election.campaign().await else {
+                    return;
+                };
+                let _ = events.send(Event::Elected {
+                    id,
+                    token: term.token(),
+                    at: Instant::now(),
+                });
                 tokio::select! {
                     _ = term.lost() => {}
                     Some(()) = resign_requests.recv() => {
@@ -53,7 +67,10 @@ impl Candidate {
                 }
             }
         });
-        Ok(Candidate { runtime: Some(runtime), resign })
+        Ok(Candidate {
+            runtime: Some(runtime),
+            resign,
+        })
     }
 
     /// Vanish like a killed process: every task dropped, nothing resigned.
@@ -92,7 +109,11 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
         }
     };
     let outcome = narrate(&url, args.ttl).await;
-    let stopped = if server.is_some() { "; the private redis-server was stopped" } else { "" };
+    let stopped = if server.is_some() {
+        "; the private redis-server was stopped"
+    } else {
+        ""
+    };
     drop(server);
     outcome?;
     println!("\ndone in {:.1}s{stopped}", started.elapsed().as_secs_f64());
@@ -106,7 +127,12 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
     let mut renew_every = Duration::ZERO;
     let campaign_started = Instant::now();
     for id in NAMES {
-        let election = Election::builder(&name).redis(url).ttl(ttl).id(id).build().await?;
+        let election = Election::builder(&name)
+            .redis(url)
+            .ttl(ttl)
+            .id(id)
+            .build()
+            .await?;
         renew_every = election.renew_every();
         candidates.insert(id, Candidate::start(election, id, events_tx.clone())?);
     }
@@ -118,7 +144,10 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
     );
     let wait = ttl * 5;
     let (first, token1, at) = next_elected(&mut events, wait).await?;
-    println!("   -> {first} leads after {}, fencing token {token1}", ms(at - campaign_started));
+    println!(
+        "   -> {first} leads after {}, fencing token {token1}",
+        ms(at - campaign_started)
+    );
 
     let mut conn = admin::connect(url, None, Duration::from_secs(2)).await?;
     println!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
@@ -144,11 +173,16 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
         let _ = candidate.resign.send(());
     }
     let (third, token3, at) = next_elected(&mut events, wait).await?;
-    println!("   -> {third} took over {} after the resignation, without waiting for the ttl", ms(at - resigned_at));
+    println!(
+        "   -> {third} took over {} after the resignation, without waiting for the ttl",
+        ms(at - resigned_at)
+    );
 
     println!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
     let resource = FencedKey::new(format!("{name}:resource"));
-    resource.set(&mut conn, token3, format!("written by {third}")).await?;
+    resource
+        .set(&mut conn, token3, format!("written by {third}"))
+        .await?;
     match resource.set(&mut conn, token1, format!("late write by {first}")).await? {
         FencedWrite::Rejected { highest } => println!(
             "   -> a late write by {first} with its old token {token1} is refused: the resource has seen {highest}"
@@ -172,7 +206,13 @@ async fn next_elected(
     match timeout(wait, events.recv()).await {
         Ok(Some(Event::Elected { id, token, at })) => Ok((id, token, at)),
         Ok(None) => Err(Failure::new(1, "every candidate stopped")),
-        Err(_) => Err(Failure::new(1, format!("nobody was elected within {}", humantime::format_duration(wait)))),
+        Err(_) => Err(Failure::new(
+            1,
+            format!(
+                "nobody was elected within {}",
+                humantime::format_duration(wait)
+            ),
+        )),
     }
 }
 

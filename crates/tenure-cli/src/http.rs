@@ -26,7 +26,9 @@ pub enum Phase {
     Starting,
     Campaigning,
     /// Running CMD as leader until this local deadline (refreshed by the loop).
-    Leading { term: tenure::Leadership },
+    Leading {
+        term: tenure::Leadership,
+    },
 }
 
 /// Shared between the run loop and the endpoint.
@@ -83,7 +85,10 @@ pub async fn serve(
         .map_err(|e| Failure::new(USAGE, format!("cannot listen on {addr} for metrics: {e}")))?;
     let live = health.clone();
     let app = Router::new()
-        .route("/metrics", get(move || std::future::ready(metrics.render())))
+        .route(
+            "/metrics",
+            get(move || std::future::ready(metrics.render())),
+        )
         .route(
             "/healthz",
             get(move || {

@@ -25,9 +25,16 @@ fn main() {
         // it only relays signals and exit codes.
         std::process::exit(supervisor::guardian_main(args.parent, &args.command));
     }
-    let default_log = if matches!(cli.command, Command::Demo(_)) { "warn" } else { "info" };
+    let default_log = if matches!(cli.command, Command::Demo(_)) {
+        "warn"
+    } else {
+        "info"
+    };
     init_logs(cli.log.as_deref().unwrap_or(default_log));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("tenure: cannot start the async runtime: {err}");

@@ -21,7 +21,12 @@ pub struct Marker {
 
 impl Marker {
     pub async fn connect(args: &RunArgs, period: Duration) -> Result<Self, Failure> {
-        let conn = admin::connect(&args.redis.url, args.redis.tls_ca.as_deref(), Duration::from_secs(2)).await?;
+        let conn = admin::connect(
+            &args.redis.url,
+            args.redis.tls_ca.as_deref(),
+            Duration::from_secs(2),
+        )
+        .await?;
         let key = FencedKey::new(admin::last_run_key(&args.redis.prefix, &args.election)?);
         Ok(Marker { conn, key, period })
     }
@@ -34,7 +39,10 @@ impl Marker {
         let last_ms: u64 = String::from_utf8_lossy(&value).parse().map_err(|_| {
             Failure::new(
                 crate::exit::UNAVAILABLE,
-                format!("key {} holds a marker tenure did not write; delete it", self.key.key()),
+                format!(
+                    "key {} holds a marker tenure did not write; delete it",
+                    self.key.key()
+                ),
             )
         })?;
         let now_ms = admin::server_time_ms(&mut self.conn).await?;
@@ -52,15 +60,25 @@ impl Marker {
     /// failure means the next cron run may repeat the job, which is logged).
     pub async fn record_run(&mut self, token: u64) {
         let written = match admin::server_time_ms(&mut self.conn).await {
-            Ok(now_ms) => self.key.set(&mut self.conn, token, now_ms.to_string()).await,
+            Ok(now_ms) => {
+                self.key
+                    .set(&mut self.conn, token, now_ms.to_string())
+                    .await
+            }
             Err(err) => Err(err),
         };
         match written {
             Ok(FencedWrite::Accepted) => {}
             Ok(FencedWrite::Rejected { highest }) => {
-                tracing::warn!(highest, token, "a newer leader recorded a run; this run's marker was rejected")
+                tracing::warn!(
+                    highest,
+                    token,
+                    "a newer leader recorded a run; this run's marker was rejected"
+                )
             }
-            Err(err) => tracing::error!(error = %err, "could not record the run; another host may repeat it"),
+            Err(err) => {
+                tracing::error!(error = %err, "could not record the run; another host may repeat it")
+            }
         }
     }
 }

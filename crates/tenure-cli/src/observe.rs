@@ -41,7 +41,12 @@ fn rfc3339(time: SystemTime) -> String {
 }
 
 pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
-    let mut conn = admin::connect(&args.redis.url, args.redis.tls_ca.as_deref(), Duration::from_secs(2)).await?;
+    let mut conn = admin::connect(
+        &args.redis.url,
+        args.redis.tls_ca.as_deref(),
+        Duration::from_secs(2),
+    )
+    .await?;
     let names = if args.names.is_empty() {
         admin::list_elections(&mut conn, &args.redis.prefix).await?
     } else {
@@ -59,7 +64,10 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
         let json = serde_json::json!({ "elections": rows });
         println!("{json}");
     } else if rows.is_empty() {
-        println!("no elections with a leader under prefix {:?}", args.redis.prefix);
+        println!(
+            "no elections with a leader under prefix {:?}",
+            args.redis.prefix
+        );
     } else {
         print!("{}", table(&rows));
     }
@@ -78,7 +86,13 @@ fn table(rows: &[ElectionStatus]) -> String {
                 l.held_since.clone().unwrap_or_else(|| "-".into()),
                 format!("{:.1}s", l.ttl_left_ms as f64 / 1000.0),
             ],
-            None => [row.name.clone(), "(none)".into(), "-".into(), "-".into(), "-".into()],
+            None => [
+                row.name.clone(),
+                "(none)".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ],
         })
         .collect();
     let mut widths = header.map(str::len);
@@ -135,7 +149,10 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
                 });
                 println!("{json}");
             }
-            Ok(Some(leader)) => println!("{now}  {}  leader {}  token {}", args.name, leader.id, leader.token),
+            Ok(Some(leader)) => println!(
+                "{now}  {}  leader {}  token {}",
+                args.name, leader.id, leader.token
+            ),
             Ok(None) => println!("{now}  {}  no leader", args.name),
             Err(err) => eprintln!("{now}  {}  cannot read the lease: {err}", args.name),
         }
@@ -158,7 +175,10 @@ mod tests {
                     ttl_left_ms: 12_345,
                 }),
             },
-            ElectionStatus { name: "cleanup-nightly".into(), leader: None },
+            ElectionStatus {
+                name: "cleanup-nightly".into(),
+                leader: None,
+            },
         ];
         let text = table(&rows);
         let lines: Vec<&str> = text.lines().collect();

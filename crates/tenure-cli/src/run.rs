@@ -41,7 +41,13 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
     };
     let election = build_election(&args).await?;
     if let Some((addr, handle)) = recorder {
-        http::serve(addr, handle, health.clone(), args.kill_grace + Duration::from_secs(1)).await?;
+        http::serve(
+            addr,
+            handle,
+            health.clone(),
+            args.kill_grace + Duration::from_secs(1),
+        )
+        .await?;
     }
     let shutdown = CancellationToken::new();
     tokio::spawn({
@@ -95,7 +101,10 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             ("TENURE_TOKEN", term.token().to_string()),
         ];
         let mut job = Job::start(&args.command, &env).map_err(|e| {
-            Failure::new(exit::USAGE, format!("cannot start the command supervisor: {e}"))
+            Failure::new(
+                exit::USAGE,
+                format!("cannot start the command supervisor: {e}"),
+            )
         })?;
         tracing::info!(election = %name, token = term.token(), group = job.group(), "started command as leader");
         gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
@@ -105,7 +114,8 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         health.set(Phase::Campaigning);
         match outcome {
             Outcome::Exited(code) => {
-                counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "exited").increment(1);
+                counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "exited")
+                    .increment(1);
                 tracing::info!(election = %name, code, "command exited; resigning");
                 if code == 0 {
                     if let Some(marker) = marker.as_mut() {
@@ -125,12 +135,15 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
                 return Ok(code);
             }
             Outcome::Lost(reason) => {
-                counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "lost").increment(1);
+                counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "lost")
+                    .increment(1);
                 // Release only if still ours (renewals were failing); the
                 // keeper checks ownership.
                 let _ = term.resign().await;
                 if args.once {
-                    eprintln!("tenure: leadership lost while the command ran ({reason}); it was stopped");
+                    eprintln!(
+                        "tenure: leadership lost while the command ran ({reason}); it was stopped"
+                    );
                     return Ok(exit::LOST);
                 }
                 tracing::info!(election = %name, %reason, "command stopped; campaigning again");
@@ -179,7 +192,10 @@ async fn supervise(
     shutdown: &CancellationToken,
 ) -> Outcome {
     loop {
-        let stop_by = term.deadline().checked_sub(stop_lead).unwrap_or_else(Instant::now);
+        let stop_by = term
+            .deadline()
+            .checked_sub(stop_lead)
+            .unwrap_or_else(Instant::now);
         tokio::select! {
             status = job.wait() => {
                 return Outcome::Exited(status.map(exit_code).unwrap_or(1));

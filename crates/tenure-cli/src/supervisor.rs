@@ -91,7 +91,11 @@ impl Job {
         if let Ok(status) = tokio::time::timeout(grace, self.wait()).await {
             return status;
         }
-        tracing::warn!(group = self.group.as_raw(), ?grace, "command did not stop within its grace; killing it");
+        tracing::warn!(
+            group = self.group.as_raw(),
+            ?grace,
+            "command did not stop within its grace; killing it"
+        );
         self.signal(Signal::SIGKILL);
         self.wait().await
     }
@@ -167,7 +171,11 @@ async fn guard(parent: i32, command: &[String]) -> i32 {
         Ok(child) => child,
         Err(err) => {
             eprintln!("tenure: cannot start {program:?}: {err}");
-            return if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return if err.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
         }
     };
     loop {
@@ -199,7 +207,11 @@ fn kill_rest_of_group() {
         return;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if pid == me {
@@ -212,7 +224,10 @@ fn kill_rest_of_group() {
         let Some(after_name) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
             continue;
         };
-        let pgrp = after_name.split_whitespace().nth(2).and_then(|s| s.parse::<i32>().ok());
+        let pgrp = after_name
+            .split_whitespace()
+            .nth(2)
+            .and_then(|s| s.parse::<i32>().ok());
         if pgrp == Some(me) {
             let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         }

@@ -58,7 +58,11 @@ pub async fn list_elections(conn: &mut ConnectionManager, prefix: &str) -> Resul
             .query_async(conn)
             .await
             .map_err(|e| classify(e, "redis"))?;
-        names.extend(batch.iter().filter_map(|key| Keys::name_of_lease(prefix, key)));
+        names.extend(
+            batch
+                .iter()
+                .filter_map(|key| Keys::name_of_lease(prefix, key)),
+        );
         if next == 0 {
             break;
         }
@@ -94,7 +98,8 @@ pub async fn leader_of(
                 token: u64::try_from(*token).unwrap_or(0),
                 ttl_left: Duration::from_millis(u64::try_from(*pttl).unwrap_or(0)),
                 held_since: (*since > 0).then(|| {
-                    std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(*since).unwrap_or(0))
+                    std::time::UNIX_EPOCH
+                        + Duration::from_millis(u64::try_from(*since).unwrap_or(0))
                 }),
             }))
         }

@@ -1,0 +1,539 @@
+//! End-to-end: real redis-server, several real `tenure run` processes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use support::*;
+
+/// Which of the instances' commands is running now, by the PID files.
+fn running_child(scratch: &Scratch, ids: &[&str]) -> Option<(String, i32)> {
+    ids.iter().find_map(|id| {
+        child_pid(scratch, id)
+            .filter(|pid| alive(*pid))
+            .map(|pid| (id.to_string(), pid))
+    })
+}
+
+#[test]
+fn kill_9_of_the_leaders_tenure_kills_its_command_and_another_starts_after_expiry() {
+    let server = redis();
+    let scratch = Scratch::new("kill9");
+    let ttl = ["--ttl", "1500ms"];
+    let a = Instance::start(&server.url(), "kill9", "a", &ttl, LONG_JOB, &scratch);
+    let b = Instance::start(&server.url(), "kill9", "b", &ttl, LONG_JOB, &scratch);
+    let mut leader = None;
+    eventually("a command starts", || {
+        leader = running_child(&scratch, &["a", "b"]);
+        leader.is_some()
+    });
+    let (leader_id, old_pid) = leader.unwrap();
+    let (victim, survivor) = if leader_id == "a" {
+        (&a, "b")
+    } else {
+        (&b, "a")
+    };
+    victim.kill_group();
+    eventually("the killed leader's command dies with it", || {
+        !alive(old_pid)
+    });
+    eventually("the survivor's command starts", || {
+        child_pid(&scratch, survivor).is_some()
+    });
+    assert!(!alive(old_pid), "never two commands at once");
+    let tokens: Vec<u64> = [leader_id.as_str(), survivor]
+        .iter()
+        .map(|id| {
+            scratch
+                .read(&format!("tokens-{id}"))
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+}
+
+#[test]
+fn sigterm_hands_over_without_waiting_for_the_ttl() {
+    let server = redis();
+    let scratch = Scratch::new("sigterm");
+    let ttl = ["--ttl", "60s"];
+    let mut a = Instance::start(&server.url(), "sigterm", "a", &ttl, LONG_JOB, &scratch);
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let b = Instance::start(&server.url(), "sigterm", "b", &ttl, LONG_JOB, &scratch);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child_pid(&scratch, "b").is_none(),
+        "b follows while a leads"
+    );
+    let a_child = child_pid(&scratch, "a").unwrap();
+    let stopped_at = Instant::now();
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(), 0, "clean shutdown; log:\n{}", a.log());
+    assert!(!alive(a_child), "a's command is gone when a exits");
+    eventually("b's command starts", || child_pid(&scratch, "b").is_some());
+    assert!(
+        stopped_at.elapsed() < Duration::from_secs(30),
+        "well before the 60 s ttl"
+    );
+    drop(b);
+}
+
+#[test]
+fn a_stolen_lease_kills_the_command_and_the_instance_campaigns_again() {
+    let server = redis();
+    let scratch = Scratch::new("stolen");
+    let mut a = Instance::start(
+        &server.url(),
+        "stolen",
+        "a",
+        &["--ttl", "1s"],
+        LONG_JOB,
+        &scratch,
+    );
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let first = child_pid(&scratch, "a").unwrap();
+    server
+        .command(&[
+            "HSET",
+            "tenure:{stolen}:lease",
+            "owner",
+            "thief",
+            "token",
+            "99999999999999",
+            "since",
+            "1",
+        ])
+        .unwrap();
+    server
+        .command(&["PEXPIRE", "tenure:{stolen}:lease", "1500"])
+        .unwrap();
+    eventually("the command is killed", || !alive(first));
+    assert!(a.is_running(), "tenure keeps campaigning");
+    eventually("a leads again once the thief's lease expired", || {
+        scratch.read("tokens-a").lines().count() == 2
+    });
+    let tokens: Vec<u64> = scratch
+        .read("tokens-a")
+        .lines()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    assert!(tokens[1] > tokens[0], "a new term: {tokens:?}");
+}
+
+#[test]
+fn a_redis_restart_that_lost_the_lease_restarts_the_command_with_a_higher_token() {
+    let mut server = redis();
+    let scratch = Scratch::new("restart");
+    let a = Instance::start(
+        &server.url(),
+        "restart",
+        "a",
+        &["--ttl", "1s"],
+        LONG_JOB,
+        &scratch,
+    );
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let first = child_pid(&scratch, "a").unwrap();
+    server.restart().unwrap();
+    eventually("the command is stopped", || !alive(first));
+    eventually("a new term starts", || {
+        scratch.read("tokens-a").lines().count() == 2
+    });
+    let tokens: Vec<u64> = scratch
+        .read("tokens-a")
+        .lines()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+    drop(a);
+}
+
+#[test]
+fn failing_renewals_stop_the_command_before_anyone_else_could_lead() {
+    let server = redis();
+    let scratch = Scratch::new("paused");
+    let a = Instance::start(
+        &server.url(),
+        "paused",
+        "a",
+        &["--ttl", "1s", "--kill-grace", "10s"],
+        LONG_JOB,
+        &scratch,
+    );
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let first = child_pid(&scratch, "a").unwrap();
+    // Nothing can change hands while every client is paused (expiry is
+    // paused too), so the command must be gone before the pause ends.
+    let paused_at = Instant::now();
+    server.command(&["CLIENT", "PAUSE", "4000", "ALL"]).unwrap();
+    eventually("the command is stopped", || !alive(first));
+    assert!(
+        paused_at.elapsed() < Duration::from_millis(3500),
+        "stopped while Redis was still paused"
+    );
+    drop(a);
+}
+
+#[test]
+fn the_commands_exit_status_is_propagated_and_the_lease_released() {
+    let server = redis();
+    let out = tenure_output(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--election",
+        "status7",
+        "--",
+        "sh",
+        "-c",
+        "exit 7",
+    ]);
+    assert_eq!(out.status.code(), Some(7));
+    let out = tenure_output(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--election",
+        "status7",
+        "--",
+        "sh",
+        "-c",
+        "kill -TERM $$",
+    ]);
+    assert_eq!(out.status.code(), Some(128 + 15));
+    let out = tenure_output(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--election",
+        "status7",
+        "--",
+        "/no/such/program",
+    ]);
+    assert_eq!(out.status.code(), Some(127));
+    let lease = server
+        .command(&["EXISTS", "tenure:{status7}:lease"])
+        .unwrap();
+    assert_eq!(lease, "0", "released after the command exited");
+}
+
+#[test]
+fn once_with_at_most_every_runs_the_job_on_exactly_one_of_several_racing_hosts() {
+    let server = redis();
+    let scratch = Scratch::new("cron");
+    let job = r#"echo "$ME" >> "$DIR/ran"; sleep 0.3"#;
+    let mut hosts: Vec<Instance> = ["h1", "h2", "h3", "h4"]
+        .iter()
+        .map(|id| {
+            Instance::start(
+                &server.url(),
+                "cron",
+                id,
+                &["--once", "--at-most-every", "1h", "--ttl", "2s"],
+                job,
+                &scratch,
+            )
+        })
+        .collect();
+    for host in &mut hosts {
+        assert_eq!(host.wait(), 0, "log of {}:\n{}", host.id, host.log());
+    }
+    let ran = scratch.read("ran");
+    assert_eq!(
+        ran.lines().count(),
+        1,
+        "exactly one host ran the job: {ran:?}"
+    );
+    let skipped = hosts
+        .iter()
+        .filter(|h| h.log().contains("skipping"))
+        .count();
+    assert_eq!(skipped, 3);
+    // A later cron tick anywhere skips too.
+    let out = tenure_output(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--election",
+        "cron",
+        "--once",
+        "--at-most-every",
+        "1h",
+        "--",
+        "sh",
+        "-c",
+        "exit 9",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_failed_run_is_not_recorded_so_the_next_tick_retries() {
+    let server = redis();
+    let args = |cmd: &'static str| {
+        vec![
+            "run",
+            "--redis",
+            Box::leak(server.url().into_boxed_str()),
+            "--election",
+            "retry",
+            "--once",
+            "--at-most-every",
+            "1h",
+            "--",
+            "sh",
+            "-c",
+            cmd,
+        ]
+    };
+    assert_eq!(tenure_output(&args("exit 3")).status.code(), Some(3));
+    assert_eq!(tenure_output(&args("exit 0")).status.code(), Some(0));
+    let out = tenure_output(&args("exit 5"));
+    assert_eq!(out.status.code(), Some(0), "skipped after the success");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("skipping"));
+}
+
+#[test]
+fn no_wait_exits_75_when_another_instance_leads() {
+    let server = redis();
+    let scratch = Scratch::new("nowait");
+    let _a = Instance::start(&server.url(), "nowait", "a", &[], LONG_JOB, &scratch);
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let out = tenure_output(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--election",
+        "nowait",
+        "--once",
+        "--no-wait",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(75));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("a (token"), "{stderr}");
+}
+
+#[test]
+fn status_and_watch_show_the_leader() {
+    let server = redis();
+    let scratch = Scratch::new("observe");
+    let mut watch = tenure()
+        .args(["watch", "observed", "--json", "--redis", &server.url()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut watch_out = std::io::BufReader::new(watch.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    watch_out.read_line(&mut line).unwrap();
+    let first: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(first["leader"], serde_json::Value::Null);
+
+    let _a = Instance::start(&server.url(), "observed", "a", &[], LONG_JOB, &scratch);
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let token: u64 = scratch.read("tokens-a").trim().parse().unwrap();
+
+    line.clear();
+    watch_out.read_line(&mut line).unwrap();
+    let change: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(change["leader"], "a");
+    assert_eq!(change["token"], token);
+    assert_eq!(change["election"], "observed");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        Signal::SIGINT,
+    );
+    assert_eq!(watch.wait().unwrap().code(), Some(0));
+
+    let out = tenure_output(&["status", "--json", "--redis", &server.url()]);
+    assert!(out.status.success());
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let election = &status["elections"][0];
+    assert_eq!(election["name"], "observed");
+    assert_eq!(election["leader"]["id"], "a");
+    assert_eq!(election["leader"]["token"], token);
+    assert!(election["leader"]["ttl_left_ms"].as_u64().unwrap() > 0);
+    assert!(election["leader"]["held_since"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+
+    let out = tenure_output(&["status", "--redis", &server.url(), "observed", "idle"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.lines().next().unwrap().starts_with("ELECTION"));
+    assert!(table.contains(&token.to_string()), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("idle") && l.contains("(none)")),
+        "{table}"
+    );
+}
+
+#[test]
+fn the_metrics_endpoint_reports_leadership_and_health() {
+    let server = redis();
+    let scratch = Scratch::new("metrics");
+    let port = redis_process::free_port().unwrap().to_string();
+    let _a = Instance::start(
+        &server.url(),
+        "metered",
+        "a",
+        &["--metrics-addr", &port],
+        LONG_JOB,
+        &scratch,
+    );
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let addr = format!("127.0.0.1:{port}");
+    let mut metrics = String::new();
+    eventually("metrics show the leader", || {
+        metrics = http_get(&addr, "/metrics").1;
+        metrics.contains("leader_election_is_leader{name=\"metered\"} 1")
+    });
+    assert!(
+        metrics.contains("leader_election_acquired_total{name=\"metered\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tenure_child_running{election=\"metered\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(http_get(&addr, "/healthz").0, 200);
+    assert_eq!(http_get(&addr, "/readyz").0, 200);
+}
+
+#[test]
+fn bad_input_gets_one_clear_line_and_a_nonzero_exit() {
+    let server = redis();
+    let url = server.url();
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (
+            vec!["run", "--election", "x", "--ttl", "15", "--", "true"],
+            2,
+            "time unit needed",
+        ),
+        (
+            vec![
+                "run",
+                "--election",
+                "x",
+                "--redis",
+                &url,
+                "--ttl",
+                "1s",
+                "--renew-every",
+                "1s",
+                "--",
+                "true",
+            ],
+            2,
+            "renew interval",
+        ),
+        (
+            vec![
+                "run",
+                "--election",
+                "x",
+                "--redis",
+                &url,
+                "--kill-grace",
+                "soon",
+                "--",
+                "true",
+            ],
+            2,
+            "kill-grace",
+        ),
+        (
+            vec![
+                "run",
+                "--election",
+                "x",
+                "--redis",
+                "redis://127.0.0.1:1",
+                "--",
+                "true",
+            ],
+            69,
+            "cannot reach Redis",
+        ),
+        (
+            vec!["run", "--election", "a b", "--redis", &url, "--", "true"],
+            2,
+            "white space",
+        ),
+        (
+            vec![
+                "run",
+                "--election",
+                "x",
+                "--redis",
+                "http://nope",
+                "--",
+                "true",
+            ],
+            2,
+            "invalid Redis URL",
+        ),
+        (
+            vec!["status", "--redis", "redis://127.0.0.1:1"],
+            69,
+            "cannot reach Redis",
+        ),
+    ];
+    for (args, code, message) in cases {
+        let out = tenure_output(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(message),
+            "{args:?} should say {message:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_password_is_reported_without_echoing_it() {
+    let server = RedisServer::builder().password("s3cret").start().unwrap();
+    let url = format!("redis://:wrong-pw@127.0.0.1:{}", server.port());
+    let out = tenure_output(&["run", "--election", "x", "--redis", &url, "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("rejected the credentials"), "{stderr}");
+    assert!(!stderr.contains("wrong-pw"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+}
+
+#[test]
+fn the_demo_runs_on_its_own_private_redis() {
+    let out = tenure_output(&["demo", "--ttl", "1s"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "leads after",
+        "took over",
+        "after the resignation",
+        "is refused",
+        "redis-server was stopped",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "demo output lacks {expected:?}:\n{stdout}"
+        );
+    }
+}

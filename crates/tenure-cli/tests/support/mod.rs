@@ -1,0 +1,203 @@
+//! Helpers for end-to-end tests of the `tenure` binary: private Redis
+//! servers, `tenure run` instances in their own process groups, and polling.
+#![allow(dead_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+pub use redis_process::RedisServer;
+
+/// Bound for anything that should happen "soon"; only turns hangs into failures.
+pub const HANG: Duration = Duration::from_secs(30);
+
+pub fn redis() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|err| panic!("cannot start redis-server: {err}"))
+}
+
+/// The `tenure` binary under test.
+pub fn tenure() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    command
+        .env_remove("TENURE_REDIS_URL")
+        .env("TENURE_LOG", "info");
+    command
+}
+
+/// Run `tenure ARGS` to completion.
+pub fn tenure_output(args: &[&str]) -> Output {
+    tenure()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tenure runs")
+}
+
+/// A scratch directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("tenure-e2e-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Scratch(dir)
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+
+    pub fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.path(file)).unwrap_or_default()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `tenure run` process in a process group of its own.
+pub struct Instance {
+    pub id: String,
+    pub child: Child,
+    log: PathBuf,
+}
+
+impl Instance {
+    /// Start `tenure run --election ELECTION --id ID EXTRA... -- sh -c SCRIPT`.
+    pub fn start(
+        url: &str,
+        election: &str,
+        id: &str,
+        extra: &[&str],
+        script: &str,
+        scratch: &Scratch,
+    ) -> Self {
+        let log = scratch.path(&format!("{id}.log"));
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let child = tenure()
+            .args(["run", "--redis", url, "--election", election, "--id", id])
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .env("DIR", &scratch.0)
+            .env("ME", id)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("log file"))
+            .stderr(log_file)
+            .process_group(0)
+            .spawn()
+            .expect("tenure starts");
+        Instance {
+            id: id.to_string(),
+            child,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    pub fn signal(&self, signal: Signal) {
+        let _ = kill(self.pid(), signal);
+    }
+
+    /// SIGKILL tenure's whole process group (not the command's, which has its own).
+    pub fn kill_group(&self) {
+        let _ = killpg(self.pid(), Signal::SIGKILL);
+    }
+
+    /// Wait for exit and return the exit code (128+N for signal N).
+    pub fn wait(&mut self) -> i32 {
+        use std::os::unix::process::ExitStatusExt;
+        let deadline = Instant::now() + HANG;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status
+                    .code()
+                    .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit; log:\n{}",
+                self.id,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        if self.is_running() {
+            let _ = killpg(self.pid(), Signal::SIGKILL);
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether a process exists (and is not a zombie).
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Poll `condition` until it holds; panic with `what` after [`HANG`].
+pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + HANG;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The PID the command of instance `id` wrote to `DIR/pid-ID`, once it has.
+pub fn child_pid(scratch: &Scratch, id: &str) -> Option<i32> {
+    scratch.read(&format!("pid-{id}")).trim().parse().ok()
+}
+
+/// A script that records its PID and token, then sleeps until stopped.
+pub const LONG_JOB: &str =
+    r#"echo $$ > "$DIR/pid-$ME"; echo "$TENURE_TOKEN" >> "$DIR/tokens-$ME"; exec sleep 1000"#;
+
+/// Plain HTTP GET on 127.0.0.1: (status code, body).
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("metrics endpoint accepts");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+pub fn path_exists(path: &Path) -> bool {
+    path.exists()
+}
