@@ -14,7 +14,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::time::Instant;
 
 use crate::exit::{Failure, USAGE};
@@ -65,7 +65,17 @@ impl Health {
 
 /// Install the Prometheus recorder (before any metric is recorded).
 pub fn install_recorder() -> Result<PrometheusHandle, Failure> {
+    // Real histogram buckets (not client-side quantiles), so dashboards can
+    // aggregate renew latency across instances.
+    let buckets = [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    ];
     PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full("leader_election_renew_duration_seconds".into()),
+            &buckets,
+        )
+        .map_err(|e| Failure::new(USAGE, format!("invalid metrics buckets: {e}")))?
         .install_recorder()
         .map_err(|e| Failure::new(USAGE, format!("cannot install the metrics recorder: {e}")))
 }

@@ -390,7 +390,7 @@ fn the_metrics_endpoint_reports_leadership_and_health() {
         &server.url(),
         "metered",
         "a",
-        &["--metrics-addr", &port],
+        &["--metrics-addr", &port, "--ttl", "900ms"],
         LONG_JOB,
         &scratch,
     );
@@ -409,6 +409,10 @@ fn the_metrics_endpoint_reports_leadership_and_health() {
         metrics.contains("tenure_child_running{election=\"metered\"} 1"),
         "{metrics}"
     );
+    eventually("a renewal shows in the latency histogram", || {
+        metrics = http_get(&addr, "/metrics").1;
+        metrics.contains("leader_election_renew_duration_seconds_bucket{name=\"metered\"")
+    });
     assert_eq!(http_get(&addr, "/healthz").0, 200);
     assert_eq!(http_get(&addr, "/readyz").0, 200);
 }

@@ -118,7 +118,7 @@ async fn an_acl_user_with_enough_rights_can_lead_and_one_without_is_told_why() {
     support::init_logs();
     let mut builder = RedisServer::builder();
     for rule in [
-        "--user elector on >pw ~tenure:* &tenure:* +@all",
+        "--user elector on >pw ~tenure:* &tenure:* +ping +evalsha +eval +script|load +subscribe +publish +type +hmget +hset +pexpire +pttl +get +set +del +time",
         "--user reader on >pw ~* &* +@read +ping +subscribe",
     ] {
         for word in rule.split(' ') {
