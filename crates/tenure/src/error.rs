@@ -66,9 +66,10 @@ pub enum Error {
         detail: String,
     },
 
-    /// A Redis call did not answer within its timeout. Its outcome is unknown:
-    /// it may still have run on the server.
-    #[error("Redis did not answer within {0:?}")]
+    /// A Redis call did not answer within its timeout (zero when the
+    /// client's own timeout fired). Its outcome is unknown: it may still have
+    /// run on the server.
+    #[error("Redis did not answer in time{}", within(.0))]
     Timeout(Duration),
 
     /// Any other Redis error (transient connection drops, server errors).
@@ -99,6 +100,14 @@ impl Error {
             self,
             Error::Unreachable { .. } | Error::Timeout(_) | Error::Redis(_) | Error::Unavailable
         )
+    }
+}
+
+fn within(timeout: &Duration) -> String {
+    if timeout.is_zero() {
+        String::new()
+    } else {
+        format!(" ({timeout:?})")
     }
 }
 

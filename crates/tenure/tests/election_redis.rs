@@ -427,3 +427,30 @@ async fn a_custom_prefix_moves_every_key() {
     keys.sort();
     assert_eq!(keys, vec!["myapp:{jobs}:lease", "myapp:{jobs}:token"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_timed_out_but_ran_is_adopted_not_repeated() {
+    let server = redis();
+    let a = Election::builder("paused-acquire")
+        .redis(server.url())
+        .ttl(Duration::from_secs(3))
+        .call_timeout(Duration::from_millis(100))
+        .id("a")
+        .build()
+        .await
+        .unwrap();
+    // Writes wait while paused: the first acquire times out on the client,
+    // then runs on the server once the pause ends.
+    server
+        .command(&["CLIENT", "PAUSE", "600", "WRITE"])
+        .unwrap();
+    let term = campaign(&a).await;
+    let mut conn = raw(&server.url()).await;
+    let issued: u64 = conn.get("tenure:{paused-acquire}:token").await.unwrap();
+    assert_eq!(
+        term.token(),
+        issued,
+        "the retry adopted the term its lost attempt won"
+    );
+    assert!(term.is_leader());
+}
