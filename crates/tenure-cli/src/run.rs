@@ -20,7 +20,7 @@ use crate::http::{self, Health, Phase};
 use crate::supervisor::{exit_code, Job};
 
 /// Time allowed between SIGKILL and the job being gone, kept free before the
-/// deadline.
+/// deadline (less with a margin below it, so tiny ttls still work).
 const KILL_SLACK: Duration = Duration::from_millis(100);
 
 /// How one leadership term of CMD ended.
@@ -62,7 +62,8 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         Some(period) => Some(crate::marker::Marker::connect(&args, period).await?),
         None => None,
     };
-    let stop_lead = stop_lead(&election, args.kill_grace);
+    let kill_slack = KILL_SLACK.min(election.margin());
+    let stop_lead = stop_lead(&election, args.kill_grace, kill_slack);
     let name = election.name().to_string();
     loop {
         health.set(Phase::Campaigning);
@@ -109,7 +110,12 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         tracing::info!(election = %name, token = term.token(), group = job.group(), "started command as leader");
         gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
         counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
-        let outcome = supervise(&term, &mut job, stop_lead, args.kill_grace, &shutdown).await;
+        let limits = StopLimits {
+            stop_lead,
+            kill_grace: args.kill_grace,
+            kill_slack,
+        };
+        let outcome = supervise(&term, &mut job, limits, &shutdown).await;
         gauge!("tenure_child_running", "election" => name.clone()).set(0.0);
         health.set(Phase::Campaigning);
         match outcome {
@@ -175,22 +181,41 @@ async fn build_election(args: &RunArgs) -> Result<Election, Failure> {
 /// How long before the deadline CMD's stop must begin when renewals fail:
 /// the kill grace, but never so much that a merely late renewal stops CMD.
 /// Half the time between the renewal being due and the deadline.
-fn stop_lead(election: &Election, kill_grace: Duration) -> Duration {
+fn stop_lead(election: &Election, kill_grace: Duration, kill_slack: Duration) -> Duration {
     let slack = election
         .ttl()
         .saturating_sub(election.margin())
         .saturating_sub(election.renew_every());
-    kill_grace.min(slack / 2) + KILL_SLACK
+    kill_grace.min(slack / 2) + kill_slack
+}
+
+/// When and how fast CMD must be stopped.
+#[derive(Debug, Clone, Copy)]
+struct StopLimits {
+    /// Begin stopping when no more than this is left before the deadline.
+    stop_lead: Duration,
+    /// SIGTERM-to-SIGKILL time of a normal stop.
+    kill_grace: Duration,
+    /// Kept free between SIGKILL and the deadline.
+    kill_slack: Duration,
+}
+
+impl StopLimits {
+    /// The kill grace, capped so SIGKILL lands before the local deadline.
+    fn grace(&self, term: &Leadership) -> Duration {
+        self.kill_grace
+            .min(term.remaining().saturating_sub(self.kill_slack))
+    }
 }
 
 /// Run one term's CMD until it exits, leadership ends, or shutdown.
 async fn supervise(
     term: &Leadership,
     job: &mut Job,
-    stop_lead: Duration,
-    kill_grace: Duration,
+    limits: StopLimits,
     shutdown: &CancellationToken,
 ) -> Outcome {
+    let stop_lead = limits.stop_lead;
     loop {
         let stop_by = term
             .deadline()
@@ -202,7 +227,7 @@ async fn supervise(
             }
             reason = term.lost() => {
                 tracing::warn!(%reason, "leadership lost; stopping the command now");
-                let _ = job.stop(grace_before_deadline(term, kill_grace)).await;
+                let _ = job.stop(limits.grace(term)).await;
                 return Outcome::Lost(reason);
             }
             _ = sleep_until(stop_by) => {
@@ -211,11 +236,11 @@ async fn supervise(
                     continue;
                 }
                 tracing::warn!(time_left = ?term.remaining(), "renewals are failing; stopping the command before the lease deadline");
-                let _ = job.stop(grace_before_deadline(term, kill_grace)).await;
+                let _ = job.stop(limits.grace(term)).await;
                 return Outcome::Lost(LostReason::DeadlinePassed);
             }
             _ = shutdown.cancelled() => {
-                let status = job.stop(grace_before_deadline(term, kill_grace)).await;
+                let status = job.stop(limits.grace(term)).await;
                 // Stopped by our SIGTERM/SIGKILL counts as a clean shutdown.
                 let code = match status.map(exit_code) {
                     Ok(code) if code < 128 => code,
@@ -225,9 +250,4 @@ async fn supervise(
             }
         }
     }
-}
-
-/// The kill grace, capped so SIGKILL lands before the local deadline.
-fn grace_before_deadline(term: &Leadership, kill_grace: Duration) -> Duration {
-    kill_grace.min(term.remaining().saturating_sub(KILL_SLACK))
 }
