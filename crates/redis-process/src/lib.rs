@@ -188,8 +188,9 @@ impl RedisServer {
     }
 
     /// Send one command over a fresh plain-TCP connection (authenticating
-    /// first when a password is set) and return the reply as text. Used for
-    /// fault injection such as `CLIENT PAUSE`; not available with TLS.
+    /// first when a password is set) and return the reply as text, an
+    /// array's items one per line. Used for fault injection such as
+    /// `CLIENT PAUSE`; not available with TLS.
     pub fn command(&self, args: &[&str]) -> Result<String, Error> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port))
             .map_err(io_err(format!("connecting to 127.0.0.1:{}", self.port)))?;
@@ -323,7 +324,7 @@ fn send(stream: &mut TcpStream, args: &[&str]) -> Result<(), Error> {
         .map_err(io_err("writing a command"))
 }
 
-/// Reads one RESP2 reply and renders it as text (arrays joined by spaces).
+/// Reads one RESP2 reply and renders it as text (array items one per line).
 fn read_reply(reader: &mut BufReader<TcpStream>) -> Result<String, Error> {
     let mut line = String::new();
     reader
@@ -352,7 +353,7 @@ fn read_reply(reader: &mut BufReader<TcpStream>) -> Result<String, Error> {
             for _ in 0..count.max(0) {
                 items.push(read_reply(reader)?);
             }
-            Ok(items.join(" "))
+            Ok(items.join("\n"))
         }
         _ => Err(Error::Reply(format!("unexpected reply line {line:?}"))),
     }

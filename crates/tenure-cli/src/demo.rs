@@ -17,6 +17,7 @@ use tokio::time::{timeout, Instant};
 
 use crate::cli::DemoArgs;
 use crate::exit::{self, Failure};
+use crate::say;
 
 const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 
@@ -89,10 +90,10 @@ impl Drop for Candidate {
 
 pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     let started = Instant::now();
-    println!("tenure demo: leader election on Redis, with measured times\n");
+    say!("tenure demo: leader election on Redis, with measured times\n");
     let (url, server) = match args.url {
         Some(url) => {
-            println!("redis: using {}", tenure::redact_url(&url));
+            say!("redis: using {}", tenure::redact_url(&url));
             (url, None)
         }
         None => {
@@ -100,7 +101,7 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
                 .await
                 .map_err(|e| Failure::new(1, e.to_string()))?
                 .map_err(|e| Failure::new(exit::UNAVAILABLE, e.to_string()))?;
-            println!(
+            say!(
                 "redis: started a private redis-server on 127.0.0.1:{} (pid {})",
                 server.port(),
                 server.pid().unwrap_or(0)
@@ -116,7 +117,7 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     };
     drop(server);
     outcome?;
-    println!("\ndone in {:.1}s{stopped}", started.elapsed().as_secs_f64());
+    say!("\ndone in {:.1}s{stopped}", started.elapsed().as_secs_f64());
     Ok(exit::OK)
 }
 
@@ -136,7 +137,7 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
         renew_every = election.renew_every();
         candidates.insert(id, Candidate::start(election, id, events_tx.clone())?);
     }
-    println!(
+    say!(
         "\n1. Three candidates ({}) campaign for election {name:?} (ttl {}, renew every {})",
         NAMES.join(", "),
         humantime::format_duration(ttl),
@@ -144,13 +145,15 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
     );
     let wait = ttl * 5;
     let (first, token1, at) = next_elected(&mut events, wait).await?;
-    println!(
+    say!(
         "   -> {first} leads after {}, fencing token {token1}",
         ms(at - campaign_started)
     );
+    say!("      (a Redis new to the election grants no lease for one ttl: a leader from");
+    say!("       before a restart or failover might still believe it leads)");
 
     let mut conn = admin::connect(url, None, Duration::from_secs(2)).await?;
-    println!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
+    say!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
     let ttl_left = admin::leader_of(&mut conn, "tenure", &name)
         .await?
         .map_or(Duration::ZERO, |l| l.ttl_left);
@@ -160,31 +163,31 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
     }
     let expires_at = crashed_at + ttl_left;
     let (second, token2, at) = next_elected(&mut events, wait).await?;
-    println!(
+    say!(
         "   -> {second} took over {} after the crash; the lease had {} left, so that is {} after it expired",
         ms(at - crashed_at),
         ms(ttl_left),
         signed_ms(at, expires_at)
     );
 
-    println!("\n3. {second} steps down gracefully (resign releases the lease and announces it)");
+    say!("\n3. {second} steps down gracefully (resign releases the lease and announces it)");
     let resigned_at = Instant::now();
     if let Some(candidate) = candidates.get(second) {
         let _ = candidate.resign.send(());
     }
     let (third, token3, at) = next_elected(&mut events, wait).await?;
-    println!(
+    say!(
         "   -> {third} took over {} after the resignation, without waiting for the ttl",
         ms(at - resigned_at)
     );
 
-    println!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
+    say!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
     let resource = FencedKey::new(format!("{name}:resource"));
     resource
         .set(&mut conn, token3, format!("written by {third}"))
         .await?;
     match resource.set(&mut conn, token1, format!("late write by {first}")).await? {
-        FencedWrite::Rejected { highest } => println!(
+        FencedWrite::Rejected { highest } => say!(
             "   -> a late write by {first} with its old token {token1} is refused: the resource has seen {highest}"
         ),
         FencedWrite::Accepted => {

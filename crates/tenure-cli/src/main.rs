@@ -11,6 +11,7 @@ mod exit;
 mod http;
 mod marker;
 mod observe;
+mod output;
 mod run;
 mod supervisor;
 

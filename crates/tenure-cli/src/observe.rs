@@ -62,14 +62,14 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     }
     if args.json {
         let json = serde_json::json!({ "elections": rows });
-        println!("{json}");
+        crate::output::line(&json.to_string());
     } else if rows.is_empty() {
-        println!(
+        crate::output::line(&format!(
             "no elections with a leader under prefix {:?}",
             args.redis.prefix
-        );
+        ));
     } else {
-        print!("{}", table(&rows));
+        crate::output::text(&table(&rows));
     }
     Ok(exit::OK)
 }
@@ -139,22 +139,27 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
             return Ok(exit::OK);
         };
         let now = rfc3339(SystemTime::now());
-        match change {
-            Ok(leader) if args.json => {
-                let json = serde_json::json!({
-                    "time": now,
-                    "election": args.name,
-                    "leader": leader.as_ref().map(|l| &l.id),
-                    "token": leader.as_ref().map(|l| l.token),
-                });
-                println!("{json}");
-            }
-            Ok(Some(leader)) => println!(
+        let text = match change {
+            Ok(leader) if args.json => serde_json::json!({
+                "time": now,
+                "election": args.name,
+                "leader": leader.as_ref().map(|l| &l.id),
+                "token": leader.as_ref().map(|l| l.token),
+            })
+            .to_string(),
+            Ok(Some(leader)) => format!(
                 "{now}  {}  leader {}  token {}",
                 args.name, leader.id, leader.token
             ),
-            Ok(None) => println!("{now}  {}  no leader", args.name),
-            Err(err) => eprintln!("{now}  {}  cannot read the lease: {err}", args.name),
+            Ok(None) => format!("{now}  {}  no leader", args.name),
+            Err(err) => {
+                eprintln!("{now}  {}  cannot read the lease: {err}", args.name);
+                continue;
+            }
+        };
+        if !crate::output::line(&text) {
+            // Whoever read our output is gone (a closed pipe).
+            return Ok(exit::OK);
         }
     }
 }

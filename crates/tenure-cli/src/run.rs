@@ -71,11 +71,16 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             match election.try_campaign().await? {
                 Some(term) => term,
                 None => {
-                    let leader = election.leader().await.ok().flatten();
-                    let who = leader.map_or("another instance".to_string(), |l| {
-                        format!("{} (token {})", l.id, l.token)
-                    });
-                    eprintln!("tenure: {who} leads election {name:?}; not waiting (--no-wait)");
+                    match election.leader().await.ok().flatten() {
+                        Some(l) => eprintln!(
+                            "tenure: {} (token {}) leads election {name:?}; not waiting (--no-wait)",
+                            l.id, l.token
+                        ),
+                        None => eprintln!(
+                            "tenure: election {name:?} grants no lease yet (its Redis is new, \
+                             restarted or failed over less than a ttl ago); not waiting (--no-wait)"
+                        ),
+                    }
                     return Ok(exit::SOMEONE_ELSE_LEADS);
                 }
             }

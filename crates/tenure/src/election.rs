@@ -210,6 +210,25 @@ struct Inner {
     backend: Backend,
 }
 
+impl Inner {
+    /// One backend call bounded by `limit`. A timeout also replaces the
+    /// connection: the call may have run, and the connection may be dead.
+    async fn call<T>(
+        &self,
+        limit: Duration,
+        call: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let result = match timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout(limit)),
+        };
+        if let Err(Error::Timeout(_)) = result {
+            self.backend.reset();
+        }
+        result
+    }
+}
+
 /// One named election, seen from this instance. Cheap to clone.
 ///
 /// ```no_run
@@ -305,30 +324,19 @@ impl Election {
         loop {
             let seen = *notices.borrow_and_update();
             let sent = Instant::now();
-            let reply = match timeout(
-                timing.call_timeout,
-                self.inner.backend.acquire(&self.inner.id, timing.ttl_ms()),
-            )
-            .await
-            {
-                Ok(Ok(reply)) => {
+            let acquire = self.inner.backend.acquire(&self.inner.id, timing.ttl_ms());
+            let reply = match self.inner.call(timing.call_timeout, acquire).await {
+                Ok(reply) => {
                     failures = 0;
                     Some(reply)
                 }
-                Ok(Err(err)) if !err.is_transient() => return Err(err),
-                Ok(Err(err)) => {
+                Err(err) if !err.is_transient() => return Err(err),
+                Err(err) => {
+                    // After a timeout the outcome is unknown: the script may
+                    // have run. The next attempt adopts the term if it did.
                     failures = failures.saturating_add(1);
                     if failures == 1 {
                         tracing::warn!(election = %self.inner.name, error = %err, "acquire failed; retrying");
-                    }
-                    None
-                }
-                Err(_) => {
-                    // Outcome unknown: the script may have run. The next
-                    // attempt adopts the term if it did.
-                    failures = failures.saturating_add(1);
-                    if failures == 1 {
-                        tracing::warn!(election = %self.inner.name, timeout = ?timing.call_timeout, "acquire timed out; retrying");
                     }
                     None
                 }
@@ -337,7 +345,8 @@ impl Election {
             match after_acquire(timing, sent, now, reply, self.jitter(), failures) {
                 CandidateStep::Elected(state) => return Ok(self.start_term(state)),
                 CandidateStep::Follow { until, holder } => {
-                    if last_seen_token != Some(holder.token) {
+                    // An empty owner is the start-up grace period, not a leader.
+                    if !holder.owner.is_empty() && last_seen_token != Some(holder.token) {
                         last_seen_token = Some(holder.token);
                         tracing::debug!(election = %self.inner.name, leader = %holder.owner, token = holder.token, "following");
                         on_follower(&LeaderInfo::from(holder));
@@ -376,11 +385,12 @@ impl Election {
 
     /// Who leads now, read from the store (`None` when nobody does).
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let timing = &self.inner.timing;
-        match timeout(timing.call_timeout, self.inner.backend.inspect()).await {
-            Ok(result) => Ok(result?.map(LeaderInfo::from)),
-            Err(_) => Err(Error::Timeout(timing.call_timeout)),
-        }
+        let inspect = self.inner.backend.inspect();
+        let holder = self
+            .inner
+            .call(self.inner.timing.call_timeout, inspect)
+            .await?;
+        Ok(holder.map(LeaderInfo::from))
     }
 
     /// A stream of leadership changes: the current leader first, then one
@@ -544,20 +554,18 @@ async fn renew_once(
     if sent >= state.deadline {
         return LeaderStep::Lost(LostReason::DeadlinePassed);
     }
-    let call = inner.backend.renew(&inner.id, state.token, timing.ttl_ms());
-    let reply = match timeout(timing.call_timeout_before(sent, state.deadline), call).await {
-        Ok(Ok(reply)) => {
+    let renew = inner.backend.renew(&inner.id, state.token, timing.ttl_ms());
+    let limit = timing.call_timeout_before(sent, state.deadline);
+    let reply = match inner.call(limit, renew).await {
+        Ok(reply) => {
             metrics::renewed(&inner.name, sent.elapsed());
             Some(reply)
         }
-        Ok(Err(err)) => {
+        Err(err) => {
+            // A timed-out renewal may have run, but its outcome is unknown,
+            // so it does not move the deadline.
             metrics::renewal_failed(&inner.name);
             tracing::warn!(election = %inner.name, error = %err, time_left = ?state.deadline.saturating_duration_since(Instant::now()), "renewal failed");
-            None
-        }
-        Err(_) => {
-            metrics::renewal_failed(&inner.name);
-            tracing::warn!(election = %inner.name, time_left = ?state.deadline.saturating_duration_since(Instant::now()), "renewal timed out; its outcome is unknown");
             None
         }
     };
@@ -585,12 +593,11 @@ fn end_term(inner: &Inner, shared: &TermShared, reason: LostReason) {
 /// Delete the lease if this term still owns it, and announce the release.
 async fn release(election: &Election, shared: &TermShared) -> Result<()> {
     let inner = &election.inner;
-    let call = inner.backend.resign(&inner.id, shared.token);
-    match timeout(inner.timing.call_timeout, call).await {
-        Ok(Ok(_released)) => Ok(()),
-        Ok(Err(err)) => Err(err),
-        Err(_) => Err(Error::Timeout(inner.timing.call_timeout)),
-    }
+    let resign = inner.backend.resign(&inner.id, shared.token);
+    inner
+        .call(inner.timing.call_timeout, resign)
+        .await
+        .map(|_released| ())
 }
 
 impl Election {
@@ -605,15 +612,8 @@ impl Election {
         let inner = &self.inner;
         match self.leader().await? {
             Some(holder) if holder.id == inner.id => {
-                match timeout(
-                    inner.timing.call_timeout,
-                    inner.backend.resign(&inner.id, holder.token),
-                )
-                .await
-                {
-                    Ok(released) => released,
-                    Err(_) => Err(Error::Timeout(inner.timing.call_timeout)),
-                }
+                let resign = inner.backend.resign(&inner.id, holder.token);
+                inner.call(inner.timing.call_timeout, resign).await
             }
             _ => Ok(false),
         }
@@ -635,12 +635,8 @@ impl Election {
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
         let timing = &self.inner.timing;
         let sent = Instant::now();
-        let reply = timeout(
-            timing.call_timeout,
-            self.inner.backend.acquire(&self.inner.id, timing.ttl_ms()),
-        )
-        .await
-        .map_err(|_| Error::Timeout(timing.call_timeout))??;
+        let acquire = self.inner.backend.acquire(&self.inner.id, timing.ttl_ms());
+        let reply = self.inner.call(timing.call_timeout, acquire).await?;
         match after_acquire(timing, sent, Instant::now(), Some(reply), Duration::ZERO, 0) {
             CandidateStep::Elected(state) => Ok(Some(self.start_term(state))),
             CandidateStep::Follow { .. } => Ok(None),

@@ -7,6 +7,7 @@
 //! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock); has a TTL |
 //! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; no TTL                   |
 //! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN` and `released:TOKEN` messages          |
+//! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` of the Redis process that first served this data, `since` (ms) |
 //! | `PREFIX:{NAME}:last-run`    | hash    | fenced marker of `tenure run --at-most-every` (`token`, `value`) |
 //!
 //! `{NAME}` is a Redis Cluster hash tag: every key of one election lives in
@@ -24,6 +25,7 @@ pub(crate) struct Keys {
     pub lease: String,
     pub token: String,
     pub events: String,
+    pub epoch: String,
     pub last_run: String,
 }
 
@@ -33,6 +35,7 @@ impl Keys {
             lease: format!("{prefix}:{{{name}}}:lease"),
             token: format!("{prefix}:{{{name}}}:token"),
             events: format!("{prefix}:{{{name}}}:events"),
+            epoch: format!("{prefix}:{{{name}}}:epoch"),
             last_run: format!("{prefix}:{{{name}}}:last-run"),
         }
     }

@@ -50,7 +50,7 @@ pub(crate) const SHORT_TTL: Duration = Duration::from_secs(1);
 impl Timing {
     /// Validate user settings and fill in defaults:
     /// `renew_every = ttl / 3`, `margin = min(ttl / 10, 2 s)`,
-    /// `call_timeout = min(renew_every / 2, 2 s)`.
+    /// `call_timeout = min(renew_every, 2 s)`.
     pub fn new(
         ttl: Duration,
         renew_every: Option<Duration>,
@@ -88,8 +88,7 @@ impl Timing {
                  first renewal is due"
             )));
         }
-        let call_timeout =
-            call_timeout.unwrap_or_else(|| (renew_every / 2).min(Duration::from_secs(2)));
+        let call_timeout = call_timeout.unwrap_or_else(|| renew_every.min(Duration::from_secs(2)));
         if call_timeout.is_zero() {
             return Err(Error::Config(
                 "call timeout must be greater than zero".into(),

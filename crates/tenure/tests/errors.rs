@@ -118,7 +118,7 @@ async fn an_acl_user_with_enough_rights_can_lead_and_one_without_is_told_why() {
     support::init_logs();
     let mut builder = RedisServer::builder();
     for rule in [
-        "--user elector on >pw ~tenure:* &tenure:* +ping +evalsha +eval +script|load +subscribe +publish +type +hmget +hset +pexpire +pttl +get +set +del +time",
+        "--user elector on >pw ~tenure:* &tenure:* +ping +evalsha +eval +script|load +subscribe +publish +type +hmget +hset +pexpire +pttl +get +set +del +time +info",
         "--user reader on >pw ~* &* +@read +ping +subscribe",
     ] {
         for word in rule.split(' ') {
@@ -129,6 +129,7 @@ async fn an_acl_user_with_enough_rights_can_lead_and_one_without_is_told_why() {
     let port = server.port();
     let ok = Election::builder("acl")
         .redis(format!("redis://elector:pw@127.0.0.1:{port}"))
+        .ttl(Duration::from_secs(1))
         .build()
         .await
         .unwrap();
@@ -153,6 +154,7 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
 
     let e = Election::builder("tls")
         .redis(&url)
+        .ttl(Duration::from_secs(1))
         .tls_ca_file(&files.ca)
         .build()
         .await

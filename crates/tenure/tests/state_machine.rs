@@ -247,3 +247,21 @@ async fn lead_work_is_told_to_stop_on_shutdown_before_the_lease_is_released() {
     assert_eq!(holder_while_winding_down.as_deref(), Some("a"));
     assert!(store.holder("jobs").is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn after_the_store_loses_everything_no_lease_is_granted_for_one_ttl() {
+    let store = MemoryStore::new();
+    let a = member(&store, "a").await;
+    let b = member(&store, "b").await;
+    let old = a.campaign().await.unwrap();
+    store.wipe();
+    let wiped_at = Instant::now();
+    let new = within(b.campaign()).await.unwrap();
+    let waited = Instant::now() - wiped_at;
+    assert!(
+        waited >= TTL && waited <= TTL + Duration::from_millis(15),
+        "granted one ttl later (plus jitter): {waited:?}"
+    );
+    assert!(Instant::now() >= old.deadline());
+    assert!(new.token() > old.token());
+}

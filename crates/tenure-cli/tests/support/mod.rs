@@ -21,9 +21,12 @@ pub fn redis() -> RedisServer {
 /// The `tenure` binary under test.
 pub fn tenure() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tenure"));
+    // Short leases keep the start-up grace period of each fresh server short;
+    // tests that care pass --ttl, which wins over the variable.
     command
         .env_remove("TENURE_REDIS_URL")
-        .env("TENURE_LOG", "info");
+        .env("TENURE_LOG", "info")
+        .env("TENURE_TTL", "1s");
     command
 }
 

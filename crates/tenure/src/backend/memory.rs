@@ -73,6 +73,10 @@ struct StoreState {
     token_floor: u64,
     notices: HashMap<String, watch::Sender<Notices>>,
     fault: Fault,
+    /// Set by [`MemoryStore::wipe`]: elections first asked for a lease
+    /// after it wait one ttl from then (the start-up grace period).
+    wiped: bool,
+    grace_since: HashMap<String, Instant>,
 }
 
 #[derive(Debug, Clone)]
@@ -157,11 +161,15 @@ impl MemoryStore {
     }
 
     /// Lose every lease and token counter, as a Redis restart without
-    /// persistence does. Later tokens still rise above earlier ones.
+    /// persistence does. Later tokens still rise above earlier ones, and,
+    /// as with Redis, no lease is granted until one ttl after an election
+    /// is next asked for one (a leader from before may still believe).
     pub fn wipe(&self) {
         let mut state = self.lock();
         state.leases.clear();
         state.last_tokens.clear();
+        state.grace_since.clear();
+        state.wiped = true;
     }
 
     /// Who holds an election's lease now.
@@ -218,6 +226,20 @@ impl MemoryBackend {
                 return Ok(AcquireReply::Won { token: lease.token });
             }
             return Ok(AcquireReply::Held(holder_of(lease, now)));
+        }
+        if state.wiped {
+            let since = *state
+                .grace_since
+                .entry(self.election.clone())
+                .or_insert(now);
+            if now < since + ttl {
+                return Ok(AcquireReply::Held(Holder {
+                    owner: String::new(),
+                    token: 0,
+                    ttl_left: since + ttl - now,
+                    since_ms: 0,
+                }));
+            }
         }
         let token = state.next_token(&self.election);
         state.leases.insert(

@@ -62,6 +62,14 @@ impl Backend {
         }
     }
 
+    /// Drop the current connection for a new one (after a timeout).
+    pub fn reset(&self) {
+        match self {
+            Backend::Redis(b) => b.reset(),
+            Backend::Memory(_) => {}
+        }
+    }
+
     pub fn notices(&self) -> watch::Receiver<Notices> {
         match self {
             Backend::Redis(b) => b.notices(),

@@ -73,17 +73,21 @@ impl RedisTarget {
         })
     }
 
+    fn manager_config(call_timeout: Duration) -> redis::aio::ConnectionManagerConfig {
+        redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(call_timeout.max(Duration::from_secs(1))))
+            .set_response_timeout(Some(call_timeout))
+            .set_number_of_retries(1)
+    }
+
     /// Open a [`ConnectionManager`] whose calls time out after `call_timeout`,
     /// and check with a PING that the server accepts us.
     pub async fn connect(&self, call_timeout: Duration) -> Result<ConnectionManager> {
         let client = self.client()?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(call_timeout.max(Duration::from_secs(1))))
-            .set_response_timeout(Some(call_timeout))
-            .set_number_of_retries(1);
-        let mut conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| self.classify(e))?;
+        let mut conn =
+            ConnectionManager::new_with_config(client, Self::manager_config(call_timeout))
+                .await
+                .map_err(|e| self.classify(e))?;
         redis::cmd("PING")
             .query_async::<()>(&mut conn)
             .await
@@ -146,7 +150,9 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
 pub(crate) struct RedisBackend {
     target: RedisTarget,
     keys: Keys,
-    conn: ConnectionManager,
+    call_timeout: Duration,
+    /// Replaced by [`RedisBackend::reset`] after a timeout.
+    conn: std::sync::Mutex<ConnectionManager>,
     scripts: Arc<Scripts>,
     notices: watch::Receiver<Notices>,
     _stop_subscriber: DropGuard,
@@ -174,7 +180,8 @@ impl RedisBackend {
         Ok(RedisBackend {
             target,
             keys,
-            conn,
+            call_timeout,
+            conn: std::sync::Mutex::new(conn),
             scripts: Arc::new(Scripts {
                 acquire: Script::new(ACQUIRE),
                 renew: Script::new(RENEW),
@@ -192,10 +199,11 @@ impl RedisBackend {
             .acquire
             .key(&self.keys.lease)
             .key(&self.keys.token)
+            .key(&self.keys.epoch)
             .arg(owner)
             .arg(ttl_ms)
             .arg(&self.keys.events)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
         let items = self.array(reply, 5)?;
@@ -223,7 +231,7 @@ impl RedisBackend {
             .arg(owner)
             .arg(token)
             .arg(ttl_ms)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
         let items = self.array(reply, 1)?;
@@ -249,7 +257,7 @@ impl RedisBackend {
             .arg(owner)
             .arg(token)
             .arg(&self.keys.events)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
         Ok(released == 1)
@@ -260,7 +268,7 @@ impl RedisBackend {
             .scripts
             .inspect
             .key(&self.keys.lease)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
         let items = self.array(reply, 0)?;
@@ -282,6 +290,27 @@ impl RedisBackend {
 
     pub fn notices(&self) -> watch::Receiver<Notices> {
         self.notices.clone()
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Start over on a new connection. A call that timed out says nothing
+    /// about the connection (the client does not reconnect on timeouts), and
+    /// a silently dead connection would otherwise fail every later call.
+    pub fn reset(&self) {
+        let fresh = self.target.client().and_then(|client| {
+            ConnectionManager::new_lazy_with_config(
+                client,
+                RedisTarget::manager_config(self.call_timeout),
+            )
+            .map_err(|e| self.target.classify(e))
+        });
+        match fresh {
+            Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
+            Err(err) => tracing::warn!(error = %err, "cannot open a new Redis connection"),
+        }
     }
 
     fn unexpected(&self, what: &str) -> Error {

@@ -1,0 +1,479 @@
+//! The checker: reads what happened from the logs alone and judges it.
+//!
+//! **Safety**
+//! - *Stale writes accepted*: the resource's own record of accepted writes,
+//!   in acceptance order, must never show a token lower than one accepted
+//!   before it.
+//! - *Overlaps*: each term's *acting interval* runs from its first write to
+//!   the end of its belief (the last deadline it relied on, or its loss, or
+//!   its process's exit, whichever is first). Two terms of different
+//!   instances whose acting intervals intersect, and that both wrote inside
+//!   the intersection, acted as leaders at the same time.
+//! - Rejected stale writes are counted separately: they are fencing
+//!   working, expected under pauses.
+//!
+//! **Liveness**: the longest time without any leader (outside Redis-wide
+//! faults, when nobody can lead), and the time from each fault to the next
+//! new term.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use crate::log::Event;
+
+/// A fault window during which no instance could be healthy.
+const REDIS_WIDE: [&str; 2] = ["restart", "stall"];
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Report {
+    pub ttl_ms: u64,
+    pub duration_s: f64,
+    pub faults: BTreeMap<String, u32>,
+    pub terms: usize,
+    pub writes_accepted: u64,
+    pub writes_rejected: u64,
+    pub stale_writes_accepted: u64,
+    pub overlaps: u64,
+    pub overlap_ms: f64,
+    pub longest_gap_ms: f64,
+    pub longest_gap_outside_redis_faults_ms: f64,
+    pub recovery_ms: BTreeMap<String, Recovery>,
+    pub crashes: Vec<String>,
+    pub leaked: Vec<String>,
+    pub torn_lines: usize,
+    pub safe: bool,
+    pub live: bool,
+}
+
+/// Time from a fault of one kind to the next new term.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Recovery {
+    pub count: u32,
+    pub median_ms: f64,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Term {
+    pub inst: String,
+    pub token: u64,
+    pub elected: u64,
+    /// End of leadership for liveness (loss, exit, or last deadline relied on).
+    pub end: u64,
+    /// First write .. end of belief, if the term wrote at all.
+    pub acting: Option<(u64, u64)>,
+    pub writes: Vec<(u64, bool)>,
+}
+
+/// Group the events into terms.
+pub fn terms(events: &[Event]) -> Vec<Term> {
+    let mut by_term: HashMap<(String, u64), Term> = HashMap::new();
+    let mut exits: HashMap<String, u64> = HashMap::new();
+    let mut max_until: HashMap<(String, u64), u64> = HashMap::new();
+    let mut lost: HashMap<(String, u64), u64> = HashMap::new();
+    for event in events {
+        match event {
+            Event::Elected { inst, token, t } => {
+                by_term
+                    .entry((inst.clone(), *token))
+                    .or_insert_with(|| Term {
+                        inst: inst.clone(),
+                        token: *token,
+                        elected: *t,
+                        end: u64::MAX,
+                        acting: None,
+                        writes: Vec::new(),
+                    });
+            }
+            Event::Write {
+                inst,
+                token,
+                t,
+                until,
+                ok,
+            } => {
+                let term = by_term
+                    .entry((inst.clone(), *token))
+                    .or_insert_with(|| Term {
+                        inst: inst.clone(),
+                        token: *token,
+                        elected: *t,
+                        end: u64::MAX,
+                        acting: None,
+                        writes: Vec::new(),
+                    });
+                term.writes.push((*t, *ok));
+                let entry = max_until.entry((inst.clone(), *token)).or_insert(0);
+                *entry = (*entry).max(*until);
+            }
+            Event::Lost { inst, token, t, .. } => {
+                lost.entry((inst.clone(), *token)).or_insert(*t);
+            }
+            Event::Exit { inst, t, .. } => {
+                exits.entry(inst.clone()).or_insert(*t);
+            }
+            _ => {}
+        }
+    }
+    let mut terms: Vec<Term> = by_term
+        .into_iter()
+        .map(|(key, mut term)| {
+            let mut end = u64::MAX;
+            if let Some(t) = lost.get(&key) {
+                end = end.min(*t);
+            }
+            if let Some(t) = exits.get(&term.inst) {
+                end = end.min(*t);
+            }
+            if let Some(until) = max_until.get(&key) {
+                end = end.min(*until);
+            }
+            if let Some(first) = term.writes.iter().map(|(t, _)| *t).min() {
+                term.acting = Some((first, end.max(first)));
+            }
+            term.end = end;
+            term
+        })
+        .collect();
+    terms.sort_by_key(|t| (t.elected, t.token));
+    terms
+}
+
+/// Judge a run. `accepted` is the resource's list of accepted writes
+/// ("TOKEN INSTANCE" per line) in acceptance order.
+pub fn check(
+    events: &[Event],
+    accepted: &str,
+    ttl_ms: u64,
+    crashes: Vec<String>,
+    leaked: Vec<String>,
+    torn_lines: usize,
+) -> Report {
+    let terms = terms(events);
+    let first = events.first().map(Event::t).unwrap_or(0);
+    let last = events.last().map(Event::t).unwrap_or(0);
+    let mut report = Report {
+        ttl_ms,
+        duration_s: (last - first) as f64 / 1e9,
+        terms: terms.len(),
+        crashes,
+        leaked,
+        torn_lines,
+        ..Report::default()
+    };
+
+    for term in &terms {
+        for (_, ok) in &term.writes {
+            if *ok {
+                report.writes_accepted += 1;
+            } else {
+                report.writes_rejected += 1;
+            }
+        }
+    }
+
+    let mut highest = 0u64;
+    for line in accepted.lines() {
+        let Some(token) = line
+            .split_whitespace()
+            .next()
+            .and_then(|t| t.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        if token < highest {
+            report.stale_writes_accepted += 1;
+        }
+        highest = highest.max(token);
+    }
+
+    for (i, a) in terms.iter().enumerate() {
+        for b in &terms[i + 1..] {
+            if a.inst == b.inst {
+                continue;
+            }
+            let (Some((a_start, a_end)), Some((b_start, b_end))) = (a.acting, b.acting) else {
+                continue;
+            };
+            let (from, to) = (a_start.max(b_start), a_end.min(b_end));
+            if from >= to {
+                continue;
+            }
+            let wrote_inside =
+                |term: &Term| term.writes.iter().any(|(t, _)| (from..=to).contains(t));
+            if wrote_inside(a) && wrote_inside(b) {
+                report.overlaps += 1;
+                report.overlap_ms += (to - from) as f64 / 1e6;
+            }
+        }
+    }
+
+    let mut redis_down: Vec<(u64, u64)> = Vec::new();
+    let mut faults: Vec<(String, u64)> = Vec::new();
+    for event in events {
+        if let Event::Fault { kind, t, until, .. } = event {
+            *report.faults.entry(kind.clone()).or_default() += 1;
+            faults.push((kind.clone(), *t));
+            if REDIS_WIDE.contains(&kind.as_str()) {
+                // Nobody can lead until Redis answers and a lease ttl passed.
+                redis_down.push((*t, until.max(t) + ttl_ms * 1_000_000));
+            }
+        }
+    }
+
+    let mut intervals: Vec<(u64, u64)> = terms
+        .iter()
+        .map(|t| (t.elected, t.end.min(last).max(t.elected)))
+        .collect();
+    intervals.sort();
+    let mut covered_until = intervals.first().map_or(first, |i| i.0);
+    for (start, end) in intervals {
+        if start > covered_until {
+            let gap_ms = (start - covered_until) as f64 / 1e6;
+            report.longest_gap_ms = report.longest_gap_ms.max(gap_ms);
+            let during_redis_fault = redis_down
+                .iter()
+                .any(|(from, to)| *from < start && covered_until < *to);
+            if !during_redis_fault {
+                report.longest_gap_outside_redis_faults_ms =
+                    report.longest_gap_outside_redis_faults_ms.max(gap_ms);
+            }
+        }
+        covered_until = covered_until.max(end);
+    }
+
+    let mut recoveries: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (index, (kind, t)) in faults.iter().enumerate() {
+        let next_fault = faults.get(index + 1).map_or(u64::MAX, |f| f.1);
+        let before = terms
+            .iter()
+            .filter(|term| term.elected <= *t)
+            .map(|term| term.token)
+            .max()
+            .unwrap_or(0);
+        if let Some(next) = terms
+            .iter()
+            .find(|term| term.elected > *t && term.elected < next_fault && term.token > before)
+        {
+            recoveries
+                .entry(kind.clone())
+                .or_default()
+                .push((next.elected - t) as f64 / 1e6);
+        }
+    }
+    for (kind, mut times) in recoveries {
+        times.sort_by(f64::total_cmp);
+        report.recovery_ms.insert(
+            kind,
+            Recovery {
+                count: times.len() as u32,
+                median_ms: times[times.len() / 2],
+                max_ms: times.last().copied().unwrap_or(0.0),
+            },
+        );
+    }
+
+    report.safe = report.stale_writes_accepted == 0
+        && report.overlaps == 0
+        && report.crashes.is_empty()
+        && report.leaked.is_empty();
+    let slack_ms = ttl_ms as f64 * 0.25 + 100.0;
+    report.live = report.longest_gap_outside_redis_faults_ms <= ttl_ms as f64 + slack_ms;
+    report
+}
+
+impl Report {
+    /// A table for people.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let row = |out: &mut String, k: &str, v: String| out.push_str(&format!("| {k} | {v} |\n"));
+        out.push_str("| figure | value |\n|---|---|\n");
+        row(&mut out, "run time", format!("{:.0} s", self.duration_s));
+        row(&mut out, "ttl", format!("{} ms", self.ttl_ms));
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        row(
+            &mut out,
+            "faults injected",
+            format!(
+                "{} ({})",
+                self.faults.values().sum::<u32>(),
+                faults.join(", ")
+            ),
+        );
+        row(&mut out, "terms", self.terms.to_string());
+        row(
+            &mut out,
+            "fenced writes accepted",
+            self.writes_accepted.to_string(),
+        );
+        row(
+            &mut out,
+            "stale writes rejected by fencing",
+            self.writes_rejected.to_string(),
+        );
+        row(
+            &mut out,
+            "stale writes accepted (must be 0)",
+            self.stale_writes_accepted.to_string(),
+        );
+        row(
+            &mut out,
+            "overlapping leaders (must be 0)",
+            format!("{} ({:.1} ms)", self.overlaps, self.overlap_ms),
+        );
+        row(
+            &mut out,
+            "longest leaderless gap",
+            format!("{:.0} ms", self.longest_gap_ms),
+        );
+        row(
+            &mut out,
+            "longest gap outside Redis-wide faults (goal: ttl + 25 % + 100 ms)",
+            format!(
+                "{:.0} ms = {:.2} x ttl",
+                self.longest_gap_outside_redis_faults_ms,
+                self.longest_gap_outside_redis_faults_ms / self.ttl_ms as f64
+            ),
+        );
+        for (kind, r) in &self.recovery_ms {
+            row(
+                &mut out,
+                &format!("fault to next leader: {kind}"),
+                format!(
+                    "median {:.0} ms, max {:.0} ms ({} terms)",
+                    r.median_ms, r.max_ms, r.count
+                ),
+            );
+        }
+        row(
+            &mut out,
+            "crashes / panics (must be 0)",
+            format!("{} {}", self.crashes.len(), self.crashes.join("; ")),
+        );
+        row(
+            &mut out,
+            "leaked processes (must be 0)",
+            format!("{} {}", self.leaked.len(), self.leaked.join("; ")),
+        );
+        row(
+            &mut out,
+            "verdict",
+            format!(
+                "{} / {}",
+                if self.safe { "SAFE" } else { "UNSAFE" },
+                if self.live {
+                    "live"
+                } else {
+                    "liveness goal missed"
+                }
+            ),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn write(inst: &str, token: u64, t: u64, until: u64, ok: bool) -> Event {
+        Event::Write {
+            inst: inst.into(),
+            token,
+            t: t * MS,
+            until: until * MS,
+            ok,
+        }
+    }
+
+    fn elected(inst: &str, token: u64, t: u64) -> Event {
+        Event::Elected {
+            inst: inst.into(),
+            token,
+            t: t * MS,
+        }
+    }
+
+    #[test]
+    fn a_clean_handover_is_safe() {
+        let events = vec![
+            elected("a", 1, 0),
+            write("a", 1, 10, 900, true),
+            write("a", 1, 500, 1400, true),
+            Event::Lost {
+                inst: "a".into(),
+                token: 1,
+                t: 600 * MS,
+                reason: "resigned".into(),
+            },
+            elected("b", 2, 610),
+            write("b", 2, 620, 1500, true),
+        ];
+        let report = check(&events, "1 a\n1 a\n2 b\n", 1000, vec![], vec![], 0);
+        assert!(report.safe, "{report:?}");
+        assert_eq!(report.overlaps, 0);
+        assert!((report.longest_gap_ms - 10.0).abs() < 0.001, "{report:?}");
+    }
+
+    #[test]
+    fn two_instances_acting_inside_each_others_deadline_are_an_overlap() {
+        let events = vec![
+            elected("a", 1, 0),
+            write("a", 1, 10, 900, true),
+            elected("b", 2, 300),
+            write("b", 2, 310, 1200, true),
+            write("a", 1, 400, 900, false),
+        ];
+        let report = check(&events, "1 a\n2 b\n", 1000, vec![], vec![], 0);
+        assert_eq!(report.overlaps, 1);
+        assert!(!report.safe);
+        assert_eq!(report.writes_rejected, 1);
+    }
+
+    #[test]
+    fn a_stale_token_accepted_after_a_newer_one_is_a_violation() {
+        let report = check(&[], "5 a\n7 b\n5 a\n", 1000, vec![], vec![], 0);
+        assert_eq!(report.stale_writes_accepted, 1);
+        assert!(!report.safe);
+    }
+
+    #[test]
+    fn a_long_gap_outside_redis_faults_misses_the_liveness_goal() {
+        let events = vec![
+            elected("a", 1, 0),
+            write("a", 1, 10, 100, true),
+            Event::Exit {
+                inst: "a".into(),
+                t: 100 * MS,
+                how: "killed".into(),
+            },
+            elected("b", 2, 3000),
+        ];
+        let report = check(&events, "", 1000, vec![], vec![], 0);
+        assert!(!report.live);
+        let events_with_stall = [
+            vec![Event::Fault {
+                kind: "stall".into(),
+                target: String::new(),
+                t: 50 * MS,
+                until: 2500 * MS,
+            }],
+            events,
+        ]
+        .concat();
+        let mut sorted = events_with_stall;
+        sorted.sort_by_key(Event::t);
+        let report = check(&sorted, "", 1000, vec![], vec![], 0);
+        assert!(
+            report.live,
+            "gaps while Redis is down do not count: {report:?}"
+        );
+    }
+}

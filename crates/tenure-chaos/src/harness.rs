@@ -1,0 +1,410 @@
+//! The harness: a real cluster of processes, faults on a seeded schedule.
+//!
+//! It starts two private redis-servers (the election's, reached by every
+//! instance through its own fault-injecting proxy, and the fenced resource,
+//! reached directly), K instance processes, and then, until the run time is
+//! up, picks a fault, applies it to the current leader (or to Redis), heals
+//! it, and waits. Everything it starts it stops by PID. The schedule
+//! depends only on the seed.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, killpg, Signal};
+use nix::unistd::Pid;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis_process::RedisServer;
+
+use crate::instance::ELECTION;
+use crate::log::{now_ns, Event, EventLog};
+use crate::proxy::{Mode, Proxy};
+
+/// Kinds of fault, as named in logs and reports.
+pub const FAULT_KINDS: [&str; 8] = [
+    "kill", "pause", "restart", "cut", "drop", "delay", "stall", "graceful",
+];
+
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    pub seed: u64,
+    pub duration: Duration,
+    pub instances: usize,
+    pub ttl: Duration,
+    pub out: PathBuf,
+    /// Run instances through `tenure run` instead of the library.
+    pub cli: Option<PathBuf>,
+    pub deadline: bool,
+    pub fencing: bool,
+    pub faults: Vec<String>,
+}
+
+struct Slot {
+    name: String,
+    incarnation: u32,
+    child: Option<Child>,
+    proxy: Proxy,
+}
+
+impl Slot {
+    fn inst(&self) -> String {
+        format!("{}#{}", self.name, self.incarnation)
+    }
+
+    fn pid(&self) -> Option<Pid> {
+        self.child.as_ref().map(|c| Pid::from_raw(c.id() as i32))
+    }
+}
+
+pub struct Harness {
+    config: RunConfig,
+    rng: StdRng,
+    election_redis: RedisServer,
+    resource_redis: RedisServer,
+    slots: Vec<Slot>,
+    log: EventLog,
+    /// Every PID ever started, to check for leaks at the end.
+    started: Vec<i32>,
+}
+
+impl Harness {
+    pub async fn start(config: RunConfig) -> Result<Harness, String> {
+        std::fs::create_dir_all(&config.out).map_err(|e| e.to_string())?;
+        for entry in std::fs::read_dir(&config.out)
+            .map_err(|e| e.to_string())?
+            .flatten()
+        {
+            let path = entry.path();
+            if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("jsonl" | "stderr")
+            ) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        let election_redis = RedisServer::start().map_err(|e| e.to_string())?;
+        let resource_redis = RedisServer::start().map_err(|e| e.to_string())?;
+        let log = EventLog::create(&config.out.join("harness.jsonl")).map_err(|e| e.to_string())?;
+        let mut slots = Vec::new();
+        for i in 1..=config.instances {
+            let proxy = Proxy::start(election_redis.port())
+                .await
+                .map_err(|e| e.to_string())?;
+            slots.push(Slot {
+                name: format!("i{i}"),
+                incarnation: 0,
+                child: None,
+                proxy,
+            });
+        }
+        let rng = StdRng::seed_from_u64(config.seed);
+        let mut harness = Harness {
+            config,
+            rng,
+            election_redis,
+            resource_redis,
+            slots,
+            log,
+            started: Vec::new(),
+        };
+        for index in 0..harness.slots.len() {
+            harness.spawn(index)?;
+        }
+        Ok(harness)
+    }
+
+    fn spawn(&mut self, index: usize) -> Result<(), String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let config = &self.config;
+        let slot = &mut self.slots[index];
+        slot.incarnation += 1;
+        let inst = slot.inst();
+        let file_stem = inst.replace('#', "-");
+        let log_path = config.out.join(format!("{file_stem}.jsonl"));
+        let stderr = std::fs::File::create(config.out.join(format!("{file_stem}.stderr")))
+            .map_err(|e| e.to_string())?;
+        let proxy_url = format!("redis://127.0.0.1:{}", slot.proxy.port);
+        let ttl = humantime::format_duration(config.ttl).to_string();
+        let mut command = match &config.cli {
+            None => {
+                let mut c = Command::new(&exe);
+                c.args([
+                    "instance", "--inst", &inst, "--redis", &proxy_url, "--ttl", &ttl,
+                ]);
+                if !config.deadline {
+                    c.arg("--unsafe-no-deadline");
+                }
+                c
+            }
+            Some(tenure) => {
+                let mut c = Command::new(tenure);
+                c.args([
+                    "run",
+                    "--election",
+                    ELECTION,
+                    "--redis",
+                    &proxy_url,
+                    "--ttl",
+                    &ttl,
+                    "--id",
+                    &inst,
+                    "--kill-grace",
+                    "1s",
+                    "--",
+                ]);
+                c.arg(&exe).args(["writer", "--inst", &inst]);
+                c
+            }
+        };
+        command
+            .args(["--resource", &self.resource_redis.url()])
+            .arg("--log")
+            .arg(&log_path)
+            .args(if config.fencing {
+                &[][..]
+            } else {
+                &["--unsafe-no-fencing"][..]
+            })
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .process_group(0);
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start an instance: {e}"))?;
+        self.started.push(child.id() as i32);
+        slot.child = Some(child);
+        self.log.record(&Event::Start { inst, t: now_ns() });
+        Ok(())
+    }
+
+    /// The slot whose instance leads now, read from Redis directly.
+    async fn leader_slot(&self) -> Option<usize> {
+        let url = self.election_redis.url();
+        let mut conn = tenure::admin::connect(&url, None, Duration::from_secs(1))
+            .await
+            .ok()?;
+        let leader = tenure::admin::leader_of(&mut conn, tenure::DEFAULT_PREFIX, ELECTION)
+            .await
+            .ok()??;
+        self.slots.iter().position(|s| s.inst() == leader.id)
+    }
+
+    fn signal_slot(&self, index: usize, signal: Signal) {
+        if let Some(pid) = self.slots[index].pid() {
+            // In CLI mode the command runs in a process group of its own,
+            // below tenure's guardian; signal both groups, as a VM pause or
+            // an OOM kill of the whole container would.
+            let _ = killpg(pid, signal);
+            if self.config.cli.is_some() {
+                for group in child_groups(pid.as_raw()) {
+                    let _ = killpg(Pid::from_raw(group), signal);
+                }
+            }
+        }
+    }
+
+    fn reap(&mut self, index: usize, how: &str) {
+        let inst = self.slots[index].inst();
+        if let Some(mut child) = self.slots[index].child.take() {
+            let status = child.wait();
+            let how = match (how, status) {
+                ("exit", Ok(status)) => describe(status),
+                (how, _) => how.to_string(),
+            };
+            self.log.record(&Event::Exit {
+                inst,
+                t: now_ns(),
+                how,
+            });
+        }
+    }
+
+    /// Inject faults until the run time is up, then stop everything.
+    pub async fn run(mut self) -> Result<RunOutcome, String> {
+        let ttl = self.config.ttl;
+        let end = tokio::time::Instant::now() + self.config.duration;
+        // Let the first election happen.
+        tokio::time::sleep(ttl).await;
+        while tokio::time::Instant::now() + ttl * 3 < end {
+            let kind =
+                self.config.faults[self.rng.random_range(0..self.config.faults.len())].clone();
+            let hold = ttl.mul_f64(self.rng.random_range(1.3..2.5));
+            let target = self.leader_slot().await;
+            self.inject(&kind, target, hold).await?;
+            self.respawn_dead()?;
+            let pause = ttl.mul_f64(self.rng.random_range(0.5..2.0));
+            tokio::time::sleep(pause).await;
+        }
+        tokio::time::sleep_until(end).await;
+        self.stop().await;
+        Ok(RunOutcome {
+            started: self.started,
+        })
+    }
+
+    async fn inject(
+        &mut self,
+        kind: &str,
+        target: Option<usize>,
+        hold: Duration,
+    ) -> Result<(), String> {
+        let t = now_ns();
+        let target_name = target.map(|i| self.slots[i].inst()).unwrap_or_default();
+        let until = t + hold.as_nanos() as u64;
+        let record = |log: &mut EventLog, until: u64| {
+            log.record(&Event::Fault {
+                kind: kind.to_string(),
+                target: target_name.clone(),
+                t,
+                until,
+            });
+        };
+        match (kind, target) {
+            ("kill", Some(i)) => {
+                record(&mut self.log, t);
+                self.signal_slot(i, Signal::SIGKILL);
+                self.reap(i, "killed");
+            }
+            ("graceful", Some(i)) => {
+                record(&mut self.log, t);
+                if let Some(pid) = self.slots[i].pid() {
+                    let _ = kill(pid, Signal::SIGTERM);
+                }
+                self.wait_exit(i, Duration::from_secs(10)).await;
+            }
+            ("pause", Some(i)) => {
+                record(&mut self.log, until);
+                self.signal_slot(i, Signal::SIGSTOP);
+                tokio::time::sleep(hold).await;
+                self.signal_slot(i, Signal::SIGCONT);
+            }
+            ("cut" | "drop" | "delay", Some(i)) => {
+                record(&mut self.log, until);
+                let mode = match kind {
+                    "cut" => Mode::Blackhole,
+                    "drop" => Mode::Drop,
+                    _ => Mode::Delay(self.config.ttl / 4),
+                };
+                self.slots[i].proxy.set(mode);
+                tokio::time::sleep(hold).await;
+                self.slots[i].proxy.set(Mode::Pass);
+            }
+            ("restart", _) => {
+                record(&mut self.log, t);
+                self.election_redis.restart().map_err(|e| e.to_string())?;
+            }
+            ("stall", _) => {
+                let ms = hold.as_millis().to_string();
+                record(&mut self.log, until);
+                // CLIENT PAUSE answers at once; the blocking call is brief.
+                self.election_redis
+                    .command(&["CLIENT", "PAUSE", &ms, "ALL"])
+                    .map_err(|e| e.to_string())?;
+                tokio::time::sleep(hold).await;
+            }
+            // No leader to aim at right now: nothing to do this round.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn wait_exit(&mut self, index: usize, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while tokio::time::Instant::now() < deadline {
+            if let Some(child) = self.slots[index].child.as_mut() {
+                if !matches!(child.try_wait(), Ok(None)) {
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(pid) = self.slots[index].pid() {
+            let _ = killpg(pid, Signal::SIGKILL);
+        }
+        self.reap(index, "exit");
+    }
+
+    /// Restart any instance that is gone (killed, stopped, or crashed).
+    fn respawn_dead(&mut self) -> Result<(), String> {
+        for index in 0..self.slots.len() {
+            let exited = match self.slots[index].child.as_mut() {
+                None => true,
+                Some(child) => !matches!(child.try_wait(), Ok(None)),
+            };
+            if exited {
+                if self.slots[index].child.is_some() {
+                    self.reap(index, "exit");
+                }
+                self.spawn(index)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn stop(&mut self) {
+        for slot in &self.slots {
+            if let Some(pid) = slot.pid() {
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+        }
+        for index in 0..self.slots.len() {
+            self.wait_exit(index, Duration::from_secs(10)).await;
+        }
+        // The checker reads the accepted writes in the order the resource
+        // accepted them.
+        let accepted = self
+            .resource_redis
+            .command(&["LRANGE", "resource:accepted", "0", "-1"])
+            .unwrap_or_default();
+        let _ = std::fs::write(self.config.out.join("resource.txt"), accepted);
+    }
+}
+
+pub struct RunOutcome {
+    /// Every instance PID started, for the leak check.
+    pub started: Vec<i32>,
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit:{code}"),
+        (None, Some(signal)) => format!("signal:{signal}"),
+        _ => "unknown".into(),
+    }
+}
+
+/// Process groups led by children of the guardian below `tenure_pid`
+/// (CLI mode: tenure -> guardian (own group) -> command).
+fn child_groups(tenure_pid: i32) -> Vec<i32> {
+    let mut groups = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return groups;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(ppid), Some(pgrp)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        if ppid.parse::<i32>().ok() == Some(tenure_pid) && pgrp.parse::<i32>().ok() == Some(pid) {
+            groups.push(pid);
+        }
+    }
+    groups
+}

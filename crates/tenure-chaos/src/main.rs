@@ -1,0 +1,318 @@
+//! `tenure-chaos`: evidence that tenure keeps at most one instance acting.
+//!
+//! `tenure-chaos run` starts a real cluster (redis-servers, fault-injecting
+//! proxies, K instance processes), injects faults on a seeded schedule,
+//! stops everything, and judges the logs with the checker. It exits 1 when
+//! the run was unsafe. `tenure-chaos check DIR` judges an existing run.
+
+mod checker;
+mod harness;
+mod instance;
+mod log;
+mod proxy;
+mod timeline;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tenure-chaos",
+    about = "Fault injection and checking for tenure"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a cluster under seeded faults, then check it.
+    Run {
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        #[arg(long, default_value_t = 5)]
+        instances: usize,
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// Where logs, report and timeline go.
+        #[arg(long, default_value = "target/chaos")]
+        out: PathBuf,
+        /// Run instances through `tenure run` (path to the tenure binary).
+        #[arg(long)]
+        cli: Option<PathBuf>,
+        /// Fault kinds to draw from (comma-separated).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "kill,pause,restart,cut,drop,delay,stall,graceful"
+        )]
+        faults: Vec<String>,
+        /// Unsafe: instances ignore their local deadline (the checker must object).
+        #[arg(long)]
+        unsafe_no_deadline: bool,
+        /// Unsafe: the resource accepts stale tokens (the checker must object).
+        #[arg(long)]
+        unsafe_no_fencing: bool,
+    },
+    /// Check the logs of an earlier run.
+    Check {
+        #[arg(default_value = "target/chaos")]
+        dir: PathBuf,
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+    },
+    /// Internal: one instance campaigning through the library.
+    #[command(hide = true)]
+    Instance {
+        #[arg(long)]
+        inst: String,
+        #[arg(long)]
+        redis: String,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        unsafe_no_deadline: bool,
+    },
+    /// Internal: the command `tenure run` supervises in CLI mode.
+    #[command(hide = true)]
+    Writer {
+        #[arg(long)]
+        inst: String,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct Common {
+    #[arg(long)]
+    resource: String,
+    #[arg(long)]
+    log: PathBuf,
+    #[arg(long)]
+    unsafe_no_fencing: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("tenure-chaos: {err}");
+            std::process::exit(2);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.command {
+            Command::Instance {
+                inst,
+                redis,
+                ttl,
+                common,
+                unsafe_no_deadline,
+            } => {
+                let settings = settings(inst, common);
+                report_err(instance::run_instance(settings, redis, ttl, !unsafe_no_deadline).await)
+            }
+            Command::Writer { inst, common } => {
+                report_err(instance::run_writer(settings(inst, common)).await)
+            }
+            Command::Check { dir, ttl } => check(&dir, ttl, Vec::new()),
+            Command::Run {
+                seed,
+                duration,
+                instances,
+                ttl,
+                out,
+                cli,
+                faults,
+                unsafe_no_deadline,
+                unsafe_no_fencing,
+            } => {
+                if let Some(bad) = faults
+                    .iter()
+                    .find(|f| !harness::FAULT_KINDS.contains(&f.as_str()))
+                {
+                    eprintln!(
+                        "tenure-chaos: unknown fault {bad:?}; known: {}",
+                        harness::FAULT_KINDS.join(",")
+                    );
+                    return 2;
+                }
+                let config = harness::RunConfig {
+                    seed,
+                    duration,
+                    instances,
+                    ttl,
+                    out: out.clone(),
+                    cli,
+                    deadline: !unsafe_no_deadline,
+                    fencing: !unsafe_no_fencing,
+                    faults,
+                };
+                println!(
+                    "tenure-chaos: seed {seed}, {instances} instances, ttl {}, {} -> {}",
+                    humantime::format_duration(ttl),
+                    humantime::format_duration(duration),
+                    out.display()
+                );
+                let outcome = match harness::Harness::start(config).await {
+                    Ok(harness) => harness.run().await,
+                    Err(err) => Err(err),
+                };
+                match outcome {
+                    Ok(outcome) => check(&out, ttl, leaked(&out, &outcome.started)),
+                    Err(err) => {
+                        eprintln!("tenure-chaos: {err}");
+                        2
+                    }
+                }
+            }
+        }
+    });
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    std::process::exit(code);
+}
+
+fn settings(inst: String, common: Common) -> instance::Settings {
+    instance::Settings {
+        inst,
+        resource_url: common.resource,
+        log: common.log,
+        fencing: !common.unsafe_no_fencing,
+    }
+}
+
+fn report_err(result: Result<(), String>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("tenure-chaos: {err}");
+            1
+        }
+    }
+}
+
+/// Judge the run in `dir`; write report.json, report.md and timeline.svg.
+/// Exit code 1 when unsafe.
+fn check(dir: &Path, ttl: Duration, leaked: Vec<String>) -> i32 {
+    let (events, torn) = match log::read_dir(dir) {
+        Ok(read) => read,
+        Err(err) => {
+            eprintln!("tenure-chaos: cannot read {}: {err}", dir.display());
+            return 2;
+        }
+    };
+    let accepted = std::fs::read_to_string(dir.join("resource.txt")).unwrap_or_default();
+    let report = checker::check(
+        &events,
+        &accepted,
+        ttl.as_millis() as u64,
+        crashes(dir, &events),
+        leaked,
+        torn,
+    );
+    let table = report.table();
+    println!("{table}");
+    let _ = std::fs::write(dir.join("report.md"), &table);
+    if let Ok(json) = serde_json::to_string_pretty(&report) {
+        let _ = std::fs::write(dir.join("report.json"), json);
+    }
+    let title = format!(
+        "tenure-chaos: {} terms, {} faults",
+        report.terms,
+        report.faults.values().sum::<u32>()
+    );
+    let _ = std::fs::write(
+        dir.join("timeline.svg"),
+        timeline::svg(&events, &checker::terms(&events), &title),
+    );
+    println!(
+        "report: {}  timeline: {}",
+        dir.join("report.json").display(),
+        dir.join("timeline.svg").display()
+    );
+    if report.safe {
+        0
+    } else {
+        1
+    }
+}
+
+/// Instances that ended without being told to (a non-zero exit or a signal
+/// the harness did not send), and panics in any stderr.
+fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
+    let mut found = Vec::new();
+    for event in events {
+        if let log::Event::Exit { inst, how, .. } = event {
+            if how != "killed" && how != "exit:0" {
+                found.push(format!("{inst} {how}"));
+            }
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) == Some("stderr") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                if text.contains("panicked") {
+                    found.push(format!("panic in {}", path.display()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Processes still running that belong to this run: any started PID, or
+/// any process whose command line names the run's directory.
+fn leaked(dir: &Path, started: &[i32]) -> Vec<String> {
+    let marker = dir.display().to_string();
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        {
+            continue;
+        }
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .replace('\0', " ");
+        if started.contains(&pid)
+            || (cmdline.contains(&marker) && !cmdline.contains("tenure-chaos run"))
+        {
+            found.push(format!("{pid} {}", cmdline.trim()));
+        }
+    }
+    found
+}
