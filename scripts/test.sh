@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Run every test of the project: the Prometheus alert rules' unit tests,
-# then unit, state-machine, real-Redis integration, end-to-end CLI and doc
-# tests. Each Rust test starts its own redis-server processes on free
-# loopback ports.
+# Run every test of the project:
+#   1. the Prometheus alert rules' unit tests (promtool);
+#   2. the fault-injection smoke run: 5 instances, every fault kind, a fixed
+#      seed, about 100 s; fails on any safety violation;
+#   3. unit, state-machine, real-Redis integration, end-to-end CLI and doc
+#      tests (cargo test). Each starts its own redis-server processes on free
+#      loopback ports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 (cd deploy/prometheus && promtool check rules tenure-alerts.yml && promtool test rules tenure-alerts.test.yml)
+cargo run --quiet --locked -p tenure-chaos -- run --seed 7 --duration 100s --out target/chaos-smoke
 cargo test --workspace --locked

@@ -66,25 +66,52 @@ pub struct Term {
     pub writes: Vec<(u64, bool)>,
 }
 
-/// Group the events into terms.
+/// Group the events into terms. A term starts at an `elected` event (or
+/// the first write of a term nobody saw elected) and ends at its `lost`
+/// event, its process's exit, or the last deadline it relied on, whichever
+/// comes first. An instance that adopts its own term again after losing it
+/// (same token) opens a new segment, so the gap in between is not counted
+/// as leadership.
 pub fn terms(events: &[Event]) -> Vec<Term> {
-    let mut by_term: HashMap<(String, u64), Term> = HashMap::new();
-    let mut exits: HashMap<String, u64> = HashMap::new();
-    let mut max_until: HashMap<(String, u64), u64> = HashMap::new();
-    let mut lost: HashMap<(String, u64), u64> = HashMap::new();
+    struct Open {
+        index: usize,
+        max_until: u64,
+    }
+    let mut terms: Vec<Term> = Vec::new();
+    let mut open: HashMap<(String, u64), Open> = HashMap::new();
+    let close = |terms: &mut Vec<Term>, segment: Open, at: u64| {
+        let term = &mut terms[segment.index];
+        let end = at.min(if term.writes.is_empty() {
+            at
+        } else {
+            segment.max_until
+        });
+        term.end = end;
+        if let Some(first) = term.writes.iter().map(|(t, _)| *t).min() {
+            term.acting = Some((first, end.max(first)));
+        }
+    };
     for event in events {
         match event {
             Event::Elected { inst, token, t } => {
-                by_term
-                    .entry((inst.clone(), *token))
-                    .or_insert_with(|| Term {
-                        inst: inst.clone(),
-                        token: *token,
-                        elected: *t,
-                        end: u64::MAX,
-                        acting: None,
-                        writes: Vec::new(),
-                    });
+                if let Some(previous) = open.remove(&(inst.clone(), *token)) {
+                    close(&mut terms, previous, *t);
+                }
+                terms.push(Term {
+                    inst: inst.clone(),
+                    token: *token,
+                    elected: *t,
+                    end: u64::MAX,
+                    acting: None,
+                    writes: Vec::new(),
+                });
+                open.insert(
+                    (inst.clone(), *token),
+                    Open {
+                        index: terms.len() - 1,
+                        max_until: 0,
+                    },
+                );
             }
             Event::Write {
                 inst,
@@ -93,9 +120,9 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
                 until,
                 ok,
             } => {
-                let term = by_term
-                    .entry((inst.clone(), *token))
-                    .or_insert_with(|| Term {
+                let key = (inst.clone(), *token);
+                if !open.contains_key(&key) {
+                    terms.push(Term {
                         inst: inst.clone(),
                         token: *token,
                         elected: *t,
@@ -103,39 +130,40 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
                         acting: None,
                         writes: Vec::new(),
                     });
-                term.writes.push((*t, *ok));
-                let entry = max_until.entry((inst.clone(), *token)).or_insert(0);
-                *entry = (*entry).max(*until);
+                    open.insert(
+                        key.clone(),
+                        Open {
+                            index: terms.len() - 1,
+                            max_until: 0,
+                        },
+                    );
+                }
+                if let Some(segment) = open.get_mut(&key) {
+                    terms[segment.index].writes.push((*t, *ok));
+                    segment.max_until = segment.max_until.max(*until);
+                }
             }
             Event::Lost { inst, token, t, .. } => {
-                lost.entry((inst.clone(), *token)).or_insert(*t);
+                if let Some(segment) = open.remove(&(inst.clone(), *token)) {
+                    close(&mut terms, segment, *t);
+                }
             }
             Event::Exit { inst, t, .. } => {
-                exits.entry(inst.clone()).or_insert(*t);
+                let keys: Vec<(String, u64)> =
+                    open.keys().filter(|(i, _)| i == inst).cloned().collect();
+                for key in keys {
+                    if let Some(segment) = open.remove(&key) {
+                        close(&mut terms, segment, *t);
+                    }
+                }
             }
             _ => {}
         }
     }
-    let mut terms: Vec<Term> = by_term
-        .into_iter()
-        .map(|(key, mut term)| {
-            let mut end = u64::MAX;
-            if let Some(t) = lost.get(&key) {
-                end = end.min(*t);
-            }
-            if let Some(t) = exits.get(&term.inst) {
-                end = end.min(*t);
-            }
-            if let Some(until) = max_until.get(&key) {
-                end = end.min(*until);
-            }
-            if let Some(first) = term.writes.iter().map(|(t, _)| *t).min() {
-                term.acting = Some((first, end.max(first)));
-            }
-            term.end = end;
-            term
-        })
-        .collect();
+    let last = events.last().map(Event::t).unwrap_or(0);
+    for (_, segment) in open.drain() {
+        close(&mut terms, segment, last);
+    }
     terms.sort_by_key(|t| (t.elected, t.token));
     terms
 }

@@ -286,7 +286,9 @@ impl Harness {
                 let mode = match kind {
                     "cut" => Mode::Blackhole,
                     "drop" => Mode::Drop,
-                    _ => Mode::Delay(self.config.ttl / 4),
+                    // A slow link (each chunk ttl/20 late each way) that
+                    // leases must survive.
+                    _ => Mode::Delay(self.config.ttl / 20),
                 };
                 self.slots[i].proxy.set(mode);
                 tokio::time::sleep(hold).await;

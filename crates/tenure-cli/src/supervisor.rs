@@ -87,15 +87,22 @@ impl Job {
         if let Some(status) = self.status {
             return Ok(status);
         }
-        self.signal(Signal::SIGTERM);
-        if let Ok(status) = tokio::time::timeout(grace, self.wait()).await {
-            return status;
+        if grace.is_zero() {
+            tracing::warn!(
+                group = self.group.as_raw(),
+                "no time left before the lease deadline; killing the command"
+            );
+        } else {
+            self.signal(Signal::SIGTERM);
+            if let Ok(status) = tokio::time::timeout(grace, self.wait()).await {
+                return status;
+            }
+            tracing::warn!(
+                group = self.group.as_raw(),
+                ?grace,
+                "command did not stop within its grace; killing it"
+            );
         }
-        tracing::warn!(
-            group = self.group.as_raw(),
-            ?grace,
-            "command did not stop within its grace; killing it"
-        );
         self.signal(Signal::SIGKILL);
         self.wait().await
     }

@@ -10,11 +10,9 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
-use crate::backend::redis::{classify, RedisTarget};
+use crate::backend::redis::{classify, parse_inspect, RedisTarget, INSPECT};
 use crate::keys::{validate_name, Keys};
-use crate::{Error, LeaderInfo, Result};
-
-static INSPECT: &str = include_str!("backend/scripts/inspect.lua");
+use crate::{LeaderInfo, Result};
 
 /// Connect to Redis the way elections do: `redis://` or `rediss://` URL,
 /// optional CA file, every call bounded by `call_timeout`; checked with PING.
@@ -87,24 +85,7 @@ pub async fn leader_of(
         .invoke_async(conn)
         .await
         .map_err(|e| classify(e, "redis"))?;
-    let Value::Array(items) = reply else {
-        return Err(Error::Redis(format!("unexpected inspect reply {reply:?}")));
-    };
-    match items.as_slice() {
-        [] => Ok(None),
-        [Value::BulkString(owner), Value::Int(token), Value::Int(pttl), Value::Int(since)] => {
-            Ok(Some(LeaderInfo {
-                id: String::from_utf8_lossy(owner).into_owned(),
-                token: u64::try_from(*token).unwrap_or(0),
-                ttl_left: Duration::from_millis(u64::try_from(*pttl).unwrap_or(0)),
-                held_since: (*since > 0).then(|| {
-                    std::time::UNIX_EPOCH
-                        + Duration::from_millis(u64::try_from(*since).unwrap_or(0))
-                }),
-            }))
-        }
-        other => Err(Error::Redis(format!("unexpected inspect reply {other:?}"))),
-    }
+    Ok(parse_inspect(reply, "redis")?.map(LeaderInfo::from))
 }
 
 /// The key of the fenced "last run" marker of an election (used by

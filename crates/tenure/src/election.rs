@@ -505,7 +505,7 @@ async fn keep(
             }
         };
         match command {
-            Some(Command::Confirm(reply)) => {
+            Some(Command::Confirm { reply, .. }) => {
                 let step = renew_once(&election, &shared, &mut state).await;
                 let outcome = match &step {
                     LeaderStep::RenewAt(_) if shared.lost_reason().is_none() => {
@@ -521,7 +521,7 @@ async fn keep(
                     break reason;
                 }
             }
-            Some(Command::Resign(reason, reply)) => {
+            Some(Command::Resign { reason, reply, .. }) => {
                 end_term(inner, &shared, reason);
                 let _ = reply.send(release(&election, &shared).await);
                 shared.ended.cancel();

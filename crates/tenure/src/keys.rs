@@ -10,6 +10,10 @@
 //! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` of the Redis process that first served this data, `since` (ms) |
 //! | `PREFIX:{NAME}:last-run`    | hash    | fenced marker of `tenure run --at-most-every` (`token`, `value`) |
 //!
+//! A partition set `GROUP` adds `PREFIX:{GROUP}:members`, a sorted set of
+//! live member ids scored by heartbeat expiry; each of its partitions is an
+//! election of its own, named by the partition.
+//!
 //! `{NAME}` is a Redis Cluster hash tag: every key of one election lives in
 //! one slot, so each script touches a single node. Names may not contain
 //! braces (they would change the tag), white space or control characters.
@@ -38,6 +42,12 @@ impl Keys {
             epoch: format!("{prefix}:{{{name}}}:epoch"),
             last_run: format!("{prefix}:{{{name}}}:last-run"),
         }
+    }
+
+    /// The sorted set of a partition set's live members (score: the
+    /// heartbeat's expiry, server clock in ms).
+    pub fn members(prefix: &str, group: &str) -> String {
+        format!("{prefix}:{{{group}}}:members")
     }
 
     /// The pattern matching every lease under a prefix, for `status`.

@@ -111,12 +111,20 @@ impl TermShared {
     }
 }
 
-/// Requests from handles to the keeper task.
+/// Requests from handles to the keeper task. `election` names the term's
+/// election, for keepers of many terms (partition sets).
 pub(crate) enum Command {
     /// Renew now and report whether the term is still current.
-    Confirm(oneshot::Sender<Result<Duration>>),
+    Confirm {
+        election: String,
+        reply: oneshot::Sender<Result<Duration>>,
+    },
     /// Mark the term lost with this reason, then release the lease.
-    Resign(LostReason, oneshot::Sender<Result<()>>),
+    Resign {
+        election: String,
+        reason: LostReason,
+        reply: oneshot::Sender<Result<()>>,
+    },
 }
 
 /// One term of leadership: the right to act until [`Leadership::lost`] fires.
@@ -248,7 +256,11 @@ impl Leadership {
             return Err(Error::NotLeader(reason));
         }
         let (reply, answer) = oneshot::channel();
-        if self.commands.send(Command::Confirm(reply)).await.is_err() {
+        let command = Command::Confirm {
+            election: self.shared.election.clone(),
+            reply,
+        };
+        if self.commands.send(command).await.is_err() {
             return Err(Error::NotLeader(
                 self.lost_reason().unwrap_or(LostReason::Resigned),
             ));
@@ -274,12 +286,12 @@ impl Leadership {
 
     pub(crate) async fn resign_with(&self, reason: LostReason) -> Result<()> {
         let (reply, answer) = oneshot::channel();
-        if self
-            .commands
-            .send(Command::Resign(reason.clone(), reply))
-            .await
-            .is_err()
-        {
+        let command = Command::Resign {
+            election: self.shared.election.clone(),
+            reason: reason.clone(),
+            reply,
+        };
+        if self.commands.send(command).await.is_err() {
             // The keeper already ended the term.
             self.shared.mark_lost(reason);
             return Ok(());

@@ -101,6 +101,7 @@ mod keys;
 mod leadership;
 mod machine;
 mod metrics;
+mod partitions;
 mod runner;
 
 pub use backend::memory::{Fault, MemoryStore};
@@ -109,6 +110,7 @@ pub use error::{redact_url, Error, Result};
 pub use fence::{FencedKey, FencedWrite};
 pub use leadership::{Leadership, LostReason};
 pub use metrics::describe_metrics;
+pub use partitions::{PartitionObserver, PartitionSet, PartitionSetBuilder};
 pub use runner::{shutdown_signal, Runner};
 
 /// The `redis` crate this version of tenure is built with, for

@@ -24,10 +24,10 @@ use crate::keys::Keys;
 use crate::machine::{AcquireReply, Holder, RenewReply};
 use crate::{redact_url, Error, Result};
 
-static ACQUIRE: &str = include_str!("scripts/acquire.lua");
-static RENEW: &str = include_str!("scripts/renew.lua");
-static RESIGN: &str = include_str!("scripts/resign.lua");
-static INSPECT: &str = include_str!("scripts/inspect.lua");
+pub(crate) static ACQUIRE: &str = include_str!("scripts/acquire.lua");
+pub(crate) static RENEW: &str = include_str!("scripts/renew.lua");
+pub(crate) static RESIGN: &str = include_str!("scripts/resign.lua");
+pub(crate) static INSPECT: &str = include_str!("scripts/inspect.lua");
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -73,7 +73,7 @@ impl RedisTarget {
         })
     }
 
-    fn manager_config(call_timeout: Duration) -> redis::aio::ConnectionManagerConfig {
+    pub(crate) fn manager_config(call_timeout: Duration) -> redis::aio::ConnectionManagerConfig {
         redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(call_timeout.max(Duration::from_secs(1))))
             .set_response_timeout(Some(call_timeout))
@@ -206,21 +206,7 @@ impl RedisBackend {
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
-        let items = self.array(reply, 5)?;
-        let won = self.int(&items[0])?;
-        let holder = Holder {
-            token: self.uint(&items[1])?,
-            owner: self.text(&items[2])?,
-            ttl_left: Duration::from_millis(self.uint(&items[3])?),
-            since_ms: self.uint(&items[4])?,
-        };
-        Ok(if won == 1 {
-            AcquireReply::Won {
-                token: holder.token,
-            }
-        } else {
-            AcquireReply::Held(holder)
-        })
+        parse_acquire(reply, &self.target.redacted())
     }
 
     pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
@@ -234,19 +220,7 @@ impl RedisBackend {
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
-        let items = self.array(reply, 1)?;
-        if self.int(&items[0])? == 1 {
-            return Ok(RenewReply::Renewed);
-        }
-        if items.len() < 4 {
-            return Ok(RenewReply::NotOwner(None));
-        }
-        Ok(RenewReply::NotOwner(Some(Holder {
-            owner: self.text(&items[1])?,
-            token: self.uint(&items[2])?,
-            ttl_left: Duration::from_millis(self.uint(&items[3])?),
-            since_ms: 0,
-        })))
+        parse_renew(reply, &self.target.redacted())
     }
 
     pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
@@ -271,21 +245,7 @@ impl RedisBackend {
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
-        let items = self.array(reply, 0)?;
-        if items.is_empty() {
-            return Ok(None);
-        }
-        if items.len() < 4 {
-            return Err(self.unexpected("an inspect reply with fewer than 4 items"));
-        }
-        Ok(Some(Holder {
-            owner: self.text(&items[0])?,
-            token: self.uint(&items[1])?,
-            // -2 (expired between TYPE and PTTL cannot happen inside a
-            // script) or -1 (no expiry, reported as foreign by acquire).
-            ttl_left: Duration::from_millis(self.uint(&items[2]).unwrap_or(0)),
-            since_ms: self.uint(&items[3])?,
-        }))
+        parse_inspect(reply, &self.target.redacted())
     }
 
     pub fn notices(&self) -> watch::Receiver<Notices> {
@@ -310,40 +270,6 @@ impl RedisBackend {
         match fresh {
             Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
             Err(err) => tracing::warn!(error = %err, "cannot open a new Redis connection"),
-        }
-    }
-
-    fn unexpected(&self, what: &str) -> Error {
-        Error::Redis(format!(
-            "unexpected reply from Redis: {what} (is {} a Redis server?)",
-            self.target.redacted()
-        ))
-    }
-
-    fn array(&self, value: Value, min_len: usize) -> Result<Vec<Value>> {
-        match value {
-            Value::Array(items) if items.len() >= min_len => Ok(items),
-            other => Err(self.unexpected(&format!("{other:?}"))),
-        }
-    }
-
-    fn int(&self, value: &Value) -> Result<i64> {
-        match value {
-            Value::Int(n) => Ok(*n),
-            other => Err(self.unexpected(&format!("{other:?} where an integer was expected"))),
-        }
-    }
-
-    fn uint(&self, value: &Value) -> Result<u64> {
-        let n = self.int(value)?;
-        u64::try_from(n).map_err(|_| self.unexpected(&format!("negative number {n}")))
-    }
-
-    fn text(&self, value: &Value) -> Result<String> {
-        match value {
-            Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
-            Value::SimpleString(s) => Ok(s.clone()),
-            other => Err(self.unexpected(&format!("{other:?} where a string was expected"))),
         }
     }
 }
@@ -407,4 +333,102 @@ async fn subscribe_loop(
             _ = tokio::time::sleep(backoff) => {}
         }
     }
+}
+
+/// Reads script replies, naming the server in errors.
+struct Reply<'a> {
+    url: &'a str,
+}
+
+impl Reply<'_> {
+    fn unexpected(&self, what: &str) -> Error {
+        Error::Redis(format!(
+            "unexpected reply from Redis: {what} (is {} a Redis server?)",
+            self.url
+        ))
+    }
+
+    fn array(&self, value: Value, min_len: usize) -> Result<Vec<Value>> {
+        match value {
+            Value::Array(items) if items.len() >= min_len => Ok(items),
+            other => Err(self.unexpected(&format!("{other:?}"))),
+        }
+    }
+
+    fn int(&self, value: &Value) -> Result<i64> {
+        match value {
+            Value::Int(n) => Ok(*n),
+            other => Err(self.unexpected(&format!("{other:?} where an integer was expected"))),
+        }
+    }
+
+    fn uint(&self, value: &Value) -> Result<u64> {
+        let n = self.int(value)?;
+        u64::try_from(n).map_err(|_| self.unexpected(&format!("negative number {n}")))
+    }
+
+    fn text(&self, value: &Value) -> Result<String> {
+        match value {
+            Value::BulkString(bytes) => Ok(String::from_utf8_lossy(bytes).into_owned()),
+            Value::SimpleString(s) => Ok(s.clone()),
+            other => Err(self.unexpected(&format!("{other:?} where a string was expected"))),
+        }
+    }
+}
+
+/// Parse the reply of `acquire.lua`.
+pub(crate) fn parse_acquire(reply: Value, url: &str) -> Result<AcquireReply> {
+    let r = Reply { url };
+    let items = r.array(reply, 5)?;
+    let won = r.int(&items[0])?;
+    let holder = Holder {
+        token: r.uint(&items[1])?,
+        owner: r.text(&items[2])?,
+        ttl_left: Duration::from_millis(r.uint(&items[3])?),
+        since_ms: r.uint(&items[4])?,
+    };
+    Ok(if won == 1 {
+        AcquireReply::Won {
+            token: holder.token,
+        }
+    } else {
+        AcquireReply::Held(holder)
+    })
+}
+
+/// Parse the reply of `renew.lua`.
+pub(crate) fn parse_renew(reply: Value, url: &str) -> Result<RenewReply> {
+    let r = Reply { url };
+    let items = r.array(reply, 1)?;
+    if r.int(&items[0])? == 1 {
+        return Ok(RenewReply::Renewed);
+    }
+    if items.len() < 4 {
+        return Ok(RenewReply::NotOwner(None));
+    }
+    Ok(RenewReply::NotOwner(Some(Holder {
+        owner: r.text(&items[1])?,
+        token: r.uint(&items[2])?,
+        ttl_left: Duration::from_millis(r.uint(&items[3])?),
+        since_ms: 0,
+    })))
+}
+
+/// Parse the reply of `inspect.lua`.
+pub(crate) fn parse_inspect(reply: Value, url: &str) -> Result<Option<Holder>> {
+    let r = Reply { url };
+    let items = r.array(reply, 0)?;
+    if items.is_empty() {
+        return Ok(None);
+    }
+    if items.len() < 4 {
+        return Err(r.unexpected("an inspect reply with fewer than 4 items"));
+    }
+    Ok(Some(Holder {
+        owner: r.text(&items[0])?,
+        token: r.uint(&items[1])?,
+        // -1 (no expiry) is reported as foreign data by acquire.
+        ttl_left: Duration::from_millis(r.uint(&items[2]).unwrap_or(0)),
+        since_ms: r.uint(&items[3])?,
+    }))
 }

@@ -1,0 +1,289 @@
+//! Partition sets against a real Redis: fair shares, takeover after a
+//! crash, a newcomer getting its share, and clean hand-over on shutdown.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use support::{redis, HANG};
+use tenure::{FencedKey, FencedWrite, PartitionObserver, PartitionSet};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_secs(1);
+const PARTITIONS: usize = 32;
+
+/// One fenced write by a member's work: (partition, member, token, when, accepted).
+type Write = (String, String, u64, Instant, bool);
+/// Every fenced write any member's work made.
+type Journal = Arc<Mutex<Vec<Write>>>;
+
+fn partitions() -> Vec<String> {
+    (0..PARTITIONS).map(|p| format!("orders-{p}")).collect()
+}
+
+/// A member whose work writes to each owned partition's fenced key every 20 ms.
+struct Member {
+    observer: PartitionObserver,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Member {
+    /// Start on a runtime of its own, so that `crash` can make it vanish.
+    fn start(url: &str, id: &str, journal: &Journal) -> Member {
+        Member::start_with_ttl(url, id, journal, TTL)
+    }
+
+    fn start_with_ttl(url: &str, id: &str, journal: &Journal, ttl: Duration) -> Member {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (url, id, journal) = (url.to_string(), id.to_string(), journal.clone());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (observer_tx, observer_rx) = std::sync::mpsc::channel();
+        runtime.spawn(async move {
+            let set = PartitionSet::builder("orders", partitions())
+                .redis(&url)
+                .ttl(ttl)
+                .id(&id)
+                .build()
+                .await
+                .expect("valid partition set");
+            let _ = observer_tx.send(set.observer());
+            let client = redis::Client::open(url.as_str()).expect("valid url");
+            let conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .expect("redis is up");
+            let work = move |partition: String, term: tenure::Leadership| {
+                let (mut conn, journal, id) = (conn.clone(), journal.clone(), id.clone());
+                async move {
+                    let key = FencedKey::new(format!("data:{{{partition}}}"));
+                    while term.is_leader() {
+                        let at = Instant::now();
+                        if let Ok(outcome) = key.set(&mut conn, term.token(), id.as_str()).await {
+                            let accepted = outcome == FencedWrite::Accepted;
+                            journal.lock().unwrap().push((
+                                partition.clone(),
+                                id.clone(),
+                                term.token(),
+                                at,
+                                accepted,
+                            ));
+                        }
+                        tokio::select! {
+                            _ = term.lost() => break,
+                            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                        }
+                    }
+                }
+            };
+            let _ = set
+                .run(work, async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        let observer = observer_rx.recv_timeout(HANG).expect("the set was built");
+        Member {
+            observer,
+            stop: Some(stop),
+            runtime: Some(runtime),
+        }
+    }
+
+    fn owned(&self) -> usize {
+        self.observer.owned().len()
+    }
+
+    /// Graceful: stop the work, release everything, leave the group.
+    fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let deadline = std::time::Instant::now() + HANG;
+        while self.owned() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Vanish without releasing anything.
+    fn crash(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+/// Owner of every partition, read from Redis.
+async fn owners(url: &str) -> BTreeMap<String, String> {
+    let mut conn = tenure::admin::connect(url, None, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let mut owners = BTreeMap::new();
+    for partition in partitions() {
+        if let Some(leader) = tenure::admin::leader_of(&mut conn, "tenure", &partition)
+            .await
+            .unwrap()
+        {
+            owners.insert(partition, leader.id);
+        }
+    }
+    owners
+}
+
+async fn eventually(what: &str, mut condition: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + HANG;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// No partition's writes ever interleave two members: once another member
+/// wrote, the earlier one never wrote (let alone was accepted) again.
+fn assert_no_two_acting_owners(journal: &Journal) {
+    let entries = journal.lock().unwrap().clone();
+    let mut by_partition: BTreeMap<&str, Vec<&Write>> = BTreeMap::new();
+    for entry in &entries {
+        by_partition
+            .entry(entry.0.as_str())
+            .or_default()
+            .push(entry);
+    }
+    for (partition, mut writes) in by_partition {
+        writes.sort_by_key(|w| w.3);
+        let mut finished: Vec<&str> = Vec::new();
+        let mut current: Option<&str> = None;
+        for write in writes {
+            let member = write.1.as_str();
+            if current != Some(member) {
+                assert!(
+                    !finished.contains(&member),
+                    "{partition}: {member} wrote again after another owner started"
+                );
+                if let Some(previous) = current {
+                    finished.push(previous);
+                }
+                current = Some(member);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_members_share_32_partitions_fairly_and_survivors_take_over_a_crash() {
+    let server = redis();
+    let url = server.url();
+    let journal: Journal = Arc::default();
+    let mut members: Vec<Member> = ["m1", "m2", "m3", "m4"]
+        .iter()
+        .map(|id| Member::start(&url, id, &journal))
+        .collect();
+
+    eventually(
+        "every partition has an owner, each member its fair share",
+        async || {
+            let owners = owners(&url).await;
+            owners.len() == PARTITIONS && members.iter().all(|m| m.owned() == PARTITIONS / 4)
+        },
+    )
+    .await;
+
+    let crashed_at = Instant::now();
+    members[0].crash();
+    eventually(
+        "the survivors own everything, within their fair share",
+        async || {
+            let owners = owners(&url).await;
+            owners.len() == PARTITIONS
+                && owners.values().all(|id| id != "m1")
+                && members[1..]
+                    .iter()
+                    .all(|m| m.owned() <= PARTITIONS.div_ceil(3))
+        },
+    )
+    .await;
+    // The crashed member's leases had to expire: nobody released them.
+    assert!(
+        crashed_at.elapsed() >= TTL / 2,
+        "taken over only after the leases lapsed"
+    );
+    assert_no_two_acting_owners(&journal);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_member_gets_its_share_and_no_partition_ever_has_two_acting_owners() {
+    let server = redis();
+    let url = server.url();
+    let journal: Journal = Arc::default();
+    let first: Vec<Member> = ["m1", "m2", "m3"]
+        .iter()
+        .map(|id| Member::start(&url, id, &journal))
+        .collect();
+    eventually("three members own everything", async || {
+        owners(&url).await.len() == PARTITIONS
+    })
+    .await;
+
+    let newcomer = Member::start(&url, "m4", &journal);
+    eventually("the newcomer owns its fair share", async || {
+        newcomer.owned() == PARTITIONS / 4 && first.iter().all(|m| m.owned() == PARTITIONS / 4)
+    })
+    .await;
+    let owners = owners(&url).await;
+    assert_eq!(owners.len(), PARTITIONS);
+    assert_eq!(
+        owners.values().filter(|id| *id == "m4").count(),
+        PARTITIONS / 4
+    );
+    assert_no_two_acting_owners(&journal);
+    let rejected = journal.lock().unwrap().iter().filter(|w| !w.4).count();
+    assert_eq!(
+        rejected, 0,
+        "hand-overs happen after the old owner stopped: nothing stale to reject"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutting_a_member_down_hands_all_its_partitions_over() {
+    let server = redis();
+    let url = server.url();
+    let journal: Journal = Arc::default();
+    // A long ttl: a takeover by expiry would take seconds, a release does not.
+    let ttl = Duration::from_secs(4);
+    let mut leaving = Member::start_with_ttl(&url, "leaving", &journal, ttl);
+    eventually("the first member owns everything", async || {
+        leaving.owned() == PARTITIONS
+    })
+    .await;
+    let staying = Member::start_with_ttl(&url, "staying", &journal, ttl);
+    eventually("the two split the partitions", async || {
+        staying.owned() == PARTITIONS / 2
+    })
+    .await;
+
+    let started = Instant::now();
+    leaving.shut_down();
+    eventually("the remaining member owns everything", async || {
+        staying.owned() == PARTITIONS
+    })
+    .await;
+    assert!(
+        started.elapsed() < ttl / 2,
+        "released, not left to expire: {:?}",
+        started.elapsed()
+    );
+    assert!(owners(&url).await.values().all(|id| id == "staying"));
+    assert_no_two_acting_owners(&journal);
+}
