@@ -351,7 +351,7 @@ impl Election {
                         tracing::debug!(election = %self.inner.name, leader = %holder.owner, token = holder.token, "following");
                         on_follower(&LeaderInfo::from(holder));
                     }
-                    wait_for_release(&mut notices, seen, until).await;
+                    wait_for_turn(&mut notices, seen, until, self.jitter()).await;
                 }
                 CandidateStep::Retry { at } => sleep_until(at).await,
             }
@@ -427,9 +427,22 @@ impl Election {
         futures_util::stream::unfold(state, |mut state| async move {
             loop {
                 if let Some(wait) = state.wait.take() {
+                    // Renewals do not change the leader; terms and releases do.
+                    let before = *state.notices.borrow_and_update();
+                    let term_changed = async {
+                        loop {
+                            if state.notices.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                            let now = *state.notices.borrow_and_update();
+                            if now.released != before.released || now.acquired != before.acquired {
+                                return;
+                            }
+                        }
+                    };
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
-                        _ = state.notices.changed() => {}
+                        _ = term_changed => {}
                     }
                 }
                 state.notices.borrow_and_update();
@@ -465,22 +478,40 @@ impl Election {
     }
 }
 
-/// Sleep until `until`, or until a release is announced after `seen`.
-async fn wait_for_release(notices: &mut watch::Receiver<Notices>, seen: Notices, until: Instant) {
-    let released = async {
-        loop {
-            if notices.borrow_and_update().released != seen.released {
-                return;
-            }
-            if notices.changed().await.is_err() {
-                // No more announcements: only the TTL is left to wait for.
-                std::future::pending::<()>().await;
+/// Wait for our turn to try again: until the holder's lease would expire
+/// (`until`), pushed back whenever a renewal is announced, or at once when a
+/// release is announced after `seen`. Announcements are hints: without them
+/// this is a plain sleep until `until`, after which the lease is asked again.
+async fn wait_for_turn(
+    notices: &mut watch::Receiver<Notices>,
+    seen: Notices,
+    mut until: Instant,
+    jitter: Duration,
+) {
+    let mut last = seen;
+    loop {
+        let current = *notices.borrow_and_update();
+        if current.released != seen.released {
+            return;
+        }
+        if current.renewed != last.renewed {
+            // The lease was just extended: it cannot expire before a full
+            // ttl from now, counted from when we heard, which is after the
+            // renewal ran.
+            until =
+                until.max(Instant::now() + Duration::from_millis(current.renewed_ttl_ms) + jitter);
+        }
+        last = current;
+        tokio::select! {
+            _ = sleep_until(until) => return,
+            changed = notices.changed() => {
+                if changed.is_err() {
+                    // No more announcements: only the ttl is left to wait for.
+                    sleep_until(until).await;
+                    return;
+                }
             }
         }
-    };
-    tokio::select! {
-        _ = sleep_until(until) => {}
-        _ = released => {}
     }
 }
 

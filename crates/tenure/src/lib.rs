@@ -85,6 +85,12 @@
 //! `tenure:{NAME}:events`. A key holding anything else is reported as
 //! [`Error::ForeignData`] and never overwritten.
 //!
+//! # Many elections: partition sets
+//!
+//! [`PartitionSet`] shares N partitions (each a full election) fairly among
+//! the live members of a group, renewing all of a member's leases in one
+//! round trip per interval. See [`PartitionSet`].
+//!
 //! # Metrics and logs
 //!
 //! Metrics go through the `metrics` facade (see [`describe_metrics`] for the
@@ -104,7 +110,7 @@ mod metrics;
 mod partitions;
 mod runner;
 
-pub use backend::memory::{Fault, MemoryStore};
+pub use backend::memory::{Calls, Fault, MemoryStore};
 pub use election::{Election, ElectionBuilder, LeaderInfo, DEFAULT_PREFIX, DEFAULT_TTL};
 pub use error::{redact_url, Error, Result};
 pub use fence::{FencedKey, FencedWrite};

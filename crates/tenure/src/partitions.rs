@@ -223,6 +223,17 @@ impl PartitionObserver {
 
 /// N partitions shared fairly among the live members of a group.
 ///
+/// Each partition is an election of its own (token, local deadline, a
+/// [`Leadership`] for its work). Members keep heartbeats in a Redis sorted
+/// set (`PREFIX:{GROUP}:members`); every member computes the same target from
+/// the live members: rendezvous hashing under a cap of `ceil(N / members)`,
+/// so joins and deaths move few partitions. A partition leaving a member's
+/// target has its work told to stop (`lost()` fires with
+/// [`LostReason::Resigned`]); the lease is released only once that work has
+/// returned. One cycle per renew interval sends the heartbeat and every
+/// renewal in a single pipeline: one round trip in the steady state,
+/// however many partitions are held.
+///
 /// ```no_run
 /// # #[tokio::main] async fn main() -> tenure::Result<()> {
 /// let partitions: Vec<String> = (0..64).map(|p| format!("orders-{p}")).collect();
@@ -387,6 +398,17 @@ impl PartitionSet {
         }
     }
 
+    /// The renewal of partition `index`'s lease for the term `token`.
+    fn renew_cmd(&self, index: usize, token: u64) -> redis::Cmd {
+        Self::evalsha(&self.scripts.renew)
+            .arg(1)
+            .arg(&self.keys[index].lease)
+            .arg(&self.id)
+            .arg(token)
+            .arg(self.timing.ttl_ms())
+            .clone()
+    }
+
     fn evalsha(script: &Script) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash());
@@ -421,15 +443,7 @@ impl PartitionSet {
                 .clone(),
         );
         for (index, h) in held.iter() {
-            pipe.add_command(
-                Self::evalsha(&self.scripts.renew)
-                    .arg(1)
-                    .arg(&self.keys[*index].lease)
-                    .arg(&self.id)
-                    .arg(h.state.token)
-                    .arg(ttl_ms)
-                    .clone(),
-            );
+            pipe.add_command(self.renew_cmd(*index, h.state.token));
         }
         let earliest = held.values().map(|h| h.state.deadline).min();
         let limit = earliest.map_or(timing.call_timeout, |deadline| {
@@ -626,15 +640,7 @@ impl PartitionSet {
         };
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        pipe.add_command(
-            Self::evalsha(&self.scripts.renew)
-                .arg(1)
-                .arg(&self.keys[index].lease)
-                .arg(&self.id)
-                .arg(h.state.token)
-                .arg(self.timing.ttl_ms())
-                .clone(),
-        );
+        pipe.add_command(self.renew_cmd(index, h.state.token));
         let limit = self.timing.call_timeout_before(sent, h.state.deadline);
         let renewed: Option<RenewReply> = match self.send(&pipe, limit).await {
             Some(mut results) => match results.pop() {

@@ -265,3 +265,24 @@ async fn after_the_store_loses_everything_no_lease_is_granted_for_one_ttl() {
     assert!(Instant::now() >= old.deadline());
     assert!(new.token() > old.token());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_follower_asks_once_and_then_listens_to_the_leaders_renewals() {
+    let store = MemoryStore::new();
+    let a = member(&store, "a").await;
+    let b = member(&store, "b").await;
+    let term = a.campaign().await.unwrap();
+    let follower = tokio::spawn(async move { b.campaign().await });
+    tokio::time::sleep(TTL * 10).await;
+    let calls = store.calls("jobs");
+    // a's first acquire, then b's single attempt: every later renewal
+    // announcement pushed b's next attempt back.
+    assert_eq!(calls.acquire, 2, "{calls:?}");
+    assert!(
+        calls.renew >= 29,
+        "the leader renews every ttl/3: {calls:?}"
+    );
+    term.resign().await.unwrap();
+    let next = within(follower).await.unwrap().unwrap();
+    assert_eq!(next.id(), "b");
+}

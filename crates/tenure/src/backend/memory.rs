@@ -77,6 +77,21 @@ struct StoreState {
     /// after it wait one ttl from then (the start-up grace period).
     wiped: bool,
     grace_since: HashMap<String, Instant>,
+    calls: HashMap<String, Calls>,
+}
+
+/// How many requests an election's members made of a [`MemoryStore`]:
+/// what they would have cost a Redis server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Calls {
+    /// Acquire attempts (won or not).
+    pub acquire: u64,
+    /// Renewals.
+    pub renew: u64,
+    /// Resignations.
+    pub resign: u64,
+    /// Leader look-ups.
+    pub inspect: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -172,6 +187,11 @@ impl MemoryStore {
         state.wiped = true;
     }
 
+    /// Requests made so far for `election`.
+    pub fn calls(&self, election: &str) -> Calls {
+        self.lock().calls.get(election).copied().unwrap_or_default()
+    }
+
     /// Who holds an election's lease now.
     pub fn holder(&self, election: &str) -> Option<LeaderInfo> {
         let mut state = self.lock();
@@ -205,9 +225,13 @@ pub(crate) struct MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// Apply the configured fault before touching the store.
-    async fn reachable(&self) -> Result<()> {
-        let fault = self.store.lock().fault;
+    /// Count the request, then apply the configured fault.
+    async fn reachable(&self, count: impl FnOnce(&mut Calls)) -> Result<()> {
+        let fault = {
+            let mut state = self.store.lock();
+            count(state.calls.entry(self.election.clone()).or_default());
+            state.fault
+        };
         match fault {
             Fault::None => Ok(()),
             Fault::Fail => Err(Error::Unavailable),
@@ -216,7 +240,7 @@ impl MemoryBackend {
     }
 
     pub async fn acquire(&self, owner: &str, ttl_ms: u64) -> Result<AcquireReply> {
-        self.reachable().await?;
+        self.reachable(|c| c.acquire += 1).await?;
         let ttl = Duration::from_millis(ttl_ms);
         let now = Instant::now();
         let mut state = self.store.lock();
@@ -256,12 +280,16 @@ impl MemoryBackend {
     }
 
     pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
-        self.reachable().await?;
+        self.reachable(|c| c.renew += 1).await?;
         let now = Instant::now();
         let mut state = self.store.lock();
         match state.live_lease(&self.election, now) {
             Some(lease) if lease.owner == owner && lease.token == token => {
                 lease.expires = now + Duration::from_millis(ttl_ms);
+                state.notify(&self.election, |n| {
+                    n.renewed += 1;
+                    n.renewed_ttl_ms = ttl_ms;
+                });
                 Ok(RenewReply::Renewed)
             }
             Some(lease) => Ok(RenewReply::NotOwner(Some(holder_of(lease, now)))),
@@ -270,7 +298,7 @@ impl MemoryBackend {
     }
 
     pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
-        self.reachable().await?;
+        self.reachable(|c| c.resign += 1).await?;
         let now = Instant::now();
         let mut state = self.store.lock();
         let ours = state
@@ -284,7 +312,7 @@ impl MemoryBackend {
     }
 
     pub async fn inspect(&self) -> Result<Option<Holder>> {
-        self.reachable().await?;
+        self.reachable(|c| c.inspect += 1).await?;
         let now = Instant::now();
         let mut state = self.store.lock();
         Ok(state

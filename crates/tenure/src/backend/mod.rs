@@ -25,6 +25,10 @@ pub(crate) struct Notices {
     pub released: u64,
     /// New terms announced.
     pub acquired: u64,
+    /// Renewals announced, and the ttl (ms) the last one set: the lease
+    /// will not expire before that long after the announcement arrived.
+    pub renewed: u64,
+    pub renewed_ttl_ms: u64,
 }
 
 /// One election's storage.

@@ -217,6 +217,7 @@ impl RedisBackend {
             .arg(owner)
             .arg(token)
             .arg(ttl_ms)
+            .arg(&self.keys.events)
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
@@ -306,6 +307,11 @@ async fn subscribe_loop(
                     notices.send_modify(|n| n.released += 1);
                 } else if payload.starts_with(b"acquired:") {
                     notices.send_modify(|n| n.acquired += 1);
+                } else if let Some(ttl_ms) = renewed_ttl_ms(&payload) {
+                    notices.send_modify(|n| {
+                        n.renewed += 1;
+                        n.renewed_ttl_ms = ttl_ms;
+                    });
                 }
             }
             Ok::<(), Error>(())
@@ -333,6 +339,12 @@ async fn subscribe_loop(
             _ = tokio::time::sleep(backoff) => {}
         }
     }
+}
+
+/// The ttl of a `renewed:TOKEN:TTL` announcement.
+fn renewed_ttl_ms(payload: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(payload.strip_prefix(b"renewed:")?).ok()?;
+    text.rsplit(':').next()?.parse().ok()
 }
 
 /// Reads script replies, naming the server in errors.

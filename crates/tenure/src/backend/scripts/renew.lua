@@ -4,6 +4,9 @@
 -- ARGV[1]  owner's instance id
 -- ARGV[2]  the term's fencing token
 -- ARGV[3]  lease ttl in milliseconds
+-- ARGV[4]  events channel (optional): when given, a successful renewal is
+--          announced as "renewed:TOKEN:TTL", so waiting followers push their
+--          next attempt back instead of asking again
 --
 -- Returns {1} when renewed; {0} when the lease is gone;
 -- {0, owner, token, pttl} when another term holds it.
@@ -18,6 +21,9 @@ end
 local fields = redis.call('HMGET', KEYS[1], 'owner', 'token')
 if fields[1] == ARGV[1] and fields[2] == ARGV[2] then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  if ARGV[4] then
+    redis.call('PUBLISH', ARGV[4], 'renewed:' .. ARGV[2] .. ':' .. ARGV[3])
+  end
   return {1}
 end
 if not fields[1] or not tonumber(fields[2]) then

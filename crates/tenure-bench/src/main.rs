@@ -1,0 +1,116 @@
+//! `tenure-bench`: every speed claim of tenure, measured in one run against
+//! a floor measured in the same run (raw Redis round trips) and a naive
+//! baseline (the design of the seed documents: followers polling every
+//! ttl/3, one command per election per tick, no release notification, one
+//! task per election).
+//!
+//! It starts its own private `redis-server`, prints a table for people and
+//! writes JSON for machines. Targets are goals the table reports against;
+//! nothing here is a test assertion.
+
+mod measure;
+mod naive;
+mod report;
+mod scale;
+mod stats;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tenure-bench",
+    about = "Measure tenure against the Redis floor and a naive baseline"
+)]
+struct Cli {
+    /// Fewer rounds and smaller scales: finishes in under a minute.
+    #[arg(long)]
+    quick: bool,
+
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+
+    #[command(subcommand)]
+    child: Option<Child>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Child {
+    /// Internal: hold N elections in this process and report CPU, RSS and
+    /// round trips (run as a child so that its RSS is its own).
+    #[command(hide = true)]
+    ScaleChild {
+        #[arg(long)]
+        redis: String,
+        #[arg(long)]
+        design: String,
+        #[arg(long)]
+        elections: usize,
+        #[arg(long)]
+        seconds: u64,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("tenure-bench: {err}");
+            std::process::exit(2);
+        }
+    };
+    let code = runtime.block_on(async move {
+        match cli.child {
+            Some(Child::ScaleChild {
+                redis,
+                design,
+                elections,
+                seconds,
+            }) => match scale::child(&redis, &design, elections, seconds).await {
+                Ok(figures) => {
+                    println!("{}", serde_json::to_string(&figures).unwrap_or_default());
+                    0
+                }
+                Err(err) => {
+                    eprintln!("tenure-bench scale-child: {err}");
+                    1
+                }
+            },
+            None => match measure::all(cli.quick).await {
+                Ok(report) => {
+                    print!("{}", report.table());
+                    if let Some(path) = cli.json {
+                        match serde_json::to_string_pretty(&report) {
+                            Ok(json) => {
+                                if let Err(err) = std::fs::write(&path, json) {
+                                    eprintln!(
+                                        "tenure-bench: cannot write {}: {err}",
+                                        path.display()
+                                    );
+                                    return 1;
+                                }
+                            }
+                            Err(err) => {
+                                eprintln!("tenure-bench: {err}");
+                                return 1;
+                            }
+                        }
+                    }
+                    0
+                }
+                Err(err) => {
+                    eprintln!("tenure-bench: {err}");
+                    1
+                }
+            },
+        }
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    std::process::exit(code);
+}

@@ -1,0 +1,760 @@
+//! Every measurement, tenure and the naive baseline side by side, on one
+//! private redis-server started for the run.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis_process::RedisServer;
+use tenure::{Election, Leadership};
+use tokio::time::Instant;
+
+use crate::naive::NaiveElection;
+use crate::report::{Machine, Report, Row};
+use crate::scale;
+use crate::stats::Samples;
+
+type Result<T> = std::result::Result<T, String>;
+
+/// How much of everything to do.
+struct Plan {
+    ops: usize,
+    handovers: usize,
+    naive_handovers: usize,
+    crashes: usize,
+    load_ttl: Duration,
+    scales: Vec<usize>,
+    naive_scales: Vec<usize>,
+    scale_seconds: u64,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                ops: 300,
+                handovers: 20,
+                naive_handovers: 4,
+                crashes: 3,
+                load_ttl: Duration::from_secs(1),
+                scales: vec![1_000, 10_000],
+                naive_scales: vec![1_000],
+                scale_seconds: 3,
+            }
+        } else {
+            Plan {
+                ops: 2_000,
+                handovers: 100,
+                naive_handovers: 20,
+                crashes: 10,
+                load_ttl: Duration::from_secs(3),
+                scales: vec![1_000, 10_000, 100_000],
+                naive_scales: vec![1_000, 10_000],
+                scale_seconds: 12,
+            }
+        }
+    }
+}
+
+pub async fn all(quick: bool) -> Result<Report> {
+    let plan = Plan::new(quick);
+    // Read the library's own renewal latencies from its metrics.
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = &recorder.snapshotter();
+    recorder.install().map_err(|e| e.to_string())?;
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let url = server.url();
+    let conn = connect(&url).await?;
+    let mut report = Report::new(Machine::describe(), quick);
+    eprintln!(
+        "tenure-bench: redis-server on port {} ({} mode)",
+        server.port(),
+        if quick { "quick" } else { "full" }
+    );
+
+    eprintln!("  floor ...");
+    let (ping, evalsha, evalsha_idle) = floor(&conn, plan.ops).await?;
+    report.push(Row::latency("floor: PING round trip", &ping, None));
+    report.push(Row::latency("floor: EVALSHA of `return 1`", &evalsha, None));
+    report.push(Row::latency(
+        "floor: EVALSHA after 20 ms idle",
+        &evalsha_idle,
+        None,
+    ));
+
+    eprintln!("  operations ...");
+    let scripts = script_operations(&conn, &url, plan.ops).await?;
+    let keeper = keeper_renewals(&url, snapshotter, plan.ops.min(500)).await?;
+    let ops = operations(&url, plan.ops).await?;
+    let naive_ops = naive_operations(&conn, plan.ops).await?;
+    let floor_p50 = evalsha.p50();
+    report.push(Row::latency(
+        "acquire script round trip (naive: SET NX PX)",
+        &scripts.acquire,
+        Some(&naive_ops.acquire),
+    ));
+    report.push(Row::latency(
+        "renew script round trip (naive: renew script)",
+        &scripts.renew,
+        Some(&naive_ops.renew),
+    ));
+    report.push(Row::latency(
+        "renewal as the keeper makes it, every 20 ms (naive: its heartbeat)",
+        &keeper,
+        Some(&naive_ops.renew_idle),
+    ));
+    report.push(Row::ratio(
+        "acquire p50 / EVALSHA floor p50",
+        scripts.acquire.p50() / floor_p50,
+        naive_ops.acquire.p50() / floor_p50,
+        "<= 1.3",
+        |v| v <= 1.3,
+    ));
+    report.push(Row::ratio(
+        "keeper renewal p50 / idle EVALSHA floor p50",
+        keeper.p50() / evalsha_idle.p50(),
+        naive_ops.renew_idle.p50() / evalsha_idle.p50(),
+        "<= 1.3",
+        |v| v <= 1.3,
+    ));
+    report.push(Row::latency(
+        "try_campaign: acquire + start the term (naive: SET NX PX)",
+        &ops.acquire,
+        Some(&naive_ops.acquire),
+    ));
+    report.push(Row::latency(
+        "confirm: renewal through the keeper (naive: renew script)",
+        &ops.renew,
+        Some(&naive_ops.renew),
+    ));
+    report.push(Row::latency(
+        "resign (naive: release script)",
+        &ops.resign,
+        Some(&naive_ops.resign),
+    ));
+    report.push(Row::latency(
+        "leader lookup (naive: GET)",
+        &ops.leader,
+        Some(&naive_ops.leader),
+    ));
+
+    eprintln!("  handover after resign ...");
+    let handover = handovers(&url, plan.handovers).await?;
+    let naive_handover = naive_handovers(&conn, plan.naive_handovers).await?;
+    report.push(Row::latency_target(
+        "handover after graceful resign",
+        &handover,
+        Some(&naive_handover),
+        "p99 <= 10 ms",
+        handover.p99() <= 10.0,
+    ));
+
+    eprintln!("  takeover after a crash ...");
+    let takeover = takeovers(&url, plan.crashes).await?;
+    let naive_takeover = naive_takeovers(&conn, plan.crashes).await?;
+    report.push(Row::latency_target(
+        "takeover after a crash, from lease expiry",
+        &takeover,
+        Some(&naive_takeover),
+        "p99 <= 20 ms",
+        takeover.p99() <= 20.0,
+    ));
+
+    eprintln!("  Redis load of idle elections ...");
+    let load = load(server.port(), &url, &conn, plan.load_ttl).await?;
+    report.push(Row::plain(
+        "idle leader: Redis requests per lease ttl",
+        load.leader,
+        Some(load.naive_leader),
+        "<= 3",
+        load.leader <= 3.0,
+    ));
+    report.push(Row::plain(
+        "idle follower: Redis requests per lease ttl",
+        load.follower,
+        Some(load.naive_follower),
+        "<= 1",
+        load.follower <= 1.0,
+    ));
+    let ttl_s = plan.load_ttl.as_secs();
+    report.push(
+        Row::plain(
+            &format!("idle leader: requests per second (ttl {ttl_s} s)"),
+            load.leader_per_s,
+            Some(load.naive_leader_per_s),
+            "",
+            true,
+        )
+        .targeted(false),
+    );
+    report.push(
+        Row::plain(
+            &format!("idle follower: requests per second (ttl {ttl_s} s)"),
+            load.follower_per_s,
+            Some(load.naive_follower_per_s),
+            "",
+            true,
+        )
+        .targeted(false),
+    );
+
+    for &n in &plan.scales {
+        eprintln!("  {n} elections in one process ...");
+        let tenure = scale::run_child(&url, "tenure", n, plan.scale_seconds).await?;
+        let naive = if plan.naive_scales.contains(&n) {
+            Some(scale::run_child(&url, "naive", n, plan.scale_seconds).await?)
+        } else {
+            None
+        };
+        let ten_k = n == 10_000;
+        report.push(
+            Row::plain(
+                &format!("{n} elections: CPU, % of one core"),
+                tenure.cpu_percent,
+                naive.as_ref().map(|s| s.cpu_percent),
+                if ten_k { "<= 5 %" } else { "" },
+                tenure.cpu_percent <= 5.0 || !ten_k,
+            )
+            .targeted(ten_k),
+        );
+        report.push(
+            Row::plain(
+                &format!("{n} elections: peak RSS, MB"),
+                tenure.peak_rss_mb,
+                naive.as_ref().map(|s| s.peak_rss_mb),
+                if ten_k { "<= 64 MB" } else { "" },
+                tenure.peak_rss_mb <= 64.0 || !ten_k,
+            )
+            .targeted(ten_k),
+        );
+        report.push(
+            Row::plain(
+                &format!("{n} elections: Redis round trips per renew interval"),
+                tenure.round_trips_per_interval,
+                naive.as_ref().map(|s| s.round_trips_per_interval),
+                if ten_k { "a handful" } else { "" },
+                tenure.round_trips_per_interval <= 5.0 || !ten_k,
+            )
+            .targeted(ten_k),
+        );
+    }
+    drop(server);
+    Ok(report)
+}
+
+async fn connect(url: &str) -> Result<MultiplexedConnection> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// PING and EVALSHA of `return 1` back to back (a busy client), and
+/// EVALSHA after 20 ms idle (a client that wakes up for each call, as a
+/// keeper renewing on a timer does).
+async fn floor(conn: &MultiplexedConnection, n: usize) -> Result<(Samples, Samples, Samples)> {
+    let mut conn = conn.clone();
+    let trivial = redis::Script::new("return 1");
+    let _: i64 = trivial
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let evalsha = || {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(trivial.get_hash()).arg(0);
+        cmd
+    };
+    let (mut ping, mut busy, mut idle) =
+        (Samples::default(), Samples::default(), Samples::default());
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        ping.push(t.elapsed());
+        let t = Instant::now();
+        let _: i64 = evalsha()
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        busy.push(t.elapsed());
+    }
+    for _ in 0..n.min(300) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let t = Instant::now();
+        let _: i64 = evalsha()
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        idle.push(t.elapsed());
+    }
+    Ok((ping, busy, idle))
+}
+
+#[derive(Default)]
+struct Ops {
+    acquire: Samples,
+    renew: Samples,
+    /// Naive only: renewals after 20 ms idle, as its heartbeat makes them.
+    renew_idle: Samples,
+    resign: Samples,
+    leader: Samples,
+}
+
+/// The library's own scripts, sent over the same kind of connection as
+/// the floor: the protocol's round trip without any client machinery.
+#[derive(Default)]
+struct ScriptOps {
+    acquire: Samples,
+    renew: Samples,
+}
+
+async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Result<Election> {
+    Election::builder(name)
+        .redis(url)
+        .ttl(ttl)
+        .id(id)
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Wait out the start-up grace period of a fresh election.
+async fn first_term(e: &Election) -> Result<Leadership> {
+    e.campaign().await.map_err(|e| e.to_string())
+}
+
+/// End to end through the public API: `try_campaign` (acquire and start the
+/// term's keeper), `resign`, `confirm` (a renewal requested through the
+/// keeper) and `leader`.
+async fn operations(url: &str, n: usize) -> Result<Ops> {
+    let e = election(url, "bench-ops", "bench", Duration::from_secs(5)).await?;
+    first_term(&e)
+        .await?
+        .resign()
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut ops = Ops::default();
+    for _ in 0..n {
+        let t = Instant::now();
+        let term = e
+            .try_campaign()
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("acquire lost to nobody")?;
+        ops.acquire.push(t.elapsed());
+        let t = Instant::now();
+        term.resign().await.map_err(|e| e.to_string())?;
+        ops.resign.push(t.elapsed());
+    }
+    let term = e.campaign().await.map_err(|e| e.to_string())?;
+    for _ in 0..n {
+        let t = Instant::now();
+        term.confirm().await.map_err(|e| e.to_string())?;
+        ops.renew.push(t.elapsed());
+        let t = Instant::now();
+        e.leader().await.map_err(|e| e.to_string())?;
+        ops.leader.push(t.elapsed());
+    }
+    term.resign().await.map_err(|e| e.to_string())?;
+    Ok(ops)
+}
+
+/// The acquire and renew scripts' round trips on a plain connection.
+async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) -> Result<ScriptOps> {
+    // Past the start-up grace period first, through the library.
+    let e = election(url, "bench-scripts", "bench", Duration::from_secs(5)).await?;
+    first_term(&e)
+        .await?
+        .resign()
+        .await
+        .map_err(|e| e.to_string())?;
+    let keys = [
+        "tenure:{bench-scripts}:lease",
+        "tenure:{bench-scripts}:token",
+        "tenure:{bench-scripts}:epoch",
+    ];
+    let acquire = redis::Script::new(include_str!("../../tenure/src/backend/scripts/acquire.lua"));
+    let renew = redis::Script::new(include_str!("../../tenure/src/backend/scripts/renew.lua"));
+    let resign = redis::Script::new(include_str!("../../tenure/src/backend/scripts/resign.lua"));
+    let mut conn = conn.clone();
+    let mut ops = ScriptOps::default();
+    for _ in 0..n {
+        let t = Instant::now();
+        let reply: Vec<redis::Value> = acquire
+            .key(keys[0])
+            .key(keys[1])
+            .key(keys[2])
+            .arg("bench")
+            .arg(5000)
+            .arg("tenure:{bench-scripts}:events")
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        ops.acquire.push(t.elapsed());
+        let token = match reply.get(1) {
+            Some(redis::Value::Int(token)) => *token,
+            _ => return Err("unexpected acquire reply".into()),
+        };
+        let t = Instant::now();
+        let _: redis::Value = renew
+            .key(keys[0])
+            .arg("bench")
+            .arg(token)
+            .arg(5000)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        ops.renew.push(t.elapsed());
+        let _: i64 = resign
+            .key(keys[0])
+            .arg("bench")
+            .arg(token)
+            .arg("tenure:{bench-scripts}:events")
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(ops)
+}
+
+/// Renewals as the keeper of a term makes them, read from the library's
+/// own `leader_election_renew_duration_seconds` histogram.
+async fn keeper_renewals(
+    url: &str,
+    snapshotter: &metrics_util::debugging::Snapshotter,
+    n: usize,
+) -> Result<Samples> {
+    // A short ttl so that renewals come often; nothing else runs meanwhile.
+    let ttl = Duration::from_millis(60);
+    let e = Election::builder("bench-keeper")
+        .redis(url)
+        .ttl(ttl)
+        .margin(Duration::from_millis(10))
+        .id("keeper")
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    let term = first_term(&e).await?;
+    snapshotter.snapshot();
+    tokio::time::sleep(e.renew_every() * n as u32).await;
+    let mut samples = Samples::default();
+    for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+        let is_ours = key.key().name() == "leader_election_renew_duration_seconds"
+            && key
+                .key()
+                .labels()
+                .any(|l| l.key() == "name" && l.value() == "bench-keeper");
+        if let (true, metrics_util::debugging::DebugValue::Histogram(values)) = (is_ours, value) {
+            for v in values {
+                samples.push(Duration::from_secs_f64(v.into_inner()));
+            }
+        }
+    }
+    term.resign().await.map_err(|e| e.to_string())?;
+    Ok(samples)
+}
+
+async fn naive_operations(conn: &MultiplexedConnection, n: usize) -> Result<Ops> {
+    let e = NaiveElection::new(conn.clone(), "ops", "bench", Duration::from_secs(5));
+    let mut ops = Ops::default();
+    for _ in 0..n {
+        let t = Instant::now();
+        e.acquire().await.map_err(|e| e.to_string())?;
+        ops.acquire.push(t.elapsed());
+        let t = Instant::now();
+        e.release().await.map_err(|e| e.to_string())?;
+        ops.resign.push(t.elapsed());
+    }
+    e.acquire().await.map_err(|e| e.to_string())?;
+    for _ in 0..n {
+        let t = Instant::now();
+        e.renew().await.map_err(|e| e.to_string())?;
+        ops.renew.push(t.elapsed());
+        let t = Instant::now();
+        e.leader().await.map_err(|e| e.to_string())?;
+        ops.leader.push(t.elapsed());
+    }
+    for _ in 0..n.min(300) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let t = Instant::now();
+        e.renew().await.map_err(|e| e.to_string())?;
+        ops.renew_idle.push(t.elapsed());
+    }
+    e.release().await.map_err(|e| e.to_string())?;
+    Ok(ops)
+}
+
+/// Time from `resign()` being called to the follower's `campaign()` returning.
+async fn handovers(url: &str, rounds: usize) -> Result<Samples> {
+    let ttl = Duration::from_secs(5);
+    let a = election(url, "bench-handover", "a", ttl).await?;
+    let b = election(url, "bench-handover", "b", ttl).await?;
+    let mut term = first_term(&a).await?;
+    let (mut leader, mut follower) = (a, b);
+    let mut samples = Samples::default();
+    for _ in 0..rounds {
+        let waiting = tokio::spawn({
+            let follower = follower.clone();
+            async move {
+                let term = follower.campaign().await;
+                (Instant::now(), term)
+            }
+        });
+        // Let the follower find the holder and go to sleep on it.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let t = Instant::now();
+        term.resign().await.map_err(|e| e.to_string())?;
+        let (elected, next) = waiting.await.map_err(|e| e.to_string())?;
+        samples.push(elected - t);
+        term = next.map_err(|e| e.to_string())?;
+        std::mem::swap(&mut leader, &mut follower);
+    }
+    term.resign().await.map_err(|e| e.to_string())?;
+    drop(leader);
+    Ok(samples)
+}
+
+async fn naive_handovers(conn: &MultiplexedConnection, rounds: usize) -> Result<Samples> {
+    let ttl = Duration::from_secs(3);
+    let a = NaiveElection::new(conn.clone(), "handover", "a", ttl);
+    let b = NaiveElection::new(conn.clone(), "handover", "b", ttl);
+    a.campaign().await.map_err(|e| e.to_string())?;
+    let (mut leader, mut follower) = (a, b);
+    let mut samples = Samples::default();
+    for _ in 0..rounds {
+        let waiting = tokio::spawn({
+            let follower = follower.clone();
+            async move {
+                let outcome = follower.campaign().await;
+                (Instant::now(), outcome)
+            }
+        });
+        // Release at a random point of the follower's polling cycle.
+        tokio::time::sleep(Duration::from_millis(
+            30 + (samples_len_jitter(rounds) % 900),
+        ))
+        .await;
+        let t = Instant::now();
+        leader.release().await.map_err(|e| e.to_string())?;
+        let (elected, outcome) = waiting.await.map_err(|e| e.to_string())?;
+        outcome.map_err(|e| e.to_string())?;
+        samples.push(elected - t);
+        std::mem::swap(&mut leader, &mut follower);
+    }
+    leader.release().await.map_err(|e| e.to_string())?;
+    Ok(samples)
+}
+
+/// A pseudo-random number of milliseconds from the clock, to spread events
+/// over a polling period.
+fn samples_len_jitter(salt: usize) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    u64::from(nanos / 1000) ^ salt as u64
+}
+
+/// A leader on a runtime of its own, so it can vanish like a crashed process.
+struct Crashable {
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Crashable {
+    async fn lead(url: &str, name: &str, ttl: Duration) -> Result<Crashable> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let (url, name) = (url.to_string(), name.to_string());
+        let (elected_tx, elected_rx) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let Ok(e) = election(&url, &name, "crashing", ttl).await else {
+                return;
+            };
+            let Ok(term) = e.campaign().await else { return };
+            let _ = elected_tx.send(());
+            let _keep = (e, term);
+            std::future::pending::<()>().await;
+        });
+        elected_rx
+            .await
+            .map_err(|_| "the crashing leader never led".to_string())?;
+        Ok(Crashable { runtime })
+    }
+
+    fn crash(self) {
+        self.runtime.shutdown_background();
+    }
+}
+
+/// Time from the crashed leader's lease expiry to the follower's election.
+async fn takeovers(url: &str, rounds: usize) -> Result<Samples> {
+    let ttl = Duration::from_secs(1);
+    let mut samples = Samples::default();
+    let mut admin = tenure::admin::connect(url, None, Duration::from_secs(2))
+        .await
+        .map_err(|e| e.to_string())?;
+    for round in 0..rounds {
+        let name = format!("bench-crash-{round}");
+        let crashing = Crashable::lead(url, &name, ttl).await?;
+        let follower = election(url, &name, "follower", ttl).await?;
+        let waiting = tokio::spawn(async move {
+            let term = follower.campaign().await;
+            (Instant::now(), term)
+        });
+        tokio::time::sleep(Duration::from_millis(100 + samples_len_jitter(round) % 300)).await;
+        crashing.crash();
+        let crashed_at = Instant::now();
+        let ttl_left = tenure::admin::leader_of(&mut admin, "tenure", &name)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_or(Duration::ZERO, |l| l.ttl_left);
+        let (elected, term) = waiting.await.map_err(|e| e.to_string())?;
+        let term = term.map_err(|e| e.to_string())?;
+        let expiry = crashed_at + ttl_left;
+        samples.push(elected.saturating_duration_since(expiry));
+        term.resign().await.map_err(|e| e.to_string())?;
+    }
+    Ok(samples)
+}
+
+async fn naive_takeovers(conn: &MultiplexedConnection, rounds: usize) -> Result<Samples> {
+    let ttl = Duration::from_secs(1);
+    let mut samples = Samples::default();
+    let mut raw = conn.clone();
+    for round in 0..rounds {
+        let name = format!("crash-{round}");
+        let crashing = NaiveElection::new(conn.clone(), &name, "crashing", ttl);
+        crashing.acquire().await.map_err(|e| e.to_string())?;
+        let keeper = tokio::spawn(async move { crashing.keep().await });
+        // Followers start at a random point of the leader's renewal cycle.
+        tokio::time::sleep(Duration::from_millis(samples_len_jitter(round) % 333)).await;
+        let follower = NaiveElection::new(conn.clone(), &name, "follower", ttl);
+        let key = follower.key().to_string();
+        let waiting = tokio::spawn(async move {
+            let outcome = follower.campaign().await;
+            (Instant::now(), outcome)
+        });
+        // The crash: no more renewals. The lease expires after its PTTL.
+        tokio::time::sleep(Duration::from_millis(
+            100 + samples_len_jitter(round + 7) % 500,
+        ))
+        .await;
+        keeper.abort();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .map_err(|e| e.to_string())?;
+        let expiry = Instant::now() + Duration::from_millis(pttl.max(0) as u64);
+        let (elected, outcome) = waiting.await.map_err(|e| e.to_string())?;
+        outcome.map_err(|e| e.to_string())?;
+        samples.push(elected.saturating_duration_since(expiry));
+    }
+    Ok(samples)
+}
+
+struct Load {
+    leader: f64,
+    follower: f64,
+    naive_leader: f64,
+    naive_follower: f64,
+    leader_per_s: f64,
+    follower_per_s: f64,
+    naive_leader_per_s: f64,
+    naive_follower_per_s: f64,
+}
+
+/// Requests that clients sent during `window`, counted with MONITOR
+/// (commands that scripts run inside Redis are not requests and are not
+/// counted; MONITOR marks them `lua`).
+async fn requests_during(port: u16, window: Duration) -> Result<f64> {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, BufReader, Write};
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream
+            .write_all(b"MONITOR\r\n")
+            .map_err(|e| e.to_string())?;
+        let deadline = std::time::Instant::now() + window;
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .map_err(|e| e.to_string())?;
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        let mut requests = 0u64;
+        let mut started = false;
+        while std::time::Instant::now() < deadline {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) if line.starts_with("+OK") && !started => started = true,
+                Ok(_) => {
+                    if line.contains("] \"") && !line.contains(" lua] ") {
+                        requests += 1;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(requests as f64)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+async fn load(port: u16, url: &str, conn: &MultiplexedConnection, ttl: Duration) -> Result<Load> {
+    let terms = 4u32;
+    let window = ttl * terms;
+    let per_term = |commands: f64| commands / f64::from(terms);
+    let per_s = |commands: f64| commands / window.as_secs_f64();
+
+    let a = election(url, "bench-load", "a", ttl).await?;
+    let term = first_term(&a).await?;
+    tokio::time::sleep(ttl / 2).await;
+    let leader = requests_during(port, window).await?;
+    let b = election(url, "bench-load", "b", ttl).await?;
+    let follower_task = tokio::spawn(async move { b.campaign().await.map(|t| t.token()) });
+    tokio::time::sleep(ttl / 2).await;
+    let both = requests_during(port, window).await?;
+    follower_task.abort();
+    term.resign().await.map_err(|e| e.to_string())?;
+
+    let na = NaiveElection::new(conn.clone(), "load", "a", ttl);
+    na.acquire().await.map_err(|e| e.to_string())?;
+    let keeper = tokio::spawn({
+        let na = na.clone();
+        async move { na.keep().await }
+    });
+    tokio::time::sleep(ttl / 2).await;
+    let naive_leader = requests_during(port, window).await?;
+    let nb = NaiveElection::new(conn.clone(), "load", "b", ttl);
+    let poller = tokio::spawn(async move { nb.campaign().await });
+    tokio::time::sleep(ttl / 2).await;
+    let naive_both = requests_during(port, window).await?;
+    poller.abort();
+    keeper.abort();
+
+    Ok(Load {
+        leader: per_term(leader),
+        follower: per_term(both - leader),
+        naive_leader: per_term(naive_leader),
+        naive_follower: per_term(naive_both - naive_leader),
+        leader_per_s: per_s(leader),
+        follower_per_s: per_s(both - leader),
+        naive_leader_per_s: per_s(naive_leader),
+        naive_follower_per_s: per_s(naive_both - naive_leader),
+    })
+}

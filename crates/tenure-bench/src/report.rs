@@ -1,0 +1,194 @@
+//! The results: a table for people, JSON for machines.
+
+use serde::Serialize;
+
+use crate::stats::Samples;
+
+#[derive(Debug, Serialize)]
+pub struct Machine {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory_gb: f64,
+    pub kernel: String,
+    pub redis: String,
+}
+
+impl Machine {
+    pub fn describe() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let redis = std::process::Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model: cpuinfo
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+                .unwrap_or_default(),
+            memory_gb: meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .map_or(0.0, |kb| kb / 1024.0 / 1024.0),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            redis,
+        }
+    }
+}
+
+/// One figure: tenure's value, the naive baseline's, and the goal.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub figure: String,
+    pub tenure: String,
+    pub baseline: String,
+    /// tenure / baseline, when both are numbers.
+    pub ratio: Option<f64>,
+    pub target: String,
+    /// `None` when the figure has no target.
+    pub met: Option<bool>,
+    pub tenure_value: f64,
+    pub baseline_value: Option<f64>,
+}
+
+impl Row {
+    /// p50 / p99 latencies, in ms.
+    pub fn latency(figure: &str, tenure: &Samples, baseline: Option<&Samples>) -> Row {
+        Row {
+            figure: format!("{figure}, p50 / p99 ms"),
+            tenure: format!("{:.3} / {:.3}", tenure.p50(), tenure.p99()),
+            baseline: baseline.map_or("-".into(), |b| format!("{:.3} / {:.3}", b.p50(), b.p99())),
+            ratio: baseline.map(|b| tenure.p50() / b.p50()),
+            target: String::new(),
+            met: None,
+            tenure_value: tenure.p50(),
+            baseline_value: baseline.map(Samples::p50),
+        }
+    }
+
+    /// A latency row with a target on its p99.
+    pub fn latency_target(
+        figure: &str,
+        tenure: &Samples,
+        baseline: Option<&Samples>,
+        target: &str,
+        met: bool,
+    ) -> Row {
+        let mut row = Row::latency(figure, tenure, baseline);
+        row.ratio = baseline.map(|b| tenure.p99() / b.p99());
+        row.tenure_value = tenure.p99();
+        row.baseline_value = baseline.map(Samples::p99);
+        row.target = target.into();
+        row.met = Some(met);
+        row
+    }
+
+    /// A ratio to the floor, tenure's and the baseline's.
+    pub fn ratio(
+        figure: &str,
+        tenure: f64,
+        baseline: f64,
+        target: &str,
+        goal: impl Fn(f64) -> bool,
+    ) -> Row {
+        Row {
+            figure: figure.into(),
+            tenure: format!("{tenure:.2}x"),
+            baseline: format!("{baseline:.2}x"),
+            ratio: Some(tenure / baseline),
+            target: target.into(),
+            met: Some(goal(tenure)),
+            tenure_value: tenure,
+            baseline_value: Some(baseline),
+        }
+    }
+
+    pub fn plain(figure: &str, tenure: f64, baseline: Option<f64>, target: &str, met: bool) -> Row {
+        Row {
+            figure: figure.into(),
+            tenure: format!("{tenure:.2}"),
+            baseline: baseline.map_or("-".into(), |b| format!("{b:.2}")),
+            ratio: baseline.filter(|b| *b != 0.0).map(|b| tenure / b),
+            target: target.into(),
+            met: Some(met),
+            tenure_value: tenure,
+            baseline_value: baseline,
+        }
+    }
+
+    /// Keep or drop the target of a row.
+    pub fn targeted(mut self, has_target: bool) -> Row {
+        if !has_target {
+            self.target = String::new();
+            self.met = None;
+        }
+        self
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub machine: Machine,
+    pub quick: bool,
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    pub fn new(machine: Machine, quick: bool) -> Report {
+        Report {
+            machine,
+            quick,
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, row: Row) {
+        self.rows.push(row);
+    }
+
+    /// A Markdown table.
+    pub fn table(&self) -> String {
+        let m = &self.machine;
+        let mut out = format!(
+            "\nmachine: {} x {}, {:.0} GiB, Linux {}, {}{}\n\n",
+            m.cpus,
+            m.cpu_model,
+            m.memory_gb,
+            m.kernel,
+            m.redis
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" "),
+            if self.quick { " (quick mode)" } else { "" }
+        );
+        out.push_str("| figure | tenure | naive baseline | ratio | target | met? |\n|---|---|---|---|---|---|\n");
+        for row in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                row.figure,
+                row.tenure,
+                row.baseline,
+                row.ratio.map_or("-".into(), |r| format!("{r:.2}")),
+                if row.target.is_empty() {
+                    "-"
+                } else {
+                    &row.target
+                },
+                match row.met {
+                    Some(true) => "yes",
+                    Some(false) => "NO",
+                    None => "-",
+                }
+            ));
+        }
+        out
+    }
+}

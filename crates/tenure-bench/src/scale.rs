@@ -1,0 +1,204 @@
+//! Many elections in one process: CPU share, peak RSS and Redis round
+//! trips per renew interval. Each measurement runs in a child process of
+//! its own, so that its peak RSS is its own.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use crate::naive::NaiveElection;
+
+/// Lease ttl of the scale runs; renewals every ttl/3.
+const TTL: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScaleFigures {
+    pub elections: usize,
+    pub held: usize,
+    pub cpu_percent: f64,
+    pub peak_rss_mb: f64,
+    pub round_trips_per_interval: f64,
+}
+
+/// Run `tenure-bench scale-child` and read its figures.
+pub async fn run_child(
+    url: &str,
+    design: &str,
+    elections: usize,
+    seconds: u64,
+) -> Result<ScaleFigures, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let output = tokio::process::Command::new(exe)
+        .args(["scale-child", "--redis", url, "--design", design])
+        .args([
+            "--elections",
+            &elections.to_string(),
+            "--seconds",
+            &seconds.to_string(),
+        ])
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !output.status.success() {
+        return Err(format!(
+            "scale run ({design}, {elections}) failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| format!("scale run output: {e}"))
+}
+
+/// The child's side: hold `elections` elections, then measure a steady
+/// window of `seconds`.
+pub async fn child(
+    url: &str,
+    design: &str,
+    elections: usize,
+    seconds: u64,
+) -> Result<ScaleFigures, String> {
+    let names: Vec<String> = (0..elections)
+        .map(|i| format!("scale-{design}-{i}"))
+        .collect();
+    let held = Arc::new(AtomicU64::new(0));
+    let round_trips = Arc::new(AtomicU64::new(0));
+    let stop = tokio_stop();
+    match design {
+        "tenure" => {
+            let set = tenure::PartitionSet::builder(format!("scale-{elections}"), names)
+                .redis(url)
+                .ttl(TTL)
+                .id("scale")
+                .build()
+                .await
+                .map_err(|e| e.to_string())?;
+            let observer = set.observer();
+            let stop_rx = stop.1;
+            tokio::spawn(set.run(
+                |_partition, term| async move {
+                    term.lost().await;
+                },
+                async move {
+                    let _ = stop_rx.await;
+                },
+            ));
+            wait_until(
+                || observer.owned().len() == elections,
+                TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
+            )
+            .await?;
+            let figures = window(seconds, || observer.round_trips()).await;
+            held.store(observer.owned().len() as u64, Ordering::Relaxed);
+            let _ = stop.0.send(());
+            Ok(finish(
+                elections,
+                held.load(Ordering::Relaxed) as usize,
+                figures,
+            ))
+        }
+        "naive" => {
+            let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+            let conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|e| e.to_string())?;
+            for name in &names {
+                let e = NaiveElection::new(conn.clone(), name, "scale", TTL);
+                let (held, round_trips) = (held.clone(), round_trips.clone());
+                // One task per election, one command per election per tick.
+                tokio::spawn(async move {
+                    round_trips.fetch_add(1, Ordering::Relaxed);
+                    if !matches!(e.acquire().await, Ok(true)) {
+                        return;
+                    }
+                    held.fetch_add(1, Ordering::Relaxed);
+                    loop {
+                        tokio::time::sleep(TTL / 3).await;
+                        round_trips.fetch_add(1, Ordering::Relaxed);
+                        if !matches!(e.renew().await, Ok(true)) {
+                            return;
+                        }
+                    }
+                });
+            }
+            let total = elections as u64;
+            wait_until(|| held.load(Ordering::Relaxed) == total, TTL * 4).await?;
+            let figures = window(seconds, || round_trips.load(Ordering::Relaxed)).await;
+            Ok(finish(
+                elections,
+                held.load(Ordering::Relaxed) as usize,
+                figures,
+            ))
+        }
+        other => Err(format!("unknown design {other:?}")),
+    }
+}
+
+fn tokio_stop() -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    tokio::sync::oneshot::channel()
+}
+
+async fn wait_until(mut done: impl FnMut() -> bool, limit: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        if Instant::now() > deadline {
+            return Err(format!("not all elections were held within {limit:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// (cpu seconds, wall seconds, round trips) over a steady window.
+async fn window(seconds: u64, round_trips: impl Fn() -> u64) -> (f64, f64, u64) {
+    let (cpu0, trips0, t0) = (cpu_seconds(), round_trips(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    (
+        cpu_seconds() - cpu0,
+        t0.elapsed().as_secs_f64(),
+        round_trips() - trips0,
+    )
+}
+
+fn finish(elections: usize, held: usize, (cpu, wall, trips): (f64, f64, u64)) -> ScaleFigures {
+    let intervals = wall / (TTL / 3).as_secs_f64();
+    ScaleFigures {
+        elections,
+        held,
+        cpu_percent: cpu / wall * 100.0,
+        peak_rss_mb: peak_rss_mb(),
+        round_trips_per_interval: trips as f64 / intervals,
+    }
+}
+
+/// User + system CPU time of this process (Linux /proc).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // After the command name: state(0) ... utime(11) stime(12), in clock ticks.
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+        .sum();
+    // USER_HZ, which Linux fixes at 100 for /proc.
+    ticks / 100.0
+}
+
+/// Peak resident set size of this process in MB (VmHWM).
+fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
