@@ -1,17 +1,34 @@
 //! A picture of a run: one row per instance slot, a bar per term (labelled
 //! with its token), red ticks for rejected stale writes, and the faults as
-//! marked columns, so a person can see a run at a glance.
+//! shaded, colour-coded columns, so a person can see a run at a glance.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::checker::Term;
+use crate::harness::FAULT_KINDS;
 use crate::log::Event;
 
-const WIDTH: f64 = 1400.0;
 const LEFT: f64 = 70.0;
 const ROW: f64 = 34.0;
 const TOP: f64 = 40.0;
+/// Fault labels are written out only when there is room for them.
+const MAX_LABELS: usize = 30;
+
+/// Colour of a fault kind, shared by the marks and the legend.
+fn fault_colour(kind: &str) -> &'static str {
+    match kind {
+        "kill" => "crimson",
+        "pause" => "darkorange",
+        "restart" => "purple",
+        "cut" => "steelblue",
+        "drop" => "teal",
+        "delay" => "olive",
+        "stall" => "saddlebrown",
+        "graceful" => "seagreen",
+        _ => "gray",
+    }
+}
 
 pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
     let first = events.first().map(Event::t).unwrap_or(0);
@@ -20,47 +37,51 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
         .map(Event::t)
         .unwrap_or(first + 1)
         .max(first + 1);
+    // About 8 px per second, so that long runs stay readable when zoomed.
+    let seconds = (last - first) as f64 / 1e9;
+    let width = (seconds * 8.0).clamp(1400.0, 8000.0);
     let x = |t: u64| {
-        LEFT + (t.saturating_sub(first)) as f64 / (last - first) as f64 * (WIDTH - LEFT - 10.0)
+        LEFT + (t.saturating_sub(first)) as f64 / (last - first) as f64 * (width - LEFT - 10.0)
     };
     let slot = |inst: &str| inst.split('#').next().unwrap_or(inst).to_string();
-    let mut rows: BTreeMap<String, usize> = BTreeMap::new();
-    for term in terms {
-        let next = rows.len();
-        rows.entry(slot(&term.inst)).or_insert(next);
-    }
-    for event in events {
-        if let Event::Start { inst, .. } = event {
-            let next = rows.len();
-            rows.entry(slot(inst)).or_insert(next);
-        }
-    }
-    // Stable order: i1, i2, ... by number.
-    let mut names: Vec<String> = rows.keys().cloned().collect();
+    let mut names: Vec<String> = terms
+        .iter()
+        .map(|t| slot(&t.inst))
+        .chain(events.iter().filter_map(|e| match e {
+            Event::Start { inst, .. } => Some(slot(inst)),
+            _ => None,
+        }))
+        .collect();
     names.sort_by_key(|n| n.trim_start_matches('i').parse::<u32>().unwrap_or(u32::MAX));
+    names.dedup();
     let row_of: BTreeMap<String, usize> = names
         .iter()
         .enumerate()
         .map(|(i, n)| (n.clone(), i))
         .collect();
-    let height = TOP + ROW * names.len() as f64 + 40.0;
+    let rows_height = ROW * names.len() as f64;
+    let height = TOP + rows_height + 60.0;
+    let fault_count = events
+        .iter()
+        .filter(|e| matches!(e, Event::Fault { .. }))
+        .count();
 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="monospace" font-size="11">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height}" font-family="monospace" font-size="11">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(
         out,
-        r#"<text x="{LEFT}" y="16" font-size="13">{}</text>"#,
+        r#"<text x="{LEFT}" y="14" font-size="13">{}</text>"#,
         escape(title)
     );
     for (name, row) in &row_of {
         let y = TOP + ROW * *row as f64;
         let _ = writeln!(
             out,
-            r#"<text x="8" y="{:.1}">{name}</text><line x1="{LEFT}" x2="{WIDTH}" y1="{:.1}" y2="{:.1}" stroke="gainsboro"/>"#,
+            r#"<text x="8" y="{:.1}">{name}</text><line x1="{LEFT}" x2="{width:.0}" y1="{:.1}" y2="{:.1}" stroke="gainsboro"/>"#,
             y + 18.0,
             y + 28.0,
             y + 28.0
@@ -75,22 +96,30 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
         } = event
         {
             let (x0, x1) = (x(*t), x((*until).max(*t)));
+            let colour = fault_colour(kind);
             let _ = writeln!(
                 out,
-                r#"<rect x="{x0:.1}" y="{TOP}" width="{:.1}" height="{:.1}" fill="orange" opacity="0.18"/>"#,
+                r#"<rect x="{x0:.1}" y="{TOP}" width="{:.1}" height="{rows_height:.1}" fill="{colour}" opacity="0.15"><title>{}</title></rect>"#,
                 (x1 - x0).max(1.5),
-                ROW * names.len() as f64
+                escape(kind)
             );
-            let label = if target.is_empty() {
-                kind.clone()
-            } else {
-                format!("{kind} {}", slot(target))
-            };
             let _ = writeln!(
                 out,
-                r#"<text x="{x0:.1}" y="32" fill="darkorange" transform="rotate(-20 {x0:.1} 32)">{}</text>"#,
-                escape(&label)
+                r#"<rect x="{x0:.1}" y="{:.1}" width="3" height="6" fill="{colour}"/>"#,
+                TOP - 8.0
             );
+            if fault_count <= MAX_LABELS {
+                let label = if target.is_empty() {
+                    kind.clone()
+                } else {
+                    format!("{kind} {}", slot(target))
+                };
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{x0:.1}" y="28" fill="{colour}" transform="rotate(-20 {x0:.1} 28)">{}</text>"#,
+                    escape(&label)
+                );
+            }
         }
     }
     for term in terms {
@@ -100,7 +129,7 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
         let y = TOP + ROW * *row as f64 + 6.0;
         let end = term.end.min(last);
         let (x0, x1) = (x(term.elected), x(end.max(term.elected)));
-        let hue = (term.token.wrapping_mul(2654435761) % 360) as u32;
+        let hue = (term.token.wrapping_mul(2_654_435_761) % 360) as u32;
         let _ = writeln!(
             out,
             r#"<rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="16" fill="hsl({hue},60%,65%)" stroke="hsl({hue},60%,35%)"><title>{} token {}</title></rect>"#,
@@ -129,11 +158,22 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
             }
         }
     }
+    let mut legend_x = LEFT;
+    for kind in FAULT_KINDS {
+        let _ = writeln!(
+            out,
+            r#"<rect x="{legend_x:.1}" y="{:.1}" width="10" height="10" fill="{}"/><text x="{:.1}" y="{:.1}">{kind}</text>"#,
+            height - 44.0,
+            fault_colour(kind),
+            legend_x + 14.0,
+            height - 35.0
+        );
+        legend_x += 90.0;
+    }
     let _ = writeln!(
         out,
-        r#"<text x="{LEFT}" y="{:.1}">bars: terms (label: last 5 digits of the token) - red: stale writes rejected by fencing - orange: faults - {:.0} s</text>"#,
-        height - 12.0,
-        (last - first) as f64 / 1e9
+        r#"<text x="{LEFT}" y="{:.1}">bars: terms (label: last 5 digits of the token) - red lines: stale writes rejected by fencing - shaded: faults - {seconds:.0} s</text>"#,
+        height - 12.0
     );
     out.push_str("</svg>\n");
     out
