@@ -18,6 +18,10 @@ type Result<T> = std::result::Result<T, String>;
 /// How much of everything to do.
 struct Plan {
     ops: usize,
+    /// Samples of calls made after an idle pause (20 ms each).
+    idle_ops: usize,
+    /// Lease ttls per load window.
+    load_terms: u32,
     handovers: usize,
     naive_handovers: usize,
     crashes: usize,
@@ -31,10 +35,12 @@ impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
             Plan {
-                ops: 300,
+                ops: 200,
+                idle_ops: 100,
+                load_terms: 2,
                 handovers: 20,
                 naive_handovers: 4,
-                crashes: 3,
+                crashes: 2,
                 load_ttl: Duration::from_secs(1),
                 scales: vec![1_000, 10_000],
                 naive_scales: vec![1_000],
@@ -43,6 +49,8 @@ impl Plan {
         } else {
             Plan {
                 ops: 2_000,
+                idle_ops: 300,
+                load_terms: 4,
                 handovers: 100,
                 naive_handovers: 20,
                 crashes: 10,
@@ -75,7 +83,7 @@ pub async fn all(quick: bool) -> Result<Report> {
     );
 
     eprintln!("  floor ...");
-    let (ping, evalsha, evalsha_idle) = floor(&conn, plan.ops).await?;
+    let (ping, evalsha, evalsha_idle) = floor(&conn, plan.ops, plan.idle_ops).await?;
     report.push(Row::latency("floor: PING round trip", &ping, None));
     report.push(Row::latency("floor: EVALSHA of `return 1`", &evalsha, None));
     report.push(Row::latency(
@@ -86,9 +94,9 @@ pub async fn all(quick: bool) -> Result<Report> {
 
     eprintln!("  operations ...");
     let scripts = script_operations(&conn, &url, plan.ops).await?;
-    let keeper = keeper_renewals(&url, snapshotter, plan.ops.min(500)).await?;
+    let keeper = keeper_renewals(&url, snapshotter, plan.idle_ops).await?;
     let ops = operations(&url, plan.ops).await?;
-    let naive_ops = naive_operations(&conn, plan.ops).await?;
+    let naive_ops = naive_operations(&conn, plan.ops, plan.idle_ops).await?;
     let floor_p50 = evalsha.p50();
     report.push(Row::latency(
         "acquire script round trip (naive: SET NX PX)",
@@ -163,7 +171,7 @@ pub async fn all(quick: bool) -> Result<Report> {
     ));
 
     eprintln!("  Redis load of idle elections ...");
-    let load = load(server.port(), &url, &conn, plan.load_ttl).await?;
+    let load = load(server.port(), &url, &conn, plan.load_ttl, plan.load_terms).await?;
     report.push(Row::plain(
         "idle leader: Redis requests per lease ttl",
         load.leader,
@@ -255,7 +263,11 @@ async fn connect(url: &str) -> Result<MultiplexedConnection> {
 /// PING and EVALSHA of `return 1` back to back (a busy client), and
 /// EVALSHA after 20 ms idle (a client that wakes up for each call, as a
 /// keeper renewing on a timer does).
-async fn floor(conn: &MultiplexedConnection, n: usize) -> Result<(Samples, Samples, Samples)> {
+async fn floor(
+    conn: &MultiplexedConnection,
+    n: usize,
+    idle_n: usize,
+) -> Result<(Samples, Samples, Samples)> {
     let mut conn = conn.clone();
     let trivial = redis::Script::new("return 1");
     let _: i64 = trivial
@@ -283,7 +295,7 @@ async fn floor(conn: &MultiplexedConnection, n: usize) -> Result<(Samples, Sampl
             .map_err(|e| e.to_string())?;
         busy.push(t.elapsed());
     }
-    for _ in 0..n.min(300) {
+    for _ in 0..idle_n {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t = Instant::now();
         let _: i64 = evalsha()
@@ -459,7 +471,7 @@ async fn keeper_renewals(
     Ok(samples)
 }
 
-async fn naive_operations(conn: &MultiplexedConnection, n: usize) -> Result<Ops> {
+async fn naive_operations(conn: &MultiplexedConnection, n: usize, idle_n: usize) -> Result<Ops> {
     let e = NaiveElection::new(conn.clone(), "ops", "bench", Duration::from_secs(5));
     let mut ops = Ops::default();
     for _ in 0..n {
@@ -479,7 +491,7 @@ async fn naive_operations(conn: &MultiplexedConnection, n: usize) -> Result<Ops>
         e.leader().await.map_err(|e| e.to_string())?;
         ops.leader.push(t.elapsed());
     }
-    for _ in 0..n.min(300) {
+    for _ in 0..idle_n {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let t = Instant::now();
         e.renew().await.map_err(|e| e.to_string())?;
@@ -715,8 +727,13 @@ async fn requests_during(port: u16, window: Duration) -> Result<f64> {
     .map_err(|e| e.to_string())?
 }
 
-async fn load(port: u16, url: &str, conn: &MultiplexedConnection, ttl: Duration) -> Result<Load> {
-    let terms = 4u32;
+async fn load(
+    port: u16,
+    url: &str,
+    conn: &MultiplexedConnection,
+    ttl: Duration,
+    terms: u32,
+) -> Result<Load> {
     let window = ttl * terms;
     let per_term = |commands: f64| commands / f64::from(terms);
     let per_s = |commands: f64| commands / window.as_secs_f64();

@@ -78,13 +78,58 @@ enum Store {
 pub struct ElectionBuilder {
     name: String,
     store: Option<Store>,
-    ttl: Duration,
-    renew_every: Option<Duration>,
-    margin: Option<Duration>,
-    call_timeout: Option<Duration>,
-    id: Option<String>,
-    prefix: String,
-    tls_ca: Option<PathBuf>,
+    settings: Settings,
+}
+
+/// The settings an election and a partition set share, and their checks.
+pub(crate) struct Settings {
+    pub ttl: Duration,
+    pub renew_every: Option<Duration>,
+    pub margin: Option<Duration>,
+    pub call_timeout: Option<Duration>,
+    pub id: Option<String>,
+    pub prefix: String,
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            ttl: DEFAULT_TTL,
+            renew_every: None,
+            margin: None,
+            call_timeout: None,
+            id: None,
+            prefix: DEFAULT_PREFIX.to_string(),
+            tls_ca: None,
+        }
+    }
+}
+
+impl Settings {
+    /// Validate everything but the names, and fill in the defaults: the
+    /// timing and this instance's id. `name` is for the log only.
+    pub fn validate(&mut self, name: &str) -> Result<(Timing, String)> {
+        validate_name("key prefix", &self.prefix)?;
+        let timing = Timing::new(self.ttl, self.renew_every, self.margin, self.call_timeout)?;
+        let id = match self.id.take() {
+            Some(id) if id.is_empty() || id.len() > 256 => {
+                return Err(Error::Config(
+                    "instance id must be 1 to 256 bytes long".into(),
+                ))
+            }
+            Some(id) => id,
+            None => instance_id(),
+        };
+        if timing.ttl < crate::machine::SHORT_TTL {
+            tracing::warn!(
+                election = %name,
+                ttl = ?timing.ttl,
+                "ttl below 1s: scheduling or network hiccups of a few hundred ms will cost leadership"
+            );
+        }
+        Ok((timing, id))
+    }
 }
 
 impl ElectionBuilder {
@@ -105,14 +150,14 @@ impl ElectionBuilder {
     /// Lease time-to-live (default 15 s): how long a crashed leader blocks
     /// the election, and how long a leader survives without reaching Redis.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.settings.ttl = ttl;
         self
     }
 
     /// How often the leader renews (default ttl/3). Must be shorter than
     /// the ttl minus the margin.
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
+        self.settings.renew_every = Some(every);
         self
     }
 
@@ -120,33 +165,33 @@ impl ElectionBuilder {
     /// ttl/10, at most 2 s): the allowance for this host's clock running
     /// slower than the Redis server's during one ttl.
     pub fn margin(mut self, margin: Duration) -> Self {
-        self.margin = Some(margin);
+        self.settings.margin = Some(margin);
         self
     }
 
     /// Upper bound of one Redis call (default renew interval/2, at most 2 s).
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = Some(timeout);
+        self.settings.call_timeout = Some(timeout);
         self
     }
 
     /// This instance's id (default: hostname plus 128 random bits). Two
     /// processes must never share one.
     pub fn id(mut self, id: impl Into<String>) -> Self {
-        self.id = Some(id.into());
+        self.settings.id = Some(id.into());
         self
     }
 
     /// Key prefix (default `tenure`); see the key layout in the crate docs.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.settings.prefix = prefix.into();
         self
     }
 
     /// Verify a `rediss://` server against this CA certificate (PEM file)
     /// instead of the system's roots.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.tls_ca = Some(path.into());
+        self.settings.tls_ca = Some(path.into());
         self
     }
 
@@ -155,27 +200,10 @@ impl ElectionBuilder {
     /// Fails with [`Error::Config`] on invalid settings, and with
     /// [`Error::Unreachable`], [`Error::Auth`], [`Error::Tls`] when Redis
     /// cannot be used.
-    pub async fn build(self) -> Result<Election> {
+    pub async fn build(mut self) -> Result<Election> {
         validate_name("election name", &self.name)?;
-        validate_name("key prefix", &self.prefix)?;
-        let timing = Timing::new(self.ttl, self.renew_every, self.margin, self.call_timeout)?;
-        let id = match self.id {
-            Some(id) if id.is_empty() || id.len() > 256 => {
-                return Err(Error::Config(
-                    "instance id must be 1 to 256 bytes long".into(),
-                ))
-            }
-            Some(id) => id,
-            None => instance_id(),
-        };
-        if timing.ttl < crate::machine::SHORT_TTL {
-            tracing::warn!(
-                election = %self.name,
-                ttl = ?timing.ttl,
-                "ttl below 1s: scheduling or network hiccups of a few hundred ms will cost leadership"
-            );
-        }
-        let keys = Keys::new(&self.prefix, &self.name);
+        let (timing, id) = self.settings.validate(&self.name)?;
+        let keys = Keys::new(&self.settings.prefix, &self.name);
         let backend = match self.store {
             None => {
                 return Err(Error::Config(
@@ -186,7 +214,7 @@ impl ElectionBuilder {
             Some(Store::Redis(url)) => {
                 let target = RedisTarget {
                     url,
-                    tls_ca: self.tls_ca,
+                    tls_ca: self.settings.tls_ca,
                 };
                 Backend::Redis(RedisBackend::connect(target, keys, timing.call_timeout).await?)
             }
@@ -268,13 +296,7 @@ impl Election {
         ElectionBuilder {
             name: name.into(),
             store: None,
-            ttl: DEFAULT_TTL,
-            renew_every: None,
-            margin: None,
-            call_timeout: None,
-            id: None,
-            prefix: DEFAULT_PREFIX.to_string(),
-            tls_ca: None,
+            settings: Settings::default(),
         }
     }
 

@@ -44,14 +44,13 @@ use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::redis::{parse_acquire, parse_renew, RedisTarget, ACQUIRE, RENEW, RESIGN};
+use crate::election::Settings;
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
     after_acquire, AcquireReply, CandidateStep, LeaderState, LeaderStep, RenewReply, Timing,
 };
-use crate::{
-    instance_id, metrics, Error, Leadership, LostReason, Result, DEFAULT_PREFIX, DEFAULT_TTL,
-};
+use crate::{metrics, Error, Leadership, LostReason, Result};
 
 static MEMBERS: &str = include_str!("backend/scripts/members.lua");
 
@@ -62,13 +61,7 @@ pub struct PartitionSetBuilder {
     group: String,
     partitions: Vec<String>,
     url: Option<String>,
-    ttl: Duration,
-    renew_every: Option<Duration>,
-    margin: Option<Duration>,
-    call_timeout: Option<Duration>,
-    id: Option<String>,
-    prefix: String,
-    tls_ca: Option<PathBuf>,
+    settings: Settings,
 }
 
 impl PartitionSetBuilder {
@@ -80,50 +73,49 @@ impl PartitionSetBuilder {
 
     /// Lease ttl of every partition, and the heartbeat ttl of members.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
+        self.settings.ttl = ttl;
         self
     }
 
     /// How often the set runs a cycle (heartbeat, renewals, hand-overs).
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
+        self.settings.renew_every = Some(every);
         self
     }
 
     /// Safety margin of the local deadlines.
     pub fn margin(mut self, margin: Duration) -> Self {
-        self.margin = Some(margin);
+        self.settings.margin = Some(margin);
         self
     }
 
     /// Upper bound of one Redis round trip.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = Some(timeout);
+        self.settings.call_timeout = Some(timeout);
         self
     }
 
     /// This member's id (default: hostname plus 128 random bits).
     pub fn id(mut self, id: impl Into<String>) -> Self {
-        self.id = Some(id.into());
+        self.settings.id = Some(id.into());
         self
     }
 
     /// Key prefix (default `tenure`).
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
+        self.settings.prefix = prefix.into();
         self
     }
 
     /// CA certificate for `rediss://`.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.tls_ca = Some(path.into());
+        self.settings.tls_ca = Some(path.into());
         self
     }
 
     /// Validate and connect.
-    pub async fn build(self) -> Result<PartitionSet> {
+    pub async fn build(mut self) -> Result<PartitionSet> {
         validate_name("group name", &self.group)?;
-        validate_name("key prefix", &self.prefix)?;
         if self.partitions.is_empty() {
             return Err(Error::Config(
                 "a partition set needs at least one partition".into(),
@@ -138,24 +130,23 @@ impl PartitionSetBuilder {
                 )));
             }
         }
-        let timing = Timing::new(self.ttl, self.renew_every, self.margin, self.call_timeout)?;
-        let id = self.id.unwrap_or_else(instance_id);
+        let (timing, id) = self.settings.validate(&self.group)?;
         let Some(url) = self.url else {
             return Err(Error::Config("no store given: call .redis(url)".into()));
         };
         let target = RedisTarget {
             url,
-            tls_ca: self.tls_ca,
+            tls_ca: self.settings.tls_ca.take(),
         };
         let conn = target.connect(timing.call_timeout).await?;
         metrics::describe();
         let keys = self
             .partitions
             .iter()
-            .map(|p| Keys::new(&self.prefix, p))
+            .map(|p| Keys::new(&self.settings.prefix, p))
             .collect();
         Ok(PartitionSet {
-            members_key: Keys::members(&self.prefix, &self.group),
+            members_key: Keys::members(&self.settings.prefix, &self.group),
             group: self.group,
             partitions: self.partitions,
             keys,
@@ -285,13 +276,7 @@ impl PartitionSet {
             group: group.into(),
             partitions: partitions.into_iter().map(Into::into).collect(),
             url: None,
-            ttl: DEFAULT_TTL,
-            renew_every: None,
-            margin: None,
-            call_timeout: None,
-            id: None,
-            prefix: DEFAULT_PREFIX.to_string(),
-            tls_ca: None,
+            settings: Settings::default(),
         }
     }
 
