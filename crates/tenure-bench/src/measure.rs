@@ -36,15 +36,15 @@ impl Plan {
         if quick {
             Plan {
                 ops: 200,
-                idle_ops: 100,
+                idle_ops: 60,
                 load_terms: 2,
                 handovers: 20,
-                naive_handovers: 4,
+                naive_handovers: 3,
                 crashes: 2,
                 load_ttl: Duration::from_secs(1),
                 scales: vec![1_000, 10_000],
                 naive_scales: vec![1_000],
-                scale_seconds: 3,
+                scale_seconds: 2,
             }
         } else {
             Plan {
