@@ -406,6 +406,17 @@ impl Election {
     }
 
     /// Who leads now, read from the store (`None` when nobody does).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// assert!(a.leader().await?.is_none());
+    /// let term = a.campaign().await?;
+    /// let leader = a.leader().await?.expect("a leads");
+    /// assert_eq!((leader.id.as_str(), leader.token), ("a", term.token()));
+    /// # Ok(()) }
+    /// ```
     pub async fn leader(&self) -> Result<Option<LeaderInfo>> {
         let inspect = self.inner.backend.inspect();
         let holder = self
@@ -437,28 +448,34 @@ impl Election {
         struct State {
             election: Election,
             notices: watch::Receiver<Notices>,
+            /// The announcements seen when the lease was last read.
+            seen: Notices,
             last: Option<Option<(String, u64)>>,
             wait: Option<Duration>,
         }
         let state = State {
             notices: self.inner.backend.notices(),
             election: self.clone(),
+            seen: Notices::default(),
             last: None,
             wait: None,
         };
         futures_util::stream::unfold(state, |mut state| async move {
             loop {
                 if let Some(wait) = state.wait.take() {
-                    // Renewals do not change the leader; terms and releases do.
-                    let before = *state.notices.borrow_and_update();
+                    // Renewals do not change the leader; terms and releases
+                    // do. Compared with what was seen at the last read, so a
+                    // change announced while the caller was busy is not missed.
+                    let seen = state.seen;
+                    let notices = &mut state.notices;
                     let term_changed = async {
                         loop {
-                            if state.notices.changed().await.is_err() {
-                                std::future::pending::<()>().await;
-                            }
-                            let now = *state.notices.borrow_and_update();
-                            if now.released != before.released || now.acquired != before.acquired {
+                            let now = *notices.borrow_and_update();
+                            if now.released != seen.released || now.acquired != seen.acquired {
                                 return;
+                            }
+                            if notices.changed().await.is_err() {
+                                std::future::pending::<()>().await;
                             }
                         }
                     };
@@ -467,7 +484,7 @@ impl Election {
                         _ = term_changed => {}
                     }
                 }
-                state.notices.borrow_and_update();
+                state.seen = *state.notices.borrow_and_update();
                 let timing = state.election.inner.timing;
                 match state.election.leader().await {
                     Ok(leader) => {

@@ -211,6 +211,25 @@ impl Leadership {
     /// already is. Fires at the local deadline by itself, even if the keeper
     /// is stuck waiting on Redis.
     ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs")
+    ///     .memory(&store)
+    ///     .ttl(std::time::Duration::from_millis(300))
+    ///     .build()
+    ///     .await?;
+    /// let term = election.campaign().await?;
+    /// store.steal("jobs", "someone-else", std::time::Duration::from_secs(15));
+    /// // The work stops the moment the term ends, whatever it was doing.
+    /// let reason = tokio::select! {
+    ///     reason = term.lost() => reason,
+    ///     _ = std::future::pending::<()>() => unreachable!(),
+    /// };
+    /// assert_eq!(reason.label(), "taken");
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Cancel safety
     /// Cancel safe: it only observes state.
     pub async fn lost(&self) -> LostReason {
@@ -248,6 +267,18 @@ impl Leadership {
     /// Renew the lease now, and succeed only if the term is still current
     /// afterwards: call it right before a side effect that must not happen
     /// twice. Returns the time left until the (new) deadline.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("mailer").memory(&store).build().await?;
+    /// let term = election.campaign().await?;
+    /// let time_left = term.confirm().await?; // still leader: send the e-mail now
+    /// assert!(time_left > std::time::Duration::ZERO);
+    /// store.revoke("mailer");
+    /// assert!(term.confirm().await.is_err()); // not any more: do not send
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Cancel safety
     /// Cancel safe: the renewal, once sent, completes in the keeper.

@@ -286,3 +286,18 @@ async fn an_idle_follower_asks_once_and_then_listens_to_the_leaders_renewals() {
     let next = within(follower).await.unwrap().unwrap();
     assert_eq!(next.id(), "b");
 }
+
+#[tokio::test(start_paused = true)]
+async fn watch_reports_a_term_that_began_between_two_reads_at_once() {
+    use futures_util::StreamExt;
+    let store = MemoryStore::new();
+    let a = member(&store, "a").await;
+    let mut changes = Box::pin(a.watch());
+    assert_eq!(changes.next().await.unwrap().unwrap(), None);
+    // The term begins while nobody is polling the stream.
+    let started = Instant::now();
+    let term = a.campaign().await.unwrap();
+    let seen = within(changes.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(seen.token, term.token());
+    assert_eq!(Instant::now(), started, "reported at once, not after a ttl");
+}

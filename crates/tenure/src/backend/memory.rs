@@ -19,6 +19,22 @@ use crate::machine::{AcquireReply, Holder, RenewReply};
 use crate::{Error, LeaderInfo, Result};
 
 /// How calls to a [`MemoryStore`] behave, to simulate outages.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("jobs")
+///     .memory(&store)
+///     .ttl(Duration::from_millis(300))
+///     .build()
+///     .await?;
+/// let term = election.campaign().await?;
+/// store.set_fault(tenure::Fault::Stall); // Redis stops answering
+/// let reason = term.lost().await; // at the local deadline, without any reply
+/// assert_eq!(reason, tenure::LostReason::DeadlinePassed);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fault {
     /// Calls work.
@@ -188,6 +204,15 @@ impl MemoryStore {
     }
 
     /// Requests made so far for `election`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let _term = election.campaign().await?;
+    /// assert_eq!(store.calls("jobs").acquire, 1);
+    /// # Ok(()) }
+    /// ```
     pub fn calls(&self, election: &str) -> Calls {
         self.lock().calls.get(election).copied().unwrap_or_default()
     }
