@@ -7,6 +7,7 @@
 //! It starts its own private `redis-server`, prints a table for people and
 //! writes JSON for machines. Targets are goals the table reports against;
 //! nothing here is a test assertion.
+#![forbid(unsafe_code)]
 
 mod measure;
 mod naive;

@@ -4,6 +4,7 @@
 //! proxies, K instance processes), injects faults on a seeded schedule,
 //! stops everything, and judges the logs with the checker. It exits 1 when
 //! the run was unsafe. `tenure-chaos check DIR` judges an existing run.
+#![forbid(unsafe_code)]
 
 mod checker;
 mod harness;

@@ -4,6 +4,7 @@
 //!   process supervision in [`supervisor`] and the operations endpoint in [`http`];
 //! - `status` and `watch` ([`observe`]) look at elections;
 //! - `demo` ([`demo`]) shows the whole thing on a private Redis.
+#![forbid(unsafe_code)]
 
 mod cli;
 mod demo;

@@ -407,6 +407,9 @@ impl Election {
 
     /// Who leads now, read from the store (`None` when nobody does).
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
     /// let store = tenure::MemoryStore::new();
@@ -692,6 +695,10 @@ impl Election {
     /// One acquire attempt: the term if this instance won it, `None` if
     /// another instance leads. Unlike [`Election::campaign`], transient
     /// errors are returned, not retried.
+    ///
+    /// # Cancel safety
+    /// As [`Election::campaign`]: a term won by a cancelled attempt lapses
+    /// after one ttl, or is adopted by this instance's next attempt.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {

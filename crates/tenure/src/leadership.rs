@@ -311,6 +311,10 @@ impl Leadership {
     ///
     /// An error means the release could not be confirmed (e.g. Redis is
     /// down); leadership is over all the same and the lease lapses at its TTL.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the request is carried out by the keeper; the
+    /// term is over either way.
     pub async fn resign(&self) -> Result<()> {
         self.resign_with(LostReason::Resigned).await
     }

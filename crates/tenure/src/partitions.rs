@@ -298,6 +298,11 @@ impl PartitionSet {
     ///
     /// `work` should run until `term.lost()` fires; it is spawned as a task
     /// per partition and term.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping it leaves the work tasks to stop at their
+    /// deadlines and the leases to lapse after one ttl. Complete `shutdown`
+    /// to stop the work, release everything and leave the group.
     pub async fn run<F, Fut>(self, mut work: F, shutdown: impl Future<Output = ()>) -> Result<()>
     where
         F: FnMut(String, Leadership) -> Fut,

@@ -138,6 +138,11 @@ impl Runner {
     ///
     /// Returns an error only for problems that need a person (credentials,
     /// ACL, foreign data); transient Redis failures are ridden out.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropping it mid-term drops the work at once and
+    /// leaves the release to the keeper (in the background). Complete
+    /// `shutdown` instead to stop the work first and then release.
     pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
