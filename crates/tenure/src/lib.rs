@@ -35,16 +35,24 @@
 //!   act. No lease can prevent that. **Fencing tokens** can: pass
 //!   [`Leadership::token`] with every write and let the resource refuse
 //!   older tokens ([`FencedKey`], or the SQL pattern in [`fence`]).
-//! - **Redis failover.** Redis replication is asynchronous: a lease written
-//!   to a primary that fails before replicating it is lost, and a second
-//!   leader can be elected while the first still believes. A single Redis
-//!   node makes elections *efficient* (few duplicates, fast handover);
-//!   correctness under every failure needs fencing tokens (and, later, the
-//!   planned etcd backend, whose leases are replicated by consensus).
-//! - **Redis restarts** lose leases (without persistence), ending the
-//!   current term early; they do not break token ordering: tokens are
-//!   derived from the Redis server's clock and stay above every earlier
-//!   token as long as that clock does not step backwards across the restart.
+//! - **Redis failover with a partition.** Redis replication is
+//!   asynchronous: a lease written to a primary that fails before replicating
+//!   it is lost. tenure notices that the election's data is new to the
+//!   promoted replica (its `run_id` differs from the one recorded) and grants
+//!   no lease for one ttl, by when the old leader has passed its deadline.
+//!   But if the old primary stays alive, partitioned away with the old
+//!   leader, that leader keeps renewing there while a new one is elected. A
+//!   single Redis node makes elections *efficient* (few duplicates, fast
+//!   handover); correctness under every failure needs fencing tokens (and,
+//!   later, the planned etcd backend, whose leases are replicated by
+//!   consensus).
+//! - **Restarts end terms early.** A Redis restart without persistence loses
+//!   the lease: the leader learns at its next renewal and stops, and no new
+//!   lease is granted for one ttl after the restart (the start-up grace
+//!   period, which also delays the very first leader of a new election by
+//!   one ttl). Token order survives: tokens are derived from the Redis
+//!   server's clock and stay above every earlier token as long as that clock
+//!   does not step backwards across the restart.
 //!
 //! # Glossary
 //!
