@@ -79,6 +79,27 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
     }
     let mut terms: Vec<Term> = Vec::new();
     let mut open: HashMap<(String, u64), Open> = HashMap::new();
+    let open_term = |terms: &mut Vec<Term>,
+                     open: &mut HashMap<(String, u64), Open>,
+                     inst: &str,
+                     token: u64,
+                     t: u64| {
+        terms.push(Term {
+            inst: inst.to_string(),
+            token,
+            elected: t,
+            end: u64::MAX,
+            acting: None,
+            writes: Vec::new(),
+        });
+        open.insert(
+            (inst.to_string(), token),
+            Open {
+                index: terms.len() - 1,
+                max_until: 0,
+            },
+        );
+    };
     let close = |terms: &mut Vec<Term>, segment: Open, at: u64| {
         let term = &mut terms[segment.index];
         let end = at.min(if term.writes.is_empty() {
@@ -97,21 +118,7 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
                 if let Some(previous) = open.remove(&(inst.clone(), *token)) {
                     close(&mut terms, previous, *t);
                 }
-                terms.push(Term {
-                    inst: inst.clone(),
-                    token: *token,
-                    elected: *t,
-                    end: u64::MAX,
-                    acting: None,
-                    writes: Vec::new(),
-                });
-                open.insert(
-                    (inst.clone(), *token),
-                    Open {
-                        index: terms.len() - 1,
-                        max_until: 0,
-                    },
-                );
+                open_term(&mut terms, &mut open, inst, *token, *t);
             }
             Event::Write {
                 inst,
@@ -122,21 +129,7 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
             } => {
                 let key = (inst.clone(), *token);
                 if !open.contains_key(&key) {
-                    terms.push(Term {
-                        inst: inst.clone(),
-                        token: *token,
-                        elected: *t,
-                        end: u64::MAX,
-                        acting: None,
-                        writes: Vec::new(),
-                    });
-                    open.insert(
-                        key.clone(),
-                        Open {
-                            index: terms.len() - 1,
-                            max_until: 0,
-                        },
-                    );
+                    open_term(&mut terms, &mut open, inst, *token, *t);
                 }
                 if let Some(segment) = open.get_mut(&key) {
                     terms[segment.index].writes.push((*t, *ok));

@@ -388,6 +388,17 @@ impl PartitionSet {
         }
     }
 
+    /// This member's heartbeat (`join`), or its farewell.
+    fn members_cmd(&self, join: bool) -> redis::Cmd {
+        Self::evalsha(&self.scripts.members)
+            .arg(1)
+            .arg(&self.members_key)
+            .arg(&self.id)
+            .arg(self.timing.ttl_ms())
+            .arg(if join { "1" } else { "0" })
+            .clone()
+    }
+
     /// The renewal of partition `index`'s lease for the term `token`.
     fn renew_cmd(&self, index: usize, token: u64) -> redis::Cmd {
         Self::evalsha(&self.scripts.renew)
@@ -423,15 +434,7 @@ impl PartitionSet {
         let sent = Instant::now();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        pipe.add_command(
-            Self::evalsha(&self.scripts.members)
-                .arg(1)
-                .arg(&self.members_key)
-                .arg(&self.id)
-                .arg(ttl_ms)
-                .arg("1")
-                .clone(),
-        );
+        pipe.add_command(self.members_cmd(true));
         for (index, h) in held.iter() {
             pipe.add_command(self.renew_cmd(*index, h.state.token));
         }
@@ -687,15 +690,7 @@ impl PartitionSet {
         self.resign_all(&mut held, &indexes).await;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        pipe.add_command(
-            Self::evalsha(&self.scripts.members)
-                .arg(1)
-                .arg(&self.members_key)
-                .arg(&self.id)
-                .arg(self.timing.ttl_ms())
-                .arg("0")
-                .clone(),
-        );
+        pipe.add_command(self.members_cmd(false));
         self.send(&pipe, self.timing.call_timeout).await;
         self.publish(&held);
     }
