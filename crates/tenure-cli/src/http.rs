@@ -126,3 +126,39 @@ pub async fn serve(
     tracing::info!(addr = %bound, "serving /metrics, /healthz, /readyz");
     Ok(bound)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn healthz_fails_only_when_the_command_outlives_the_deadline() {
+        let store = tenure::MemoryStore::new();
+        let election = tenure::Election::builder("job")
+            .memory(&store)
+            .ttl(Duration::from_secs(3))
+            .build()
+            .await
+            .expect("valid settings");
+        let health = Health::default();
+        assert!(!health.ready());
+        health.set(Phase::Campaigning);
+        assert!(health.ready());
+        assert!(
+            health.check_live(Duration::from_secs(1)).is_ok(),
+            "followers are healthy"
+        );
+
+        let term = election.campaign().await.expect("elected");
+        health.set(Phase::Leading { term: term.clone() });
+        store.set_fault(tenure::Fault::Stall);
+        tokio::time::sleep_until(term.deadline() + Duration::from_millis(500)).await;
+        assert!(
+            health.check_live(Duration::from_secs(1)).is_ok(),
+            "within the slack"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let wedged = health.check_live(Duration::from_secs(1)).unwrap_err();
+        assert!(wedged.contains("past the lease deadline"), "{wedged}");
+    }
+}
