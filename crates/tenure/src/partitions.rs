@@ -261,8 +261,10 @@ struct Held {
     state: LeaderState,
     shared: Arc<TermShared>,
     work: JoinHandle<()>,
-    /// Told to stop; resigned once its work has returned.
-    releasing: bool,
+    /// When its work was told to stop; the lease is resigned once the work
+    /// has returned, or after one ttl if the work ignores `lost()` (it may
+    /// no longer act: its `is_leader()` is false).
+    releasing: Option<Instant>,
 }
 
 impl PartitionSet {
@@ -493,12 +495,14 @@ impl PartitionSet {
         // Tell work outside the target to stop; resign what has stopped.
         let mut resign = Vec::new();
         for (index, h) in held.iter_mut() {
-            if !mine.contains(index) && !h.releasing {
-                h.releasing = true;
+            if !mine.contains(index) && h.releasing.is_none() {
+                h.releasing = Some(now);
                 h.shared.mark_lost(LostReason::Resigned);
             }
-            if h.releasing && h.work.is_finished() {
-                resign.push(*index);
+            if let Some(since) = h.releasing {
+                if h.work.is_finished() || now >= since + timing.ttl {
+                    resign.push(*index);
+                }
             }
         }
         if !resign.is_empty() {
@@ -734,7 +738,7 @@ where
         state,
         shared,
         work,
-        releasing: false,
+        releasing: None,
     }
 }
 
