@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -199,8 +199,4 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
-}
-
-pub fn path_exists(path: &Path) -> bool {
-    path.exists()
 }
