@@ -216,37 +216,31 @@ pub async fn all(quick: bool) -> Result<Report> {
         } else {
             None
         };
+        // The targets are for 10,000 elections; other scales are reported.
         let ten_k = n == 10_000;
-        report.push(
-            Row::plain(
-                &format!("{n} elections: CPU, % of one core"),
-                tenure.cpu_percent,
-                naive.as_ref().map(|s| s.cpu_percent),
-                if ten_k { "<= 5 %" } else { "" },
-                tenure.cpu_percent <= 5.0 || !ten_k,
-            )
-            .targeted(ten_k),
-        );
-        report.push(
-            Row::plain(
-                &format!("{n} elections: peak RSS, MB"),
-                tenure.peak_rss_mb,
-                naive.as_ref().map(|s| s.peak_rss_mb),
-                if ten_k { "<= 64 MB" } else { "" },
-                tenure.peak_rss_mb <= 64.0 || !ten_k,
-            )
-            .targeted(ten_k),
-        );
-        report.push(
-            Row::plain(
-                &format!("{n} elections: Redis round trips per renew interval"),
-                tenure.round_trips_per_interval,
-                naive.as_ref().map(|s| s.round_trips_per_interval),
-                if ten_k { "a handful" } else { "" },
-                tenure.round_trips_per_interval <= 5.0 || !ten_k,
-            )
-            .targeted(ten_k),
-        );
+        type Figure = fn(&scale::ScaleFigures) -> f64;
+        let figures: [(&str, Figure, &str, f64); 3] = [
+            ("CPU, % of one core", |s| s.cpu_percent, "<= 5 %", 5.0),
+            ("peak RSS, MB", |s| s.peak_rss_mb, "<= 64 MB", 64.0),
+            (
+                "Redis round trips per renew interval",
+                |s| s.round_trips_per_interval,
+                "a handful",
+                5.0,
+            ),
+        ];
+        for (label, figure, target, limit) in figures {
+            report.push(
+                Row::plain(
+                    &format!("{n} elections: {label}"),
+                    figure(&tenure),
+                    naive.as_ref().map(figure),
+                    target,
+                    figure(&tenure) <= limit,
+                )
+                .targeted(ten_k),
+            );
+        }
     }
     drop(server);
     Ok(report)

@@ -382,31 +382,9 @@ fn describe(status: std::process::ExitStatus) -> String {
 /// Process groups led by children of the guardian below `tenure_pid`
 /// (CLI mode: tenure -> guardian (own group) -> command).
 fn child_groups(tenure_pid: i32) -> Vec<i32> {
-    let mut groups = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return groups;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let (Some(ppid), Some(pgrp)) = (fields.get(1), fields.get(2)) else {
-            continue;
-        };
-        if ppid.parse::<i32>().ok() == Some(tenure_pid) && pgrp.parse::<i32>().ok() == Some(pid) {
-            groups.push(pid);
-        }
-    }
-    groups
+    crate::procs::all()
+        .into_iter()
+        .filter(|p| p.ppid == tenure_pid && p.pgrp == p.pid)
+        .map(|p| p.pid)
+        .collect()
 }

@@ -10,6 +10,7 @@ mod checker;
 mod harness;
 mod instance;
 mod log;
+mod procs;
 mod proxy;
 mod timeline;
 
@@ -287,33 +288,14 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
 /// any process whose command line names the run's directory.
 fn leaked(dir: &Path, started: &[i32]) -> Vec<String> {
     let marker = dir.display().to_string();
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        {
-            continue;
-        }
-        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-            .unwrap_or_default()
-            .replace('\0', " ");
-        if started.contains(&pid)
-            || (cmdline.contains(&marker) && !cmdline.contains("tenure-chaos run"))
-        {
-            found.push(format!("{pid} {}", cmdline.trim()));
-        }
-    }
-    found
+    procs::all()
+        .into_iter()
+        .filter(|p| !p.zombie)
+        .filter_map(|p| {
+            let cmdline = procs::cmdline(p.pid);
+            let ours = started.contains(&p.pid)
+                || (cmdline.contains(&marker) && !cmdline.contains("tenure-chaos run"));
+            ours.then(|| format!("{} {cmdline}", p.pid))
+        })
+        .collect()
 }
