@@ -383,21 +383,34 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         "tenure:{bench-scripts}:lease",
         "tenure:{bench-scripts}:token",
         "tenure:{bench-scripts}:epoch",
+        "tenure:{bench-scripts}:probe",
     ];
-    let acquire = redis::Script::new(include_str!("../../tenure/src/backend/scripts/acquire.lua"));
-    let renew = redis::Script::new(include_str!("../../tenure/src/backend/scripts/renew.lua"));
-    let resign = redis::Script::new(include_str!("../../tenure/src/backend/scripts/resign.lua"));
+    macro_rules! script {
+        ($file:literal) => {
+            redis::Script::new(concat!(
+                include_str!("../../tenure/src/backend/scripts/prelude.lua"),
+                include_str!(concat!("../../tenure/src/backend/scripts/", $file))
+            ))
+        };
+    }
+    let acquire = script!("acquire.lua");
+    let renew = script!("renew.lua");
+    let resign = script!("resign.lua");
     let mut conn = conn.clone();
     let mut ops = ScriptOps::default();
-    for _ in 0..n {
+    for attempt in 0..n {
         let t = Instant::now();
         let reply: Vec<redis::Value> = acquire
             .key(keys[0])
             .key(keys[1])
             .key(keys[2])
+            .key(keys[3])
             .arg("bench")
             .arg(5000)
             .arg("tenure:{bench-scripts}:events")
+            .arg(format!("bench.{attempt}"))
+            .arg(5000)
+            .arg(86_400_000)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;

@@ -7,6 +7,7 @@
 //! follower costs about one Redis call per term.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,11 +17,14 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::redis::{RedisBackend, RedisTarget};
+use crate::backend::redis::{RedisBackend, RedisTarget, StoreChecks};
 use crate::backend::{Backend, Notices};
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
-use crate::machine::{after_acquire, CandidateStep, Holder, LeaderState, LeaderStep, Timing};
+use crate::machine::{
+    after_acquire, AcquireReply, AcquireRequest, CandidateStep, Holder, LeaderState, LeaderStep,
+    Timing,
+};
 use crate::{instance_id, metrics, Error, Leadership, LostReason, MemoryStore, Result};
 
 /// The default lease TTL.
@@ -90,6 +94,8 @@ pub(crate) struct Settings {
     pub id: Option<String>,
     pub prefix: String,
     pub tls_ca: Option<PathBuf>,
+    pub max_ttl: Option<Duration>,
+    pub allow_eviction: bool,
 }
 
 impl Default for Settings {
@@ -102,6 +108,8 @@ impl Default for Settings {
             id: None,
             prefix: DEFAULT_PREFIX.to_string(),
             tls_ca: None,
+            max_ttl: None,
+            allow_eviction: false,
         }
     }
 }
@@ -118,9 +126,23 @@ impl Settings {
                     "instance id must be 1 to 256 bytes long".into(),
                 ))
             }
+            Some(id) if id.chars().any(|c| c.is_control() || c.is_whitespace()) => {
+                return Err(Error::Config(format!(
+                    "instance id {id:?} contains white space or control characters; ids appear \
+                     in logs and `tenure status`, so only printable characters are allowed"
+                )))
+            }
             Some(id) => id,
             None => instance_id(),
         };
+        if let Some(max_ttl) = self.max_ttl {
+            if max_ttl < timing.ttl || max_ttl > crate::machine::MAX_TTL {
+                return Err(Error::Config(format!(
+                    "max ttl ({max_ttl:?}) must be at least the ttl ({:?}) and at most 24h",
+                    timing.ttl
+                )));
+            }
+        }
         if timing.ttl < crate::machine::SHORT_TTL {
             tracing::warn!(
                 election = %name,
@@ -195,6 +217,39 @@ impl ElectionBuilder {
         self
     }
 
+    /// The largest ttl any instance of this election may use (default: this
+    /// instance's ttl). After the store lost or rolled back data, no lease
+    /// is granted until this long after it came back, by when a leader from
+    /// before has passed its deadline whatever its ttl. Each candidate also
+    /// remembers the longest lease it has seen; set this during a rolling
+    /// change to a shorter ttl, to the old ttl, until every instance runs
+    /// the new one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let election = tenure::Election::builder("nightly")
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .ttl(Duration::from_secs(5))
+    ///     .max_ttl(Duration::from_secs(30)) // the old ttl, while instances are upgraded
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.settings.max_ttl = Some(max_ttl);
+        self
+    }
+
+    /// Accept a Redis whose `maxmemory-policy` may evict keys (default:
+    /// refuse it with [`Error::Unsafe`]). An evicted lease lets a second
+    /// leader in while the first still believes it leads; allow it only if
+    /// fencing tokens protect every write.
+    pub fn allow_eviction(mut self, allow: bool) -> Self {
+        self.settings.allow_eviction = allow;
+        self
+    }
+
     /// Validate the settings and connect.
     ///
     /// Fails with [`Error::Config`] on invalid settings, and with
@@ -216,7 +271,13 @@ impl ElectionBuilder {
                     url,
                     tls_ca: self.settings.tls_ca,
                 };
-                Backend::Redis(RedisBackend::connect(target, keys, timing.call_timeout).await?)
+                let checks = StoreChecks {
+                    partitions: false,
+                    allow_eviction: self.settings.allow_eviction,
+                };
+                Backend::Redis(Box::new(
+                    RedisBackend::connect(target, keys, timing.call_timeout, checks).await?,
+                ))
             }
         };
         metrics::describe();
@@ -226,6 +287,10 @@ impl ElectionBuilder {
                 id,
                 timing,
                 backend,
+                attempts: Attempts::new(),
+                grace_ms: AtomicU64::new(
+                    self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64
+                ),
             }),
         })
     }
@@ -236,6 +301,89 @@ struct Inner {
     id: String,
     timing: Timing,
     backend: Backend,
+    attempts: Attempts,
+    /// The start-up grace period this instance asks for: the largest of its
+    /// ttl, its max_ttl setting and every lease ttl it has seen.
+    grace_ms: AtomicU64,
+}
+
+/// The campaign attempts of one [`Election`] value.
+///
+/// An attempt names one campaign in the lease it writes. Only a retry of the
+/// same attempt adopts a lease found under this instance's id (its first
+/// reply was lost); every other lease under the id (an earlier term still
+/// being released, a lease restored by a rollback, another process using
+/// the same id) is held by someone else, so a new term always gets a new
+/// token and can never be ended by an older term's release.
+struct Attempts {
+    /// Random, so two processes (or two `Election` values) with one id never
+    /// share attempts.
+    nonce: u64,
+    state: Mutex<AttemptState>,
+}
+
+#[derive(Default)]
+struct AttemptState {
+    next: u64,
+    /// An attempt whose campaign was abandoned (cancelled or failed) after
+    /// it may have written a lease: the next campaign reuses it, and so
+    /// adopts that lease instead of waiting for it to lapse.
+    unfinished: Option<u64>,
+}
+
+impl Attempts {
+    fn new() -> Self {
+        Attempts {
+            nonce: rand::random(),
+            state: Mutex::new(AttemptState::default()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, AttemptState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The attempt for a new campaign. Never the attempt of a term that
+    /// began, and never one another running campaign holds.
+    fn begin(&self) -> Attempt<'_> {
+        let mut state = self.lock();
+        let number = state.unfinished.take().unwrap_or_else(|| {
+            state.next += 1;
+            state.next
+        });
+        Attempt {
+            attempts: self,
+            number,
+            name: format!("{:016x}.{number}", self.nonce),
+            won: false,
+        }
+    }
+
+    /// Whether an attempt name is one of ours.
+    fn is_ours(&self, attempt: &str) -> bool {
+        attempt
+            .strip_prefix(&format!("{:016x}.", self.nonce))
+            .is_some()
+    }
+}
+
+/// One campaign's attempt; handed back for reuse unless a term began.
+struct Attempt<'a> {
+    attempts: &'a Attempts,
+    number: u64,
+    name: String,
+    won: bool,
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !self.won {
+            let mut state = self.attempts.lock();
+            if state.unfinished.is_none() {
+                state.unfinished = Some(self.number);
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -327,8 +475,9 @@ impl Election {
     ///
     /// # Cancel safety
     /// If cancelled while an acquire is in flight, a term may have been won
-    /// that nobody renews; it lapses after one TTL, and a new `campaign` by
-    /// this instance adopts it at once.
+    /// that nobody renews; the next `campaign` (or `try_campaign`) of this
+    /// `Election` retries the same attempt and so adopts it at once. Left
+    /// alone, it lapses after one TTL.
     pub async fn campaign(&self) -> Result<Leadership> {
         self.campaign_observed(|_| {}).await
     }
@@ -341,13 +490,15 @@ impl Election {
     ) -> Result<Leadership> {
         let timing = &self.inner.timing;
         let mut notices = self.inner.backend.notices();
+        let mut attempt = self.inner.attempts.begin();
         let mut failures: u32 = 0;
         let mut last_seen_token = None;
+        let mut announced_grace = false;
+        let mut pace = Pace::default();
         loop {
             let seen = *notices.borrow_and_update();
             let sent = Instant::now();
-            let acquire = self.inner.backend.acquire(&self.inner.id, timing.ttl_ms());
-            let reply = match self.inner.call(timing.call_timeout, acquire).await {
+            let reply = match self.acquire_once(&attempt.name).await {
                 Ok(reply) => {
                     failures = 0;
                     Some(reply)
@@ -365,18 +516,70 @@ impl Election {
             };
             let now = Instant::now();
             match after_acquire(timing, sent, now, reply, self.jitter(), failures) {
-                CandidateStep::Elected(state) => return Ok(self.start_term(state)),
+                CandidateStep::Elected(state) => {
+                    attempt.won = true;
+                    return Ok(self.start_term(state));
+                }
                 CandidateStep::Follow { until, holder } => {
-                    // An empty owner is the start-up grace period, not a leader.
-                    if !holder.owner.is_empty() && last_seen_token != Some(holder.token) {
+                    if last_seen_token != Some(holder.token) {
                         last_seen_token = Some(holder.token);
+                        self.note_holder(&holder);
                         tracing::debug!(election = %self.inner.name, leader = %holder.owner, token = holder.token, "following");
-                        on_follower(&LeaderInfo::from(holder));
+                        on_follower(&LeaderInfo::from(holder.clone()));
                     }
-                    wait_for_turn(&mut notices, seen, until, self.jitter()).await;
+                    // A renewal announcement may push the wait back, but
+                    // only to what this instance believes a lease can last,
+                    // and never more than one such ttl past the expiry the
+                    // store just reported: announcements are hints.
+                    let ttl = holder.ttl.max(timing.ttl);
+                    let woken = wait_for_turn(&mut notices, seen, until, until + ttl, ttl).await;
+                    if woken == Woken::Announcement {
+                        pace.before_attempt(sent, timing.retry_every).await;
+                    }
+                }
+                CandidateStep::Grace { until, wait } => {
+                    if !announced_grace {
+                        announced_grace = true;
+                        tracing::info!(
+                            election = %self.inner.name,
+                            wait = ?wait,
+                            "the store may have lost or rolled back leases (first use of the election, a restart or a failover): no lease is granted until any leader from before has passed its deadline"
+                        );
+                    }
+                    sleep_until(until).await;
                 }
                 CandidateStep::Retry { at } => sleep_until(at).await,
             }
+        }
+    }
+
+    /// One acquire request for `attempt`, bounded by the call timeout.
+    async fn acquire_once(&self, attempt: &str) -> Result<AcquireReply> {
+        let timing = &self.inner.timing;
+        let request = AcquireRequest {
+            id: &self.inner.id,
+            attempt,
+            ttl_ms: timing.ttl_ms(),
+            grace_ms: self.inner.grace_ms.load(Ordering::Relaxed),
+        };
+        let acquire = self.inner.backend.acquire(&request);
+        self.inner.call(timing.call_timeout, acquire).await
+    }
+
+    /// Remember what a lease held by someone else tells: its ttl may be
+    /// longer than ours, and it may carry our own id.
+    fn note_holder(&self, holder: &Holder) {
+        let ttl_ms = (holder.ttl.min(crate::machine::MAX_TTL)).as_millis() as u64;
+        self.inner.grace_ms.fetch_max(ttl_ms, Ordering::Relaxed);
+        if holder.owner == self.inner.id && !self.inner.attempts.is_ours(&holder.attempt) {
+            tracing::warn!(
+                election = %self.inner.name,
+                id = %self.inner.id,
+                token = holder.token,
+                "the lease is held under this instance's id by a campaign that is not this process's: \
+                 another process uses the same id, or the store restored an old lease (rollback); \
+                 treating it as held by someone else. Give every process its own id"
+            );
         }
     }
 
@@ -520,39 +723,73 @@ impl Election {
     }
 }
 
+/// Why [`wait_for_turn`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woken {
+    /// The holder's lease should have expired.
+    Expiry,
+    /// A release (or a resubscription) was announced.
+    Announcement,
+}
+
 /// Wait for our turn to try again: until the holder's lease would expire
-/// (`until`), pushed back whenever a renewal is announced, or at once when a
+/// (`until`), pushed back whenever a renewal is announced (to at most `ttl`
+/// after the announcement and never past `limit`), or at once when a
 /// release is announced after `seen`. Announcements are hints: without them
-/// this is a plain sleep until `until`, after which the lease is asked again.
+/// this is a plain sleep until `until`, after which the lease is asked
+/// again; with forged ones, it is a wait of at most `limit`.
 async fn wait_for_turn(
     notices: &mut watch::Receiver<Notices>,
     seen: Notices,
     mut until: Instant,
-    jitter: Duration,
-) {
+    limit: Instant,
+    ttl: Duration,
+) -> Woken {
     let mut last = seen;
     loop {
         let current = *notices.borrow_and_update();
         if current.released != seen.released {
-            return;
+            return Woken::Announcement;
         }
         if current.renewed != last.renewed {
             // The lease was just extended: it cannot expire before a full
             // ttl from now, counted from when we heard, which is after the
             // renewal ran.
-            until =
-                until.max(Instant::now() + Duration::from_millis(current.renewed_ttl_ms) + jitter);
+            let announced = Duration::from_millis(current.renewed_ttl_ms).min(ttl);
+            until = until.max(Instant::now() + announced).min(limit);
         }
         last = current;
         tokio::select! {
-            _ = sleep_until(until) => return,
+            _ = sleep_until(until) => return Woken::Expiry,
             changed = notices.changed() => {
                 if changed.is_err() {
                     // No more announcements: only the ttl is left to wait for.
                     sleep_until(until).await;
-                    return;
+                    return Woken::Expiry;
                 }
             }
+        }
+    }
+}
+
+/// Paces acquire attempts caused by announcements, which anyone allowed to
+/// publish on the channel can send: a few right away (a real release is
+/// acted on within milliseconds), then at most one per `gap`.
+#[derive(Debug, Default)]
+struct Pace {
+    quick: u32,
+}
+
+impl Pace {
+    const BURST: u32 = 3;
+
+    async fn before_attempt(&mut self, previous: Instant, gap: Duration) {
+        if Instant::now() >= previous + gap {
+            self.quick = 0;
+        }
+        self.quick += 1;
+        if self.quick > Self::BURST {
+            sleep_until(previous + gap).await;
         }
     }
 }
@@ -683,8 +920,11 @@ impl Election {
     /// release that term's lease under its feet.
     pub async fn release_if_held(&self) -> Result<bool> {
         let inner = &self.inner;
-        match self.leader().await? {
-            Some(holder) if holder.id == inner.id => {
+        let inspect = inner.backend.inspect();
+        match inner.call(inner.timing.call_timeout, inspect).await? {
+            // Only a lease one of our own campaigns wrote: another process
+            // with the same id holds its own term.
+            Some(holder) if holder.owner == inner.id && inner.attempts.is_ours(&holder.attempt) => {
                 let resign = inner.backend.resign(&inner.id, holder.token);
                 inner.call(inner.timing.call_timeout, resign).await
             }
@@ -711,12 +951,19 @@ impl Election {
     /// ```
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
         let timing = &self.inner.timing;
+        let mut attempt = self.inner.attempts.begin();
         let sent = Instant::now();
-        let acquire = self.inner.backend.acquire(&self.inner.id, timing.ttl_ms());
-        let reply = self.inner.call(timing.call_timeout, acquire).await?;
+        let reply = self.acquire_once(&attempt.name).await?;
         match after_acquire(timing, sent, Instant::now(), Some(reply), Duration::ZERO, 0) {
-            CandidateStep::Elected(state) => Ok(Some(self.start_term(state))),
-            CandidateStep::Follow { .. } => Ok(None),
+            CandidateStep::Elected(state) => {
+                attempt.won = true;
+                Ok(Some(self.start_term(state)))
+            }
+            CandidateStep::Follow { holder, .. } => {
+                self.note_holder(&holder);
+                Ok(None)
+            }
+            CandidateStep::Grace { .. } => Ok(None),
             // Won, but answered after the term's deadline (impossible while
             // the call timeout is shorter than the ttl); the lease lapses.
             CandidateStep::Retry { .. } => Err(Error::Timeout(timing.call_timeout)),

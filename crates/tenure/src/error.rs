@@ -44,13 +44,27 @@ pub enum Error {
         detail: String,
     },
 
-    /// The Redis user may not run a command tenure needs (ACL).
+    /// The Redis user may not run a command tenure needs (a missing ACL
+    /// permission, or a command renamed or disabled in the server's
+    /// configuration).
     #[error(
-        "the Redis user lacks a permission tenure needs: {detail} (grant +@scripting +publish \
-         +subscribe +ping and access to the election's keys and channels)"
+        "the Redis user may not run {command}: {detail} (grant what the README's least-privilege \
+         ACL lists: {MIN_ACL})"
     )]
     NoPermission {
+        /// The command refused, as far as the server said (e.g. `PEXPIRE`).
+        command: String,
         /// The server's reply.
+        detail: String,
+    },
+
+    /// The store is configured in a way that breaks the lease guarantee,
+    /// for example an eviction policy that can delete leases.
+    #[error("{url} is not safe for leases: {detail}")]
+    Unsafe {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+        /// What is wrong and how to fix it.
         detail: String,
     },
 
@@ -110,6 +124,13 @@ fn within(timeout: &Duration) -> String {
         format!(" ({timeout:?})")
     }
 }
+
+/// The least a Redis ACL user needs for elections, partition sets,
+/// `tenure status`/`watch` and the `--at-most-every` marker (key and
+/// channel patterns for the default prefix `tenure`).
+pub const MIN_ACL: &str = "~tenure:* &tenure:* +ping +evalsha +script|load +subscribe +publish \
+     +type +hmget +hlen +hset +pexpire +pttl +get +set +del +time +info +zadd +zrem +zrangebyscore \
+     +zremrangebyscore +zcount +scan";
 
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -25,7 +25,10 @@ use redis::{Script, Value};
 use crate::backend::redis::classify;
 use crate::{Error, Result};
 
-static FENCED_SET: &str = include_str!("fence/fenced_set.lua");
+static FENCED_SET: &str = concat!(
+    include_str!("backend/scripts/prelude.lua"),
+    include_str!("fence/fenced_set.lua")
+);
 
 /// The outcome of a fenced write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,10 +4,11 @@
 //!
 //! | key or channel              | type    | contents                                                |
 //! |-----------------------------|---------|---------------------------------------------------------|
-//! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock); has a TTL |
-//! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; no TTL                   |
-//! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN` and `released:TOKEN` messages          |
-//! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` of the Redis process that first served this data, `since` (ms) |
+//! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock), `attempt`, `ttl` (ms); has a TTL |
+//! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; expires after max(24 h, 10 × ttl) unused |
+//! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN`, `renewed:TOKEN:TTL` and `released:TOKEN` messages |
+//! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` of the Redis process that first served this data, `since` (ms), largest `ttl` (ms) granted; expires like the token |
+//! | `PREFIX:{NAME}:probe`       | none    | never written: permission checks run their no-op commands on it |
 //! | `PREFIX:{NAME}:last-run`    | hash    | fenced marker of `tenure run --at-most-every` (`token`, `value`) |
 //!
 //! A partition set `GROUP` adds `PREFIX:{GROUP}:members`, a sorted set of
@@ -31,6 +32,7 @@ pub(crate) struct Keys {
     pub events: String,
     pub epoch: String,
     pub last_run: String,
+    pub probe: String,
 }
 
 impl Keys {
@@ -41,6 +43,7 @@ impl Keys {
             events: format!("{prefix}:{{{name}}}:events"),
             epoch: format!("{prefix}:{{{name}}}:epoch"),
             last_run: format!("{prefix}:{{{name}}}:last-run"),
+            probe: format!("{prefix}:{{{name}}}:probe"),
         }
     }
 

@@ -89,8 +89,13 @@ impl TermShared {
         *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Move the deadline. A deadline that has passed stays passed: nothing
+    /// (a late reply, a renewal of another term) revives a term.
     pub fn set_deadline(&self, deadline: Instant) {
-        *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
+        let mut current = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+        if Instant::now() < *current || deadline < *current {
+            *current = deadline;
+        }
     }
 
     /// Record why the term is over; the first reason wins. Returns whether

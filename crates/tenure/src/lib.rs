@@ -118,9 +118,9 @@ mod metrics;
 mod partitions;
 mod runner;
 
-pub use backend::memory::{Calls, Fault, MemoryStore};
+pub use backend::memory::{Calls, Fault, MemoryStore, Snapshot};
 pub use election::{Election, ElectionBuilder, LeaderInfo, DEFAULT_PREFIX, DEFAULT_TTL};
-pub use error::{redact_url, Error, Result};
+pub use error::{redact_url, Error, Result, MIN_ACL};
 pub use fence::{FencedKey, FencedWrite};
 pub use leadership::{Leadership, LostReason};
 pub use metrics::describe_metrics;

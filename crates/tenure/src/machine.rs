@@ -47,6 +47,25 @@ pub(crate) struct Timing {
 /// of a few hundred milliseconds would make the leader flap.
 pub(crate) const SHORT_TTL: Duration = Duration::from_secs(1);
 
+/// The shortest ttl accepted. Below it, one scheduling hiccup or round trip
+/// is a large share of the lease, and a `tenure run` command would be
+/// stopped and started again many times a second.
+pub(crate) const MIN_TTL: Duration = Duration::from_millis(100);
+
+/// The longest ttl accepted. A crashed leader blocks its election for one
+/// ttl, and the start-up grace period lasts one (largest) ttl: a day is
+/// already longer than anyone should wait for a takeover.
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// The shortest renew interval accepted: more often is load, not safety.
+pub(crate) const MIN_RENEW_EVERY: Duration = Duration::from_millis(10);
+
+/// How long the token counter and the epoch of an election outlive its last
+/// acquire, at least (10 largest ttls if that is longer), so that
+/// dynamically named elections do not pile up keys. An expired counter is
+/// safe: the next token is still `max(last + 1, server time in ms)`.
+pub(crate) const AUX_TTL: Duration = Duration::from_secs(24 * 3600);
+
 impl Timing {
     /// Validate user settings and fill in defaults:
     /// `renew_every = ttl / 3`, `margin = min(ttl / 10, 2 s)`,
@@ -57,9 +76,9 @@ impl Timing {
         margin: Option<Duration>,
         call_timeout: Option<Duration>,
     ) -> Result<Self> {
-        if ttl < Duration::from_millis(1) {
+        if ttl < MIN_TTL || ttl > MAX_TTL {
             return Err(Error::Config(format!(
-                "ttl must be at least 1ms (got {ttl:?})"
+                "ttl must be between {MIN_TTL:?} and 24h (got {ttl:?})"
             )));
         }
         if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
@@ -68,10 +87,10 @@ impl Timing {
             )));
         }
         let renew_every = renew_every.unwrap_or(ttl / 3);
-        if renew_every.is_zero() {
-            return Err(Error::Config(
-                "renew interval must be greater than zero".into(),
-            ));
+        if renew_every < MIN_RENEW_EVERY {
+            return Err(Error::Config(format!(
+                "renew interval must be at least {MIN_RENEW_EVERY:?} (got {renew_every:?})"
+            )));
         }
         if renew_every >= ttl {
             return Err(Error::Config(format!(
@@ -131,15 +150,48 @@ pub(crate) struct Holder {
     pub token: u64,
     pub ttl_left: Duration,
     pub since_ms: u64,
+    /// The campaign attempt that wrote the lease (empty when unknown).
+    pub attempt: String,
+    /// The ttl the lease was granted with (zero when unknown).
+    pub ttl: Duration,
+}
+
+/// One acquire attempt, as sent to the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AcquireRequest<'a> {
+    /// The candidate's instance id.
+    pub id: &'a str,
+    /// A nonce naming this campaign: a lease found under `id` is adopted
+    /// only if this same attempt wrote it (its reply was lost). A lease
+    /// under our id from any other attempt is an earlier term of ours, a
+    /// lease restored by a rollback, or another process using our id, and
+    /// adopting it would make two terms share a token.
+    pub attempt: &'a str,
+    /// The lease ttl.
+    pub ttl_ms: u64,
+    /// The start-up grace period: the largest ttl the candidate knows to be
+    /// in use for the election (at least its own).
+    pub grace_ms: u64,
+}
+
+impl AcquireRequest<'_> {
+    /// The ttl of the election's auxiliary keys (token counter, epoch).
+    pub fn aux_ttl_ms(&self) -> u64 {
+        (AUX_TTL.as_millis() as u64).max(self.grace_ms.saturating_mul(10))
+    }
 }
 
 /// Reply to an acquire attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// We hold the lease: a new term, or our own term adopted after a retry.
+    /// We hold the lease: a new term, or the lease our own attempt wrote
+    /// before its reply was lost.
     Won { token: u64 },
-    /// Someone else holds it.
+    /// Another term holds it.
     Held(Holder),
+    /// Nobody holds it, but the store grants no lease for `wait` yet: it
+    /// may have lost or rolled back a lease (the start-up grace period).
+    Grace { wait: Duration },
 }
 
 /// Reply to a renewal.
@@ -159,6 +211,8 @@ pub(crate) enum CandidateStep {
     /// Someone else leads: try again at `until`, or earlier when a release
     /// is announced.
     Follow { until: Instant, holder: Holder },
+    /// The store is in its start-up grace period: try again at `until`.
+    Grace { until: Instant, wait: Duration },
     /// The attempt failed (error or timeout): try again at `at`.
     Retry { at: Instant },
 }
@@ -193,6 +247,10 @@ pub(crate) fn after_acquire(
             // the reply instant can only make us late, never early.
             until: now + holder.ttl_left + jitter,
             holder,
+        },
+        Some(AcquireReply::Grace { wait }) => CandidateStep::Grace {
+            until: now + wait + jitter,
+            wait,
         },
         None => {
             let backoff = timing
@@ -246,6 +304,11 @@ impl LeaderState {
         now: Instant,
         reply: Option<RenewReply>,
     ) -> LeaderStep {
+        if now >= self.deadline {
+            // Whatever the reply says, the term ended at its deadline: a
+            // late answer never revives it.
+            return LeaderStep::Lost(LostReason::DeadlinePassed);
+        }
         match reply {
             Some(RenewReply::Renewed) => {
                 // A late reply to an old request must not pull the deadline back.
@@ -309,6 +372,9 @@ mod tests {
     #[test]
     fn zero_values_are_rejected() {
         assert!(Timing::new(Duration::ZERO, None, None, None).is_err());
+        assert!(Timing::new(ms(99), None, None, None).is_err());
+        assert!(Timing::new(Duration::from_secs(24 * 3600 + 1), None, None, None).is_err());
+        assert!(Timing::new(ms(1000), Some(ms(9)), None, None).is_err());
         assert!(Timing::new(ms(1000), Some(Duration::ZERO), None, None).is_err());
         assert!(Timing::new(ms(1000), None, None, Some(Duration::ZERO)).is_err());
         assert!(Timing::new(Duration::from_micros(1500), None, None, None).is_err());
@@ -377,6 +443,22 @@ mod tests {
     }
 
     #[test]
+    fn renewal_sent_before_the_deadline_but_answered_after_it_does_not_revive_the_term() {
+        let t = timing();
+        let start = Instant::now();
+        let mut state = LeaderState::elected(&t, 1, start);
+        // Deadline at 2700: sent at 2600, answered at 2750.
+        let step = state.after_renew(
+            &t,
+            start + ms(2600),
+            start + ms(2750),
+            Some(RenewReply::Renewed),
+        );
+        assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
+        assert_eq!(state.deadline, start + ms(2700));
+    }
+
+    #[test]
     fn acquire_answered_after_its_deadline_is_retried_not_trusted() {
         let t = timing();
         let sent = Instant::now();
@@ -401,6 +483,8 @@ mod tests {
             token: 4,
             ttl_left: ms(1200),
             since_ms: 0,
+            attempt: String::new(),
+            ttl: ms(3000),
         };
         let step = after_acquire(
             &t,
@@ -449,6 +533,8 @@ mod tests {
             token: 9,
             ttl_left: ms(10),
             since_ms: 0,
+            attempt: String::new(),
+            ttl: ms(3000),
         };
         let step = state.after_renew(&t, start, start, Some(RenewReply::NotOwner(Some(holder))));
         assert_eq!(

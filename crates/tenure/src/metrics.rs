@@ -47,6 +47,10 @@ pub fn describe_metrics() {
         "leader_election_renewal_failure_total",
         "Renewals that failed or timed out"
     );
+    describe_gauge!(
+        "leader_election_phantom_members",
+        "Partition-set member entries ignored because their heartbeat expires more than 2 ttl ahead"
+    );
     describe_histogram!(
         "leader_election_renew_duration_seconds",
         Unit::Seconds,
@@ -77,4 +81,8 @@ pub(crate) fn renewed(name: &str, latency: Duration) {
 
 pub(crate) fn renewal_failed(name: &str) {
     counter!("leader_election_renewal_failure_total", "name" => name.to_string()).increment(1);
+}
+
+pub(crate) fn phantom_members(group: &str, count: u64) {
+    gauge!("leader_election_phantom_members", "group" => group.to_string()).set(count as f64);
 }

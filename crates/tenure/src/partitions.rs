@@ -43,16 +43,18 @@ use tokio::task::JoinHandle;
 use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::redis::{parse_acquire, parse_renew, RedisTarget, ACQUIRE, RENEW, RESIGN};
+use crate::backend::redis::{
+    check_store, parse_acquire, parse_renew, RedisTarget, StoreChecks, ACQUIRE, MEMBERS, RENEW,
+    RESIGN,
+};
 use crate::election::Settings;
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
-    after_acquire, AcquireReply, CandidateStep, LeaderState, LeaderStep, RenewReply, Timing,
+    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep,
+    RenewReply, Timing,
 };
 use crate::{metrics, Error, Leadership, LostReason, Result};
-
-static MEMBERS: &str = include_str!("backend/scripts/members.lua");
 
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
 /// them and connects.
@@ -138,22 +140,38 @@ impl PartitionSetBuilder {
             url,
             tls_ca: self.settings.tls_ca.take(),
         };
-        let conn = target.connect(timing.call_timeout).await?;
+        let mut conn = target.connect(timing.call_timeout).await?;
+        let checks = StoreChecks {
+            partitions: true,
+            allow_eviction: self.settings.allow_eviction,
+        };
+        check_store(
+            &mut conn,
+            &target,
+            &Keys::new(&self.settings.prefix, &self.group),
+            checks,
+        )
+        .await?;
         metrics::describe();
+        let grace_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
         let keys = self
             .partitions
             .iter()
             .map(|p| Keys::new(&self.settings.prefix, p))
             .collect();
+        let keys_len = self.partitions.len();
         Ok(PartitionSet {
+            keys,
             members_key: Keys::members(&self.settings.prefix, &self.group),
             group: self.group,
             partitions: self.partitions,
-            keys,
             id,
             timing,
             target,
             conn: Mutex::new(conn),
+            attempts: Mutex::new(vec![0; keys_len]),
+            nonce: rand::random(),
+            grace_ms,
             scripts: Scripts {
                 acquire: Script::new(ACQUIRE),
                 renew: Script::new(RENEW),
@@ -252,6 +270,12 @@ pub struct PartitionSet {
     timing: Timing,
     target: RedisTarget,
     conn: Mutex<ConnectionManager>,
+    /// Per partition, the number of the current campaign attempt; it moves
+    /// on when a term begins, so only a retry of the same attempt adopts a
+    /// lease (see `AcquireRequest::attempt`).
+    attempts: Mutex<Vec<u64>>,
+    nonce: u64,
+    grace_ms: u64,
     scripts: Scripts,
     observed: Arc<Observed>,
 }
@@ -412,6 +436,12 @@ impl PartitionSet {
             .clone()
     }
 
+    /// The name of the current campaign attempt for partition `index`.
+    fn attempt(&self, index: usize) -> String {
+        let number = self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index];
+        format!("{:016x}.{index}.{number}", self.nonce)
+    }
+
     fn evalsha(script: &Script) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash());
@@ -448,7 +478,14 @@ impl PartitionSet {
         let now = Instant::now();
         let mut results = results.map(Vec::into_iter);
         let members = match results.as_mut().and_then(Iterator::next) {
-            Some(Ok(value)) => Some(parse_members(value)),
+            Some(Ok(value)) => {
+                let (members, phantoms) = parse_members(value);
+                if phantoms > 0 {
+                    metrics::phantom_members(&self.group, phantoms);
+                    tracing::warn!(group = %self.group, key = %self.members_key, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
+                }
+                Some(members)
+            }
             Some(Err(err)) => {
                 let err = self.target.classify(err);
                 if !err.is_transient() && !matches!(err, Error::Redis(_)) {
@@ -522,15 +559,26 @@ impl PartitionSet {
         pipe.ignore_errors();
         for index in &wanted {
             let keys = &self.keys[*index];
+            let attempt = self.attempt(*index);
+            let request = AcquireRequest {
+                id: &self.id,
+                attempt: &attempt,
+                ttl_ms,
+                grace_ms: self.grace_ms,
+            };
             pipe.add_command(
                 Self::evalsha(&self.scripts.acquire)
-                    .arg(3)
+                    .arg(4)
                     .arg(&keys.lease)
                     .arg(&keys.token)
                     .arg(&keys.epoch)
-                    .arg(&self.id)
-                    .arg(ttl_ms)
+                    .arg(&keys.probe)
+                    .arg(request.id)
+                    .arg(request.ttl_ms)
                     .arg(&keys.events)
+                    .arg(request.attempt)
+                    .arg(request.grace_ms)
+                    .arg(request.aux_ttl_ms())
                     .clone(),
             );
         }
@@ -556,6 +604,7 @@ impl PartitionSet {
             };
             match after_acquire(timing, sent, now, Some(reply.clone()), Duration::ZERO, 0) {
                 CandidateStep::Elected(state) => {
+                    self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
                     let name = self.partitions[index].clone();
                     let h = start(&self.id, &name, state, commands, work);
                     held.insert(index, h);
@@ -565,6 +614,7 @@ impl PartitionSet {
                     // outside its target; else its lease has to expire.
                     retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
                 }
+                CandidateStep::Grace { until, .. } => retry_at[index] = until,
                 CandidateStep::Retry { at } => retry_at[index] = at,
             }
             if let AcquireReply::Won { .. } = reply {
@@ -751,9 +801,17 @@ fn end(shared: &TermShared, reason: LostReason, partition: &str) {
     metrics::lost(partition, &reason);
 }
 
-fn parse_members(value: Value) -> Vec<String> {
-    match value {
-        Value::Array(items) => items
+/// The live members and the number of phantoms in a `members.lua` reply.
+fn parse_members(value: Value) -> (Vec<String>, u64) {
+    let Value::Array(mut reply) = value else {
+        return (Vec::new(), 0);
+    };
+    let phantoms = match reply.pop() {
+        Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
+        _ => 0,
+    };
+    let members = match reply.pop() {
+        Some(Value::Array(items)) => items
             .into_iter()
             .filter_map(|item| match item {
                 Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
@@ -761,7 +819,8 @@ fn parse_members(value: Value) -> Vec<String> {
             })
             .collect(),
         _ => Vec::new(),
-    }
+    };
+    (members, phantoms)
 }
 
 /// The target owner of every partition: rendezvous hashing with a cap of

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::AsyncCommands;
-use support::{campaign, election, raw, redis, CrashableInstance, HANG};
+use support::{campaign, election, lua, raw, redis, CrashableInstance, HANG};
 use tenure::{Election, LostReason};
 use tokio::time::{timeout, Instant};
 
@@ -135,8 +135,8 @@ async fn renew_and_resign_by_a_non_owner_change_nothing() {
     let before: Vec<String> = conn.hgetall("tenure:{owned}:lease").await.unwrap();
     let ttl_before: i64 = conn.pttl("tenure:{owned}:lease").await.unwrap();
 
-    let renew = redis::Script::new(include_str!("../src/backend/scripts/renew.lua"));
-    let resign = redis::Script::new(include_str!("../src/backend/scripts/resign.lua"));
+    let renew = lua("renew.lua");
+    let resign = lua("resign.lua");
     for (owner, token) in [("intruder", term.token()), ("a", term.token() - 1)] {
         let renewed: redis::Value = renew
             .key("tenure:{owned}:lease")

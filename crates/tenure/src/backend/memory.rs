@@ -15,7 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Notices;
-use crate::machine::{AcquireReply, Holder, RenewReply};
+use crate::machine::{AcquireReply, AcquireRequest, Holder, RenewReply};
 use crate::{Error, LeaderInfo, Result};
 
 /// How calls to a [`MemoryStore`] behave, to simulate outages.
@@ -45,6 +45,10 @@ pub enum Fault {
     /// Calls never answer (a paused server or a black-holed network); the
     /// election's per-call timeout ends them.
     Stall,
+    /// Calls are carried out, but their replies are lost: each fails with
+    /// [`Error::Unavailable`] after changing the store, as a request whose
+    /// connection dropped after the server ran it.
+    LoseReplies,
 }
 
 /// An in-memory lease store shared by any number of elections, for tests.
@@ -116,6 +120,24 @@ struct Lease {
     token: u64,
     expires: Instant,
     since_ms: u64,
+    attempt: String,
+    ttl: Duration,
+}
+
+/// The leases and token counters of a [`MemoryStore`] at one instant, for
+/// [`MemoryStore::restore`]: what a Redis snapshot (RDB) holds.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let store = tenure::MemoryStore::new();
+/// let snapshot = store.snapshot();
+/// store.restore(&snapshot); // as a Redis restart that loads an old RDB file
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    leases: HashMap<String, Lease>,
+    last_tokens: HashMap<String, u64>,
 }
 
 impl StoreState {
@@ -185,10 +207,34 @@ impl MemoryStore {
                 token,
                 expires: now + ttl,
                 since_ms: 0,
+                attempt: String::new(),
+                ttl,
             },
         );
         state.notify(election, |n| n.acquired += 1);
         token
+    }
+
+    /// The leases and token counters as they are now.
+    pub fn snapshot(&self) -> Snapshot {
+        let state = self.lock();
+        Snapshot {
+            leases: state.leases.clone(),
+            last_tokens: state.last_tokens.clone(),
+        }
+    }
+
+    /// Replace every lease and token counter with a snapshot's, as a Redis
+    /// restart that loads an older RDB file (or a failover to a lagging
+    /// replica) does: leases expired since are gone, leases granted since
+    /// are lost, and, as after [`MemoryStore::wipe`], the start-up grace
+    /// period applies. Later tokens still rise above all earlier ones.
+    pub fn restore(&self, snapshot: &Snapshot) {
+        let mut state = self.lock();
+        state.leases = snapshot.leases.clone();
+        state.last_tokens = snapshot.last_tokens.clone();
+        state.grace_since.clear();
+        state.wiped = true;
     }
 
     /// Lose every lease and token counter, as a Redis restart without
@@ -240,6 +286,8 @@ fn holder_of(lease: &Lease, now: Instant) -> Holder {
         token: lease.token,
         ttl_left: lease.expires.saturating_duration_since(now),
         since_ms: lease.since_ms,
+        attempt: lease.attempt.clone(),
+        ttl: lease.ttl,
     }
 }
 
@@ -258,46 +306,66 @@ impl MemoryBackend {
             state.fault
         };
         match fault {
-            Fault::None => Ok(()),
+            Fault::None | Fault::LoseReplies => Ok(()),
             Fault::Fail => Err(Error::Unavailable),
             Fault::Stall => std::future::pending().await,
         }
     }
 
-    pub async fn acquire(&self, owner: &str, ttl_ms: u64) -> Result<AcquireReply> {
+    /// The reply to a call that was carried out, unless replies are lost.
+    fn deliver<T>(&self, reply: Result<T>) -> Result<T> {
+        match self.store.lock().fault {
+            Fault::LoseReplies => Err(Error::Unavailable),
+            _ => reply,
+        }
+    }
+
+    /// As `acquire.lua`: a lease of another term is reported; in the
+    /// start-up grace period nothing is granted or adopted; a lease written
+    /// by this same attempt is adopted; else a new term begins.
+    pub async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
         self.reachable(|c| c.acquire += 1).await?;
-        let ttl = Duration::from_millis(ttl_ms);
+        let reply = self.acquire_now(request);
+        self.deliver(reply)
+    }
+
+    fn acquire_now(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
+        let ttl = Duration::from_millis(request.ttl_ms);
         let now = Instant::now();
         let mut state = self.store.lock();
-        if let Some(lease) = state.live_lease(&self.election, now) {
-            if lease.owner == owner {
-                lease.expires = now + ttl;
-                return Ok(AcquireReply::Won { token: lease.token });
-            }
-            return Ok(AcquireReply::Held(holder_of(lease, now)));
-        }
+        let ours = match state.live_lease(&self.election, now) {
+            Some(lease) if lease.owner == request.id && lease.attempt == request.attempt => true,
+            Some(lease) => return Ok(AcquireReply::Held(holder_of(lease, now))),
+            None => false,
+        };
         if state.wiped {
             let since = *state
                 .grace_since
                 .entry(self.election.clone())
                 .or_insert(now);
-            if now < since + ttl {
-                return Ok(AcquireReply::Held(Holder {
-                    owner: String::new(),
-                    token: 0,
-                    ttl_left: since + ttl - now,
-                    since_ms: 0,
-                }));
+            let grace = ttl.max(Duration::from_millis(request.grace_ms));
+            if now < since + grace {
+                return Ok(AcquireReply::Grace {
+                    wait: since + grace - now,
+                });
+            }
+        }
+        if ours {
+            if let Some(lease) = state.live_lease(&self.election, now) {
+                lease.expires = now + ttl;
+                return Ok(AcquireReply::Won { token: lease.token });
             }
         }
         let token = state.next_token(&self.election);
         state.leases.insert(
             self.election.clone(),
             Lease {
-                owner: owner.to_string(),
+                owner: request.id.to_string(),
                 token,
                 expires: now + ttl,
                 since_ms: 0,
+                attempt: request.attempt.to_string(),
+                ttl,
             },
         );
         state.notify(&self.election, |n| n.acquired += 1);
@@ -306,6 +374,11 @@ impl MemoryBackend {
 
     pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
         self.reachable(|c| c.renew += 1).await?;
+        let reply = self.renew_now(owner, token, ttl_ms);
+        self.deliver(reply)
+    }
+
+    fn renew_now(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
         let now = Instant::now();
         let mut state = self.store.lock();
         match state.live_lease(&self.election, now) {
@@ -324,6 +397,11 @@ impl MemoryBackend {
 
     pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
         self.reachable(|c| c.resign += 1).await?;
+        let reply = self.resign_now(owner, token);
+        self.deliver(reply)
+    }
+
+    fn resign_now(&self, owner: &str, token: u64) -> Result<bool> {
         let now = Instant::now();
         let mut state = self.store.lock();
         let ours = state
@@ -338,6 +416,11 @@ impl MemoryBackend {
 
     pub async fn inspect(&self) -> Result<Option<Holder>> {
         self.reachable(|c| c.inspect += 1).await?;
+        let reply = self.inspect_now();
+        self.deliver(reply)
+    }
+
+    fn inspect_now(&self) -> Result<Option<Holder>> {
         let now = Instant::now();
         let mut state = self.store.lock();
         Ok(state

@@ -12,7 +12,7 @@ pub(crate) mod redis;
 
 use tokio::sync::watch;
 
-use crate::machine::{AcquireReply, Holder, RenewReply};
+use crate::machine::{AcquireReply, AcquireRequest, Holder, RenewReply};
 use crate::Result;
 
 /// Counters of lease events seen on the notification channel. They are
@@ -33,15 +33,15 @@ pub(crate) struct Notices {
 
 /// One election's storage.
 pub(crate) enum Backend {
-    Redis(redis::RedisBackend),
+    Redis(Box<redis::RedisBackend>),
     Memory(memory::MemoryBackend),
 }
 
 impl Backend {
-    pub async fn acquire(&self, owner: &str, ttl_ms: u64) -> Result<AcquireReply> {
+    pub async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
         match self {
-            Backend::Redis(b) => b.acquire(owner, ttl_ms).await,
-            Backend::Memory(b) => b.acquire(owner, ttl_ms).await,
+            Backend::Redis(b) => b.acquire(request).await,
+            Backend::Memory(b) => b.acquire(request).await,
         }
     }
 

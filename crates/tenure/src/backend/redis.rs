@@ -21,13 +21,25 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::Notices;
 use crate::keys::Keys;
-use crate::machine::{AcquireReply, Holder, RenewReply};
+use crate::machine::{AcquireReply, AcquireRequest, Holder, RenewReply};
 use crate::{redact_url, Error, Result};
 
-pub(crate) static ACQUIRE: &str = include_str!("scripts/acquire.lua");
-pub(crate) static RENEW: &str = include_str!("scripts/renew.lua");
-pub(crate) static RESIGN: &str = include_str!("scripts/resign.lua");
-pub(crate) static INSPECT: &str = include_str!("scripts/inspect.lua");
+/// A script as sent to Redis: the shared prelude, then the script itself.
+macro_rules! script {
+    ($file:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
+}
+
+pub(crate) static ACQUIRE: &str = script!("acquire.lua");
+pub(crate) static RENEW: &str = script!("renew.lua");
+pub(crate) static RESIGN: &str = script!("resign.lua");
+pub(crate) static INSPECT: &str = script!("inspect.lua");
+pub(crate) static MEMBERS: &str = script!("members.lua");
+pub(crate) static CHECK: &str = script!("check.lua");
 
 /// How to reach Redis.
 #[derive(Debug, Clone)]
@@ -117,6 +129,9 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
             detail: what.to_string(),
         };
     }
+    if code == "TENURECMD" {
+        return classify_command_error(&detail);
+    }
     let text = err.to_string();
     if err.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
         return Error::Auth {
@@ -125,7 +140,16 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
         };
     }
     if code == "NOPERM" {
-        return Error::NoPermission { detail: text };
+        // "this user has no permissions to run the 'eval' command", or to
+        // access a key or channel.
+        let command = detail
+            .split('\'')
+            .nth(1)
+            .map_or_else(|| "this operation".to_string(), str::to_uppercase);
+        return Error::NoPermission {
+            command,
+            detail: text,
+        };
     }
     let lower = text.to_ascii_lowercase();
     if lower.contains("certificate") || lower.contains("tls") || lower.contains("handshake") {
@@ -144,6 +168,38 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
         };
     }
     Error::Redis(text)
+}
+
+/// A command inside a tenure script failed: `detail` is "COMMAND error",
+/// from the prelude's `call`. Missing permissions and renamed commands need
+/// a person; anything else (a read-only replica, out of memory) may pass.
+fn classify_command_error(detail: &str) -> Error {
+    let (command, error) = detail.split_once(' ').unwrap_or((detail, ""));
+    // Redis appends " script: SHA, on @user_script:LINE." to script errors.
+    let error = error.split(" script: ").next().unwrap_or(error).trim();
+    let refused = [
+        "can't run this command",
+        "can't publish",
+        "no permissions",
+        "NOPERM",
+    ]
+    .iter()
+    .any(|sign| error.contains(sign));
+    if refused {
+        return Error::NoPermission {
+            command: command.to_string(),
+            detail: error.to_string(),
+        };
+    }
+    if error.contains("Unknown Redis command") {
+        return Error::NoPermission {
+            command: command.to_string(),
+            detail: format!(
+                "{error} (the command is renamed or disabled in the server's configuration)"
+            ),
+        };
+    }
+    Error::Redis(format!("{command} failed: {error}"))
 }
 
 /// One election's lease in Redis.
@@ -165,15 +221,70 @@ struct Scripts {
     inspect: Script,
 }
 
+/// What [`check_store`] looks at besides the election's commands.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StoreChecks {
+    /// Also check the commands of partition sets (sorted sets).
+    pub partitions: bool,
+    /// Accept a server whose eviction policy may delete leases.
+    pub allow_eviction: bool,
+}
+
+/// Check, once when connecting, that this Redis can keep leases: the user
+/// may run every command tenure's scripts run (a missing permission is
+/// reported by name now, not half-way through a lease operation later), and
+/// no eviction policy may delete a lease under a leader that still believes
+/// it leads.
+pub(crate) async fn check_store(
+    conn: &mut ConnectionManager,
+    target: &RedisTarget,
+    keys: &Keys,
+    checks: StoreChecks,
+) -> Result<()> {
+    let (maxmemory, policy): (u64, String) = Script::new(CHECK)
+        .key(&keys.probe)
+        .arg(&keys.events)
+        .arg(if checks.partitions { "1" } else { "0" })
+        .invoke_async(conn)
+        .await
+        .map_err(|e| target.classify(e))?;
+    if maxmemory > 0 && policy != "noeviction" && !checks.allow_eviction {
+        return Err(Error::Unsafe {
+            url: target.redacted(),
+            detail: format!(
+                "maxmemory is {maxmemory} bytes with maxmemory-policy {policy}, so Redis may \
+                 evict a lease while its leader still leads, and another instance would be \
+                 elected at once; set maxmemory-policy noeviction (or maxmemory 0) on the Redis \
+                 that holds tenure's keys, or allow eviction explicitly (allow_eviction, \
+                 --allow-eviction) if fencing tokens protect every write"
+            ),
+        });
+    }
+    if maxmemory > 0 && policy != "noeviction" {
+        tracing::warn!(url = %target.redacted(), %policy, "eviction allowed: an evicted lease lets a second leader in while the first still believes it leads");
+    }
+    Ok(())
+}
+
 impl RedisBackend {
-    /// Connect, verify the server accepts us, and start the subscriber.
-    pub async fn connect(target: RedisTarget, keys: Keys, call_timeout: Duration) -> Result<Self> {
-        let conn = target.connect(call_timeout).await?;
+    /// Connect, verify the server accepts us and can keep leases, and start
+    /// the subscriber.
+    pub async fn connect(
+        target: RedisTarget,
+        keys: Keys,
+        call_timeout: Duration,
+        checks: StoreChecks,
+    ) -> Result<Self> {
+        let mut conn = target.connect(call_timeout).await?;
+        check_store(&mut conn, &target, &keys, checks).await?;
+        // Subscribe now, so a missing +subscribe permission fails here.
+        let pubsub = open_pubsub(&target, &keys.events).await?;
         let (notices_tx, notices) = watch::channel(Notices::default());
         let stop = CancellationToken::new();
         tokio::spawn(subscribe_loop(
             target.clone(),
             keys.events.clone(),
+            Some(pubsub),
             notices_tx,
             stop.clone(),
         ));
@@ -193,16 +304,20 @@ impl RedisBackend {
         })
     }
 
-    pub async fn acquire(&self, owner: &str, ttl_ms: u64) -> Result<AcquireReply> {
+    pub async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
         let reply: Value = self
             .scripts
             .acquire
             .key(&self.keys.lease)
             .key(&self.keys.token)
             .key(&self.keys.epoch)
-            .arg(owner)
-            .arg(ttl_ms)
+            .key(&self.keys.probe)
+            .arg(request.id)
+            .arg(request.ttl_ms)
             .arg(&self.keys.events)
+            .arg(request.attempt)
+            .arg(request.grace_ms)
+            .arg(request.aux_ttl_ms())
             .invoke_async(&mut self.conn())
             .await
             .map_err(|e| self.target.classify(e))?;
@@ -275,11 +390,28 @@ impl RedisBackend {
     }
 }
 
+/// Open a pub/sub connection subscribed to `channel`.
+async fn open_pubsub(target: &RedisTarget, channel: &str) -> Result<redis::aio::PubSub> {
+    let client = target.client()?;
+    let limit = Duration::from_secs(5);
+    let mut pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
+        .await
+        .map_err(|_| Error::Timeout(limit))?
+        .map_err(|e| target.classify(e))?;
+    tokio::time::timeout(limit, pubsub.subscribe(channel))
+        .await
+        .map_err(|_| Error::Timeout(limit))?
+        .map_err(|e| target.classify(e))?;
+    Ok(pubsub)
+}
+
 /// Keep a subscription to the election's events channel, resubscribing
-/// after any disconnect, until `stop` is cancelled.
+/// after any disconnect, until `stop` is cancelled. `first` is a
+/// subscription opened by the caller, used before any new one.
 async fn subscribe_loop(
     target: RedisTarget,
     channel: String,
+    mut first: Option<redis::aio::PubSub>,
     notices: watch::Sender<Notices>,
     stop: CancellationToken,
 ) {
@@ -287,16 +419,10 @@ async fn subscribe_loop(
     let mut warned = false;
     loop {
         let session = async {
-            let client = target.client()?;
-            let mut pubsub =
-                tokio::time::timeout(Duration::from_secs(5), client.get_async_pubsub())
-                    .await
-                    .map_err(|_| Error::Timeout(Duration::from_secs(5)))?
-                    .map_err(|e| target.classify(e))?;
-            pubsub
-                .subscribe(&channel)
-                .await
-                .map_err(|e| target.classify(e))?;
+            let mut pubsub = match first.take() {
+                Some(pubsub) => pubsub,
+                None => open_pubsub(&target, &channel).await?,
+            };
             tracing::debug!(channel = %channel, "subscribed to lease events");
             // A release may have happened while we were not subscribed.
             notices.send_modify(|n| n.released += 1);
@@ -391,20 +517,24 @@ impl Reply<'_> {
 /// Parse the reply of `acquire.lua`.
 pub(crate) fn parse_acquire(reply: Value, url: &str) -> Result<AcquireReply> {
     let r = Reply { url };
-    let items = r.array(reply, 5)?;
+    let items = r.array(reply, 7)?;
     let won = r.int(&items[0])?;
     let holder = Holder {
         token: r.uint(&items[1])?,
         owner: r.text(&items[2])?,
         ttl_left: Duration::from_millis(r.uint(&items[3])?),
         since_ms: r.uint(&items[4])?,
+        attempt: r.text(&items[5])?,
+        ttl: Duration::from_millis(r.uint(&items[6])?),
     };
-    Ok(if won == 1 {
-        AcquireReply::Won {
+    Ok(match won {
+        1 => AcquireReply::Won {
             token: holder.token,
-        }
-    } else {
-        AcquireReply::Held(holder)
+        },
+        2 => AcquireReply::Grace {
+            wait: holder.ttl_left,
+        },
+        _ => AcquireReply::Held(holder),
     })
 }
 
@@ -423,6 +553,8 @@ pub(crate) fn parse_renew(reply: Value, url: &str) -> Result<RenewReply> {
         token: r.uint(&items[2])?,
         ttl_left: Duration::from_millis(r.uint(&items[3])?),
         since_ms: 0,
+        attempt: String::new(),
+        ttl: Duration::ZERO,
     })))
 }
 
@@ -433,14 +565,15 @@ pub(crate) fn parse_inspect(reply: Value, url: &str) -> Result<Option<Holder>> {
     if items.is_empty() {
         return Ok(None);
     }
-    if items.len() < 4 {
-        return Err(r.unexpected("an inspect reply with fewer than 4 items"));
+    if items.len() < 6 {
+        return Err(r.unexpected("an inspect reply with fewer than 6 items"));
     }
     Ok(Some(Holder {
         owner: r.text(&items[0])?,
         token: r.uint(&items[1])?,
-        // -1 (no expiry) is reported as foreign data by acquire.
-        ttl_left: Duration::from_millis(r.uint(&items[2]).unwrap_or(0)),
+        ttl_left: Duration::from_millis(r.uint(&items[2])?),
         since_ms: r.uint(&items[3])?,
+        attempt: r.text(&items[4])?,
+        ttl: Duration::from_millis(r.uint(&items[5])?),
     }))
 }

@@ -6,19 +6,24 @@
 -- ARGV[2]  value
 --
 -- Returns {1} when written, {0, highest} when rejected as stale.
--- Errors with "TENUREFOREIGN <key> <what>" if the key is not a fenced hash.
+-- Errors with "TENUREFOREIGN <key> <what>" if the key is not a hash of
+-- exactly the fields token and value (nothing is written then), and
+-- "TENURECMD ..." (prelude).
 
-local key_type = redis.call('TYPE', KEYS[1]).ok
-if key_type ~= 'none' and key_type ~= 'hash' then
-  return redis.error_reply('TENUREFOREIGN ' .. KEYS[1] .. ' holds a ' .. key_type .. ', not a fenced hash')
+local key_type = call('TYPE', KEYS[1]).ok
+local highest = 0
+if key_type == 'hash' then
+  local f = call('HMGET', KEYS[1], 'token', 'value')
+  highest = tonumber(f[1])
+  if not highest or not f[2] or call('HLEN', KEYS[1]) ~= 2 then
+    return foreign(KEYS[1], 'is a hash without exactly the fields token and value of a fenced key')
+  end
+elseif key_type ~= 'none' then
+  return foreign(KEYS[1], 'holds a ' .. key_type .. ', not a fenced hash')
 end
 local token = tonumber(ARGV[1])
-local highest = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
-if not highest then
-  return redis.error_reply('TENUREFOREIGN ' .. KEYS[1] .. ' has a token field that is not a number')
-end
 if token < highest then
   return {0, highest}
 end
-redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
+call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
 return {1}

@@ -48,6 +48,17 @@ pub async fn campaign(election: &Election) -> Leadership {
     }
 }
 
+/// One of the library's Lua scripts, as the library sends it (with the
+/// shared prelude), for tests that call a script directly.
+pub fn lua(file: &str) -> redis::Script {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/scripts/");
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("{dir}{name}"))
+            .unwrap_or_else(|err| panic!("cannot read script {name}: {err}"))
+    };
+    redis::Script::new(&(read("prelude.lua") + &read(file)))
+}
+
 /// A plain connection for inspecting Redis directly.
 pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).expect("test URL is valid");

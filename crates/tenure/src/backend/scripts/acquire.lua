@@ -1,65 +1,60 @@
 -- Acquire the lease of one election, or report who holds it.
 --
--- KEYS[1]  lease hash (fields owner, token, since)
+-- KEYS[1]  lease hash (fields owner, token, since, attempt, ttl)
 -- KEYS[2]  fencing-token counter (string)
--- KEYS[3]  epoch hash (fields run_id, since): which Redis process this
---          election's data was first seen on, and when
+-- KEYS[3]  epoch hash (fields run_id, since, ttl): which Redis process this
+--          election's data was first seen on, when, and the largest ttl
+--          granted since
+-- KEYS[4]  probe key: never written; PEXPIRE on it checks the permission
 -- ARGV[1]  candidate's instance id
 -- ARGV[2]  lease ttl in milliseconds
 -- ARGV[3]  events channel
+-- ARGV[4]  attempt: a nonce naming this campaign; only a retry of the same
+--          attempt adopts a lease it finds under its id
+-- ARGV[5]  grace in milliseconds: the largest ttl the candidate knows to be
+--          in use for this election (its own, its max_ttl setting, the
+--          longest lease it has seen)
+-- ARGV[6]  ttl of the token counter and the epoch, in milliseconds
 --
--- Returns {won, token, owner, ttl_ms, since_ms}:
+-- Returns {won, token, owner, ttl_ms, since_ms, attempt, lease_ttl_ms}:
 --   won = 1: the candidate holds the lease, either a new term (token is new)
---            or its own term adopted after a retry (TTL extended to ARGV[2]);
---   won = 0: another owner holds it; ttl_ms is its remaining PTTL. An empty
---            owner means nobody holds it but no lease may be granted for
---            ttl_ms yet (the start-up grace period, below).
+--            or the lease its own attempt wrote before its reply was lost
+--            (TTL extended to ARGV[2]);
+--   won = 0: another term holds it (possibly under the same id, by another
+--            attempt); ttl_ms is its PTTL, lease_ttl_ms the ttl it was
+--            granted with (0 for leases written before tenure 0.2);
+--   won = 2: nobody holds it, but no lease may be granted for ttl_ms yet
+--            (the start-up grace period, below).
 -- Errors with "TENUREFOREIGN <key> <what>" when a key holds data tenure did
--- not write; nothing is modified then.
+-- not write (nothing is modified then), and "TENURECMD ..." (prelude).
 --
 -- The token is max(last token + 1, server time in ms): it rises with every
--- term and, because the server's clock keeps moving while Redis restarts,
--- stays above every earlier token even after all data was lost.
+-- term. The counter expires after ARGV[6] of inactivity, and the server's
+-- clock, which keeps moving while the counter is gone or Redis restarts,
+-- keeps new tokens above every earlier one.
 --
 -- Start-up grace period: when this election's data is new to the Redis
 -- process serving it (first use, a restart that lost or rolled back data, a
 -- failover to a replica), a leader from before may still hold a lease that
--- this server does not know. No lease is granted until one ttl after that
--- moment, by when any such leader has passed its local deadline.
+-- this server does not know, with a ttl up to the largest in use. No lease
+-- is granted, and no lease found is adopted, until that long after the
+-- moment the process first served the election.
 
 if redis.replicate_commands then
   redis.replicate_commands()
 end
 
-local function foreign(key, what)
-  return redis.error_reply('TENUREFOREIGN ' .. key .. ' ' .. what)
-end
-
 local ttl = tonumber(ARGV[2])
-local lease_type = redis.call('TYPE', KEYS[1]).ok
-if lease_type == 'hash' then
-  local fields = redis.call('HMGET', KEYS[1], 'owner', 'token', 'since')
-  local owner, token, since = fields[1], tonumber(fields[2]), tonumber(fields[3])
-  if not owner or not token or not since then
-    return foreign(KEYS[1], 'is a hash without the owner/token/since fields of a lease')
-  end
-  if owner == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], ttl)
-    return {1, token, owner, ttl, since}
-  end
-  local pttl = redis.call('PTTL', KEYS[1])
-  if pttl < 0 then
-    return foreign(KEYS[1], 'is a lease without an expiry')
-  end
-  return {0, token, owner, pttl, since}
-elseif lease_type ~= 'none' then
-  return foreign(KEYS[1], 'holds a ' .. lease_type .. ', not a lease hash')
-end
+local grace = math.max(ttl, tonumber(ARGV[5]))
+local aux_ttl = tonumber(ARGV[6])
+
+local lease, err = read_lease(KEYS[1])
+if err then return err end
 
 local last = 0
-local counter_type = redis.call('TYPE', KEYS[2]).ok
+local counter_type = call('TYPE', KEYS[2]).ok
 if counter_type == 'string' then
-  last = tonumber(redis.call('GET', KEYS[2]))
+  last = tonumber(call('GET', KEYS[2]))
   if not last then
     return foreign(KEYS[2], 'holds a string that is not a token')
   end
@@ -67,28 +62,63 @@ elseif counter_type ~= 'none' then
   return foreign(KEYS[2], 'holds a ' .. counter_type .. ', not a token')
 end
 
-local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-
-local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
-local epoch_type = redis.call('TYPE', KEYS[3]).ok
-if epoch_type ~= 'none' and epoch_type ~= 'hash' then
+local epoch_type = call('TYPE', KEYS[3]).ok
+local epoch = {}
+if epoch_type == 'hash' then
+  local f = call('HMGET', KEYS[3], 'run_id', 'since', 'ttl')
+  local present = 0
+  for i = 1, 3 do
+    if f[i] then present = present + 1 end
+  end
+  epoch = {run_id = f[1], since = tonumber(f[2]), ttl = tonumber(f[3] or '0')}
+  if not epoch.run_id or not epoch.since or not epoch.ttl or call('HLEN', KEYS[3]) ~= present then
+    return foreign(KEYS[3], 'is a hash without exactly the fields of an epoch (run_id, since, ttl)')
+  end
+elseif epoch_type ~= 'none' then
   return foreign(KEYS[3], 'holds a ' .. epoch_type .. ', not an epoch hash')
 end
-local epoch = redis.call('HMGET', KEYS[3], 'run_id', 'since')
-local epoch_since = tonumber(epoch[2])
-if epoch[1] ~= run_id or not epoch_since then
-  epoch_since = now_ms
-  redis.call('HSET', KEYS[3], 'run_id', run_id, 'since', string.format('%d', now_ms))
+
+local now_ms = server_ms()
+local run_id = string.match(call('INFO', 'server'), 'run_id:(%w+)')
+
+if lease and not (lease.owner == ARGV[1] and lease.attempt == ARGV[4]) then
+  local pttl = call('PTTL', KEYS[1])
+  if pttl < 0 then
+    return foreign(KEYS[1], 'is a lease without an expiry')
+  end
+  return {0, lease.token, lease.owner, pttl, lease.since, lease.attempt, lease.ttl}
 end
-if now_ms < epoch_since + ttl then
-  return {0, 0, '', epoch_since + ttl - now_ms, 0}
+
+-- Every write below needs PEXPIRE; prove it is allowed before the first.
+call('PEXPIRE', KEYS[4], ttl)
+
+if epoch.run_id ~= run_id then
+  -- New to this process: the grace period starts now. A rolled-back epoch
+  -- still tells the largest ttl granted before.
+  epoch = {run_id = run_id, since = now_ms, ttl = math.max(epoch.ttl or 0, grace)}
+  call('HSET', KEYS[3], 'run_id', run_id, 'since', string.format('%d', now_ms),
+    'ttl', string.format('%d', epoch.ttl))
+end
+call('PEXPIRE', KEYS[3], aux_ttl)
+local wait = epoch.since + math.max(epoch.ttl, grace) - now_ms
+if wait > 0 then
+  return {2, 0, '', wait, 0, '', 0}
+end
+
+if lease then
+  -- Our own attempt's lease, whose reply was lost: adopt it.
+  call('PEXPIRE', KEYS[1], ttl)
+  return {1, lease.token, lease.owner, ttl, lease.since, lease.attempt, ttl}
 end
 
 local token = math.max(last + 1, now_ms)
 local token_text = string.format('%d', token)
-redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token_text, 'since', string.format('%d', now_ms))
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('SET', KEYS[2], token_text)
-redis.call('PUBLISH', ARGV[3], 'acquired:' .. token_text)
-return {1, token, ARGV[1], ttl, now_ms}
+call('PUBLISH', ARGV[3], 'acquired:' .. token_text)
+call('SET', KEYS[2], token_text, 'PX', aux_ttl)
+if ttl > epoch.ttl then
+  call('HSET', KEYS[3], 'ttl', string.format('%d', ttl))
+end
+call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token_text, 'since', string.format('%d', now_ms),
+  'attempt', ARGV[4], 'ttl', string.format('%d', ttl))
+call('PEXPIRE', KEYS[1], ttl)
+return {1, token, ARGV[1], ttl, now_ms, ARGV[4], ttl}

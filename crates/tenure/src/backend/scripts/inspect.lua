@@ -2,17 +2,18 @@
 --
 -- KEYS[1]  lease hash
 --
--- Returns {} when nobody holds it, else {owner, token, pttl_ms, since_ms}.
--- Errors with "TENUREFOREIGN <key> <what>" on data tenure did not write.
+-- Returns {} when nobody holds it, else
+-- {owner, token, pttl_ms, since_ms, attempt, ttl_ms}.
+-- Errors with "TENUREFOREIGN <key> <what>" on data tenure did not write
+-- (a lease without an expiry included), and "TENURECMD ..." (prelude).
 
-local lease_type = redis.call('TYPE', KEYS[1]).ok
-if lease_type == 'none' then
+local lease, err = read_lease(KEYS[1])
+if err then return err end
+if not lease then
   return {}
-elseif lease_type ~= 'hash' then
-  return redis.error_reply('TENUREFOREIGN ' .. KEYS[1] .. ' holds a ' .. lease_type .. ', not a lease hash')
 end
-local fields = redis.call('HMGET', KEYS[1], 'owner', 'token', 'since')
-if not fields[1] or not tonumber(fields[2]) or not tonumber(fields[3]) then
-  return redis.error_reply('TENUREFOREIGN ' .. KEYS[1] .. ' is a hash without the owner/token/since fields of a lease')
+local pttl = call('PTTL', KEYS[1])
+if pttl < 0 then
+  return foreign(KEYS[1], 'is a lease without an expiry')
 end
-return {fields[1], tonumber(fields[2]), redis.call('PTTL', KEYS[1]), tonumber(fields[3])}
+return {lease.owner, lease.token, pttl, lease.since, lease.attempt, lease.ttl}

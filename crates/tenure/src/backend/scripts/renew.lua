@@ -1,7 +1,7 @@
--- Extend the lease if, and only if, the caller still owns this term.
+-- Extend the lease if, and only if, the caller still holds this term.
 --
 -- KEYS[1]  lease hash
--- ARGV[1]  owner's instance id
+-- ARGV[1]  holder's instance id
 -- ARGV[2]  the term's fencing token
 -- ARGV[3]  lease ttl in milliseconds
 -- ARGV[4]  events channel (optional): when given, a successful renewal is
@@ -10,23 +10,19 @@
 --
 -- Returns {1} when renewed; {0} when the lease is gone;
 -- {0, owner, token, pttl} when another term holds it.
--- Errors with "TENUREFOREIGN <key> <what>" on data tenure did not write.
+-- Errors with "TENUREFOREIGN <key> <what>" on data tenure did not write,
+-- and "TENURECMD ..." (prelude).
 
-local lease_type = redis.call('TYPE', KEYS[1]).ok
-if lease_type == 'none' then
+local lease, err = read_lease(KEYS[1])
+if err then return err end
+if not lease then
   return {0}
-elseif lease_type ~= 'hash' then
-  return redis.error_reply('TENUREFOREIGN ' .. KEYS[1] .. ' holds a ' .. lease_type .. ', not a lease hash')
 end
-local fields = redis.call('HMGET', KEYS[1], 'owner', 'token')
-if fields[1] == ARGV[1] and fields[2] == ARGV[2] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if lease.owner == ARGV[1] and lease.token == tonumber(ARGV[2]) then
+  call('PEXPIRE', KEYS[1], ARGV[3])
   if ARGV[4] then
-    redis.call('PUBLISH', ARGV[4], 'renewed:' .. ARGV[2] .. ':' .. ARGV[3])
+    call('PUBLISH', ARGV[4], 'renewed:' .. ARGV[2] .. ':' .. ARGV[3])
   end
   return {1}
 end
-if not fields[1] or not tonumber(fields[2]) then
-  return redis.error_reply('TENUREFOREIGN ' .. KEYS[1] .. ' is a hash without the owner/token fields of a lease')
-end
-return {0, fields[1], tonumber(fields[2]), redis.call('PTTL', KEYS[1])}
+return {0, lease.owner, lease.token, call('PTTL', KEYS[1])}

@@ -1,0 +1,57 @@
+-- Prepended to every tenure script when it is loaded (see backend/redis.rs).
+--
+-- call(...) runs a command like redis.call, but a failure names the command:
+-- "TENURECMD <COMMAND> <error>". Inside a script Redis reports a missing ACL
+-- permission or a renamed command as a plain ERR without saying which
+-- command, and tenure must tell a missing permission (a person has to act)
+-- from a transient error (retry).
+--
+-- Every script reads and checks everything before its first write, and
+-- orders its writes so that a failure part-way leaves nothing harmful: a
+-- token counter that moved on, or an epoch recorded early. A lease is
+-- never written without its expiry: PEXPIRE is proven allowed on the probe
+-- key (which never exists, so it is a no-op) before the lease is written.
+
+local function call(...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then
+    error({err = 'TENURECMD ' .. string.upper(tostring((...))) .. ' ' .. reply.err})
+  end
+  return reply
+end
+
+local function foreign(key, what)
+  return redis.error_reply('TENUREFOREIGN ' .. key .. ' ' .. what)
+end
+
+-- Read a lease hash: nil when there is none, or nil and an error reply
+-- when the key holds anything but exactly the fields tenure writes
+-- (owner, token, since, and, since tenure 0.2, attempt and ttl).
+local function read_lease(key)
+  local key_type = call('TYPE', key).ok
+  if key_type == 'none' then
+    return nil
+  elseif key_type ~= 'hash' then
+    return nil, foreign(key, 'holds a ' .. key_type .. ', not a lease hash')
+  end
+  local f = call('HMGET', key, 'owner', 'token', 'since', 'attempt', 'ttl')
+  local present = 0
+  for i = 1, 5 do
+    if f[i] then present = present + 1 end
+  end
+  local lease = {
+    owner = f[1], token = tonumber(f[2]), since = tonumber(f[3]),
+    attempt = f[4] or '', ttl = tonumber(f[5] or '0'),
+  }
+  if not lease.owner or not lease.token or not lease.since or not lease.ttl
+      or call('HLEN', key) ~= present then
+    return nil, foreign(key, 'is a hash without exactly the fields of a lease (owner, token, since, attempt, ttl)')
+  end
+  return lease
+end
+
+local function server_ms()
+  local time = call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
