@@ -384,6 +384,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         "tenure:{bench-scripts}:token",
         "tenure:{bench-scripts}:epoch",
         "tenure:{bench-scripts}:probe",
+        "tenure:epoch",
     ];
     macro_rules! script {
         ($file:literal) => {
@@ -405,6 +406,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
             .key(keys[1])
             .key(keys[2])
             .key(keys[3])
+            .key(keys[4])
             .arg("bench")
             .arg(5000)
             .arg("tenure:{bench-scripts}:events")

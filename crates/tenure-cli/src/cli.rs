@@ -55,6 +55,12 @@ pub struct RedisArgs {
     /// Key prefix shared by all instances.
     #[arg(long, env = "TENURE_PREFIX", default_value = tenure::DEFAULT_PREFIX)]
     pub prefix: String,
+
+    /// Accept a Redis whose maxmemory-policy may evict keys. An evicted lease
+    /// lets a second leader in while the first still leads: allow it only if
+    /// fencing tokens protect every write.
+    #[arg(long, env = "TENURE_ALLOW_EVICTION")]
+    pub allow_eviction: bool,
 }
 
 #[derive(Debug, Args)]
@@ -73,6 +79,13 @@ pub struct RunArgs {
     /// How often the leader renews (default: ttl/3).
     #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration)]
     pub renew_every: Option<Duration>,
+
+    /// The largest ttl any instance of this election uses (default: --ttl).
+    /// After Redis lost or rolled back data, no lease is granted until this
+    /// long after it came back; set it to the old ttl during a rolling
+    /// change to a shorter one.
+    #[arg(long, env = "TENURE_MAX_TTL", value_parser = parse_duration)]
+    pub max_ttl: Option<Duration>,
 
     /// Safety margin subtracted from the ttl for the local deadline (default: ttl/10, at most 2s).
     #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration)]

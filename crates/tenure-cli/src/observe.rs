@@ -121,9 +121,11 @@ fn table(rows: &[ElectionStatus]) -> String {
 }
 
 pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
+    // Watching only reads: an eviction policy is warned about, not refused.
     let mut builder = Election::builder(&args.name)
         .redis(&args.redis.url)
-        .prefix(&args.redis.prefix);
+        .prefix(&args.redis.prefix)
+        .allow_eviction(true);
     if let Some(ca) = &args.redis.tls_ca {
         builder = builder.tls_ca_file(ca);
     }

@@ -167,7 +167,11 @@ async fn build_election(args: &RunArgs) -> Result<Election, Failure> {
     let mut builder = Election::builder(&args.election)
         .redis(&args.redis.url)
         .prefix(&args.redis.prefix)
+        .allow_eviction(args.redis.allow_eviction)
         .ttl(args.ttl);
+    if let Some(max_ttl) = args.max_ttl {
+        builder = builder.max_ttl(max_ttl);
+    }
     if let Some(every) = args.renew_every {
         builder = builder.renew_every(every);
     }

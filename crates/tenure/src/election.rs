@@ -191,7 +191,7 @@ impl ElectionBuilder {
         self
     }
 
-    /// Upper bound of one Redis call (default renew interval/2, at most 2 s).
+    /// Upper bound of one Redis call (default: the renew interval, at most 2 s).
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.settings.call_timeout = Some(timeout);
         self

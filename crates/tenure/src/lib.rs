@@ -48,11 +48,19 @@
 //!   consensus).
 //! - **Restarts end terms early.** A Redis restart without persistence loses
 //!   the lease: the leader learns at its next renewal and stops, and no new
-//!   lease is granted for one ttl after the restart (the start-up grace
-//!   period, which also delays the very first leader of a new election by
-//!   one ttl). Token order survives: tokens are derived from the Redis
-//!   server's clock and stay above every earlier token as long as that clock
-//!   does not step backwards across the restart.
+//!   lease is granted (nor a lease restored from a snapshot adopted) until
+//!   the largest ttl in use has passed since the restart (the start-up grace
+//!   period; see [`ElectionBuilder::max_ttl`]). Token order survives: tokens
+//!   are derived from the Redis server's clock and stay above every earlier
+//!   token as long as that clock does not step backwards across the restart.
+//! - **Eviction breaks leases.** A Redis whose `maxmemory-policy` may evict
+//!   keys is refused ([`Error::Unsafe`]) unless
+//!   [`ElectionBuilder::allow_eviction`] is set.
+//! - **Ids must be unique.** A lease under this instance's id that one of
+//!   this `Election`'s own campaigns did not write (another process using
+//!   the id, a lease restored by a rollback) is treated as held by someone
+//!   else, with a warning; the two processes never lead together, but they
+//!   compete as a single candidate would not.
 //!
 //! # Glossary
 //!
@@ -66,7 +74,15 @@
 //! - **term**: one uninterrupted leadership of one instance, from acquire to
 //!   loss or resignation ([`Leadership`]).
 //! - **token** (fencing token): the number of a term, strictly increasing per
-//!   election.
+//!   election. A term is named by (id, token) in every operation.
+//! - **holder**: the instance whose term the lease records (its id and token).
+//! - **attempt**: a random name for one campaign, stored in the lease it
+//!   writes; only a retry of the same attempt adopts a lease found under its
+//!   own id (its first reply was lost), so every new term has a new token.
+//! - **epoch**: the Redis process (`run_id`) an election's data was first
+//!   seen on; a new epoch means leases may have been lost or rolled back.
+//! - **grace period** (start-up grace): no lease is granted for the largest
+//!   ttl in use after a new epoch begins.
 //! - **deadline**: the local instant a term ends unless renewed: send time of
 //!   the last successful acquire/renew + ttl − margin.
 //! - **margin**: the safety allowance for clock-rate differences.
@@ -79,7 +95,8 @@
 //! | ttl | 15 s | longer: survives longer Redis outages; shorter: faster takeover after a crash |
 //! | renew every | ttl / 3 | more often: more load, more retries before the deadline |
 //! | margin | ttl / 10, ≤ 2 s | larger: tolerates more clock-rate difference, loses leadership sooner when renewals fail |
-//! | call timeout | renew / 2, ≤ 2 s | bound of one Redis call |
+//! | call timeout | renew interval, ≤ 2 s | bound of one Redis call |
+//! | max ttl | ttl | the largest ttl of any instance: the start-up grace period |
 //!
 //! How renewal timing works is explained in one place: the state machine,
 //! `src/machine.rs`.
@@ -88,10 +105,16 @@
 //!
 //! Every key of the election `NAME` shares the Redis Cluster hash tag
 //! `{NAME}` under a configurable prefix (default `tenure`):
-//! `tenure:{NAME}:lease` (hash: owner, token, since; with TTL),
-//! `tenure:{NAME}:token` (last token issued) and the pub/sub channel
-//! `tenure:{NAME}:events`. A key holding anything else is reported as
-//! [`Error::ForeignData`] and never overwritten.
+//! `tenure:{NAME}:lease` (hash: owner, token, since, attempt, ttl; with
+//! TTL), `tenure:{NAME}:token` (last token issued), `tenure:{NAME}:epoch`
+//! and the pub/sub channel `tenure:{NAME}:events`; plus `tenure:epoch` for
+//! the prefix. A key holding anything else (a hash with other fields
+//! included) is reported as [`Error::ForeignData`] and never written.
+//!
+//! # Redis requirements
+//!
+//! `maxmemory-policy noeviction` (or no `maxmemory`), and an ACL user with
+//! at least [`MIN_ACL`]; both are checked when connecting.
 //!
 //! # Many elections: partition sets
 //!

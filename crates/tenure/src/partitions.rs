@@ -568,11 +568,12 @@ impl PartitionSet {
             };
             pipe.add_command(
                 Self::evalsha(&self.scripts.acquire)
-                    .arg(4)
+                    .arg(5)
                     .arg(&keys.lease)
                     .arg(&keys.token)
                     .arg(&keys.epoch)
                     .arg(&keys.probe)
+                    .arg(&keys.prefix_epoch)
                     .arg(request.id)
                     .arg(request.ttl_ms)
                     .arg(&keys.events)

@@ -431,6 +431,7 @@ async fn a_custom_prefix_moves_every_key() {
     assert_eq!(
         keys,
         vec![
+            "myapp:epoch",
             "myapp:{jobs}:epoch",
             "myapp:{jobs}:lease",
             "myapp:{jobs}:token"

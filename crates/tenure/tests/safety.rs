@@ -270,6 +270,7 @@ async fn a_missing_permission_leaves_the_election_untouched() {
             .key("tenure:{half}:token")
             .key("tenure:{half}:epoch")
             .key("tenure:{half}:probe")
+            .key("tenure:epoch")
             .arg("limited")
             .arg(1000)
             .arg("tenure:{half}:events")
@@ -455,4 +456,22 @@ async fn phantom_members_do_not_hold_partitions_unowned() {
     }
     assert_eq!(observer.members().len(), 1, "{:?}", observer.members());
     run.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_election_waits_only_while_the_redis_process_is_new_to_the_prefix() {
+    let mut server = redis();
+    let url = server.url();
+    // The process has served the prefix for longer than any ttl in use...
+    past_grace(&url, "first", SECOND).await;
+    // ...so a name it has never seen cannot have a leader from before.
+    let fresh = election(&url, "never-seen", "a", SECOND).await;
+    assert!(
+        fresh.try_campaign().await.expect("asks").is_some(),
+        "a new election on a long-running Redis waited for the grace period"
+    );
+    // A new process may have lost any lease: no lease for one ttl.
+    server.restart().expect("restarts");
+    let other = election(&url, "also-never-seen", "a", SECOND).await;
+    assert!(other.try_campaign().await.expect("asks").is_none());
 }

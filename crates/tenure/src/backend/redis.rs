@@ -312,6 +312,7 @@ impl RedisBackend {
             .key(&self.keys.token)
             .key(&self.keys.epoch)
             .key(&self.keys.probe)
+            .key(&self.keys.prefix_epoch)
             .arg(request.id)
             .arg(request.ttl_ms)
             .arg(&self.keys.events)

@@ -6,6 +6,8 @@
 --          election's data was first seen on, when, and the largest ttl
 --          granted since
 -- KEYS[4]  probe key: never written; PEXPIRE on it checks the permission
+-- KEYS[5]  the prefix's epoch hash (fields run_id, since): when the Redis
+--          process serving it first served any election under the prefix
 -- ARGV[1]  candidate's instance id
 -- ARGV[2]  lease ttl in milliseconds
 -- ARGV[3]  events channel
@@ -38,7 +40,11 @@
 -- failover to a replica), a leader from before may still hold a lease that
 -- this server does not know, with a ttl up to the largest in use. No lease
 -- is granted, and no lease found is adopted, until that long after the
--- moment the process first served the election.
+-- moment the process first served the election. A name new to this
+-- process gets no lease from before its start, so for it the period counts
+-- from when the process first served any election of the prefix: on a
+-- Redis that has run longer than that, a new election's first candidate is
+-- elected at once.
 
 if redis.replicate_commands then
   redis.replicate_commands()
@@ -62,21 +68,31 @@ elseif counter_type ~= 'none' then
   return foreign(KEYS[2], 'holds a ' .. counter_type .. ', not a token')
 end
 
-local epoch_type = call('TYPE', KEYS[3]).ok
-local epoch = {}
-if epoch_type == 'hash' then
-  local f = call('HMGET', KEYS[3], 'run_id', 'since', 'ttl')
+-- Read an epoch hash: {} when there is none, or nil and an error reply
+-- when the key holds anything but exactly an epoch's fields.
+local function read_epoch(key)
+  local key_type = call('TYPE', key).ok
+  if key_type == 'none' then
+    return {}
+  elseif key_type ~= 'hash' then
+    return nil, foreign(key, 'holds a ' .. key_type .. ', not an epoch hash')
+  end
+  local f = call('HMGET', key, 'run_id', 'since', 'ttl')
   local present = 0
   for i = 1, 3 do
     if f[i] then present = present + 1 end
   end
-  epoch = {run_id = f[1], since = tonumber(f[2]), ttl = tonumber(f[3] or '0')}
-  if not epoch.run_id or not epoch.since or not epoch.ttl or call('HLEN', KEYS[3]) ~= present then
-    return foreign(KEYS[3], 'is a hash without exactly the fields of an epoch (run_id, since, ttl)')
+  local epoch = {run_id = f[1], since = tonumber(f[2]), ttl = tonumber(f[3] or '0')}
+  if not epoch.run_id or not epoch.since or not epoch.ttl or call('HLEN', key) ~= present then
+    return nil, foreign(key, 'is a hash without exactly the fields of an epoch (run_id, since, ttl)')
   end
-elseif epoch_type ~= 'none' then
-  return foreign(KEYS[3], 'holds a ' .. epoch_type .. ', not an epoch hash')
+  return epoch
 end
+
+local epoch, epoch_err = read_epoch(KEYS[3])
+if epoch_err then return epoch_err end
+local prefix_epoch, prefix_err = read_epoch(KEYS[5])
+if prefix_err then return prefix_err end
 
 local now_ms = server_ms()
 local run_id = string.match(call('INFO', 'server'), 'run_id:(%w+)')
@@ -92,11 +108,17 @@ end
 -- Every write below needs PEXPIRE; prove it is allowed before the first.
 call('PEXPIRE', KEYS[4], ttl)
 
+if prefix_epoch.run_id ~= run_id then
+  prefix_epoch = {run_id = run_id, since = now_ms}
+  call('HSET', KEYS[5], 'run_id', run_id, 'since', string.format('%d', now_ms))
+end
+call('PEXPIRE', KEYS[5], aux_ttl)
 if epoch.run_id ~= run_id then
-  -- New to this process: the grace period starts now. A rolled-back epoch
-  -- still tells the largest ttl granted before.
-  epoch = {run_id = run_id, since = now_ms, ttl = math.max(epoch.ttl or 0, grace)}
-  call('HSET', KEYS[3], 'run_id', run_id, 'since', string.format('%d', now_ms),
+  -- New to this process: the grace period starts when the process began
+  -- serving the prefix. A rolled-back epoch still tells the largest ttl
+  -- granted before.
+  epoch = {run_id = run_id, since = prefix_epoch.since, ttl = math.max(epoch.ttl or 0, grace)}
+  call('HSET', KEYS[3], 'run_id', run_id, 'since', string.format('%d', epoch.since),
     'ttl', string.format('%d', epoch.ttl))
 end
 call('PEXPIRE', KEYS[3], aux_ttl)
