@@ -15,7 +15,6 @@ use futures_util::Stream;
 use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::redis::{RedisBackend, RedisTarget, StoreChecks};
 use crate::backend::{Backend, Notices};
@@ -25,7 +24,7 @@ use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, Holder, LeaderState, LeaderStep,
     Timing,
 };
-use crate::{instance_id, metrics, Error, Leadership, LostReason, MemoryStore, Result};
+use crate::{clock, instance_id, metrics, Error, Leadership, LostReason, MemoryStore, Result};
 
 /// The default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
@@ -498,6 +497,7 @@ impl Election {
         loop {
             let seen = *notices.borrow_and_update();
             let sent = Instant::now();
+            let suspended = clock::suspended();
             let reply = match self.acquire_once(&attempt.name).await {
                 Ok(reply) => {
                     failures = 0;
@@ -518,7 +518,7 @@ impl Election {
             match after_acquire(timing, sent, now, reply, self.jitter(), failures) {
                 CandidateStep::Elected(state) => {
                     attempt.won = true;
-                    return Ok(self.start_term(state));
+                    return Ok(self.start_term(state, suspended));
                 }
                 CandidateStep::Follow { until, holder } => {
                     if last_seen_token != Some(holder.token) {
@@ -591,16 +591,16 @@ impl Election {
         Duration::from_micros(rand::rng().random_range(0..=max_us))
     }
 
-    fn start_term(&self, state: LeaderState) -> Leadership {
-        let (lost, _) = watch::channel(None);
-        let shared = Arc::new(TermShared {
-            election: self.inner.name.clone(),
-            id: self.inner.id.clone(),
-            token: state.token,
-            deadline: Mutex::new(state.deadline),
-            lost,
-            ended: CancellationToken::new(),
-        });
+    /// Start the term that an acquire sent when the suspend time read
+    /// `suspended` won.
+    fn start_term(&self, state: LeaderState, suspended: Duration) -> Leadership {
+        let shared = Arc::new(TermShared::new(
+            self.inner.name.clone(),
+            self.inner.id.clone(),
+            state.token,
+            state.deadline,
+            suspended,
+        ));
         let (commands_tx, commands_rx) = mpsc::channel(8);
         tracing::info!(election = %self.inner.name, id = %self.inner.id, token = state.token, "elected leader");
         metrics::elected(&self.inner.name, state.token);
@@ -861,11 +861,14 @@ async fn renew_once(
     let inner = &election.inner;
     let timing = &inner.timing;
     let sent = Instant::now();
-    if sent >= state.deadline {
+    let suspended = clock::suspended();
+    // The shared deadline also counts time the host spent suspended.
+    let deadline = shared.deadline();
+    if sent >= deadline {
         return LeaderStep::Lost(LostReason::DeadlinePassed);
     }
     let renew = inner.backend.renew(&inner.id, state.token, timing.ttl_ms());
-    let limit = timing.call_timeout_before(sent, state.deadline);
+    let limit = timing.call_timeout_before(sent, deadline);
     let reply = match inner.call(limit, renew).await {
         Ok(reply) => {
             metrics::renewed(&inner.name, sent.elapsed());
@@ -880,14 +883,19 @@ async fn renew_once(
         }
     };
     let step = state.after_renew(timing, sent, Instant::now(), reply);
-    shared.set_deadline(state.deadline);
-    step
+    shared.set_deadline(state.deadline, suspended);
+    match step {
+        LeaderStep::RenewAt(_) if Instant::now() >= shared.deadline() => {
+            LeaderStep::Lost(LostReason::DeadlinePassed)
+        }
+        step => step,
+    }
 }
 
 fn end_term(inner: &Inner, shared: &TermShared, reason: LostReason) {
     shared.mark_lost(reason.clone());
     // Clamp the deadline so no clone can believe in the term any more.
-    shared.set_deadline(shared.deadline().min(Instant::now()));
+    shared.clamp_deadline();
     let reason = shared.lost_reason().unwrap_or(reason);
     match reason {
         LostReason::Resigned | LostReason::Shutdown => {
@@ -953,11 +961,12 @@ impl Election {
         let timing = &self.inner.timing;
         let mut attempt = self.inner.attempts.begin();
         let sent = Instant::now();
+        let suspended = clock::suspended();
         let reply = self.acquire_once(&attempt.name).await?;
         match after_acquire(timing, sent, Instant::now(), Some(reply), Duration::ZERO, 0) {
             CandidateStep::Elected(state) => {
                 attempt.won = true;
-                Ok(Some(self.start_term(state)))
+                Ok(Some(self.start_term(state, suspended)))
             }
             CandidateStep::Follow { holder, .. } => {
                 self.note_holder(&holder);

@@ -78,23 +78,60 @@ pub(crate) struct TermShared {
     pub election: String,
     pub id: String,
     pub token: u64,
-    pub deadline: Mutex<Instant>,
+    /// The deadline as the monotonic clock counts it, and the host's
+    /// suspend time ([`crate::clock::suspended`]) when its renewal was sent.
+    pub deadline: Mutex<(Instant, Duration)>,
     pub lost: watch::Sender<Option<LostReason>>,
     /// Cancelled when the keeper has finished: no more renewals will happen.
     pub ended: CancellationToken,
 }
 
 impl TermShared {
-    pub fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
+    /// A term whose deadline is `deadline` by the monotonic clock, set from
+    /// a request sent when the host's suspend time read `suspended`.
+    pub fn new(
+        election: String,
+        id: String,
+        token: u64,
+        deadline: Instant,
+        suspended: Duration,
+    ) -> Self {
+        let (lost, _) = watch::channel(None);
+        TermShared {
+            election,
+            id,
+            token,
+            deadline: Mutex::new((deadline, suspended)),
+            lost,
+            ended: CancellationToken::new(),
+        }
     }
 
-    /// Move the deadline. A deadline that has passed stays passed: nothing
-    /// (a late reply, a renewal of another term) revives a term.
-    pub fn set_deadline(&self, deadline: Instant) {
+    /// The deadline, moved earlier by any time the host spent suspended
+    /// since the renewal that set it was sent.
+    pub fn deadline(&self) -> Instant {
+        let (deadline, suspended) = *self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+        effective(deadline, suspended)
+    }
+
+    /// Move the deadline to `deadline`, set by a request sent when the
+    /// suspend time read `suspended`. A deadline that has passed stays
+    /// passed: nothing (a late reply, a renewal of another term) revives a
+    /// term.
+    pub fn set_deadline(&self, deadline: Instant, suspended: Duration) {
         let mut current = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        if Instant::now() < *current || deadline < *current {
-            *current = deadline;
+        let now_effective = effective(current.0, current.1);
+        if Instant::now() < now_effective || effective(deadline, suspended) < now_effective {
+            *current = (deadline, suspended);
+        }
+    }
+
+    /// End the term's right to act now: the deadline becomes the present
+    /// instant, unless it is already earlier.
+    pub fn clamp_deadline(&self) {
+        let now = Instant::now();
+        if self.deadline() > now {
+            self.set_deadline(now, crate::clock::suspended());
         }
     }
 
@@ -114,6 +151,12 @@ impl TermShared {
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.lost.borrow().clone()
     }
+}
+
+/// `deadline` moved earlier by the suspend time since `suspended` was read.
+fn effective(deadline: Instant, suspended: Duration) -> Instant {
+    let slept = crate::clock::suspended().saturating_sub(suspended);
+    deadline.checked_sub(slept).unwrap_or_else(Instant::now)
 }
 
 /// Requests from handles to the keeper task. `election` names the term's
@@ -337,5 +380,48 @@ impl Leadership {
             return Ok(());
         }
         answer.await.unwrap_or(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::TermShared;
+    use crate::clock;
+
+    #[test]
+    fn time_the_host_spent_suspended_ends_the_term() {
+        // A runtime is needed for tokio's Instant; its clock is not paused:
+        // only the simulated suspend moves.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let shared = TermShared::new(
+                "jobs".into(),
+                "a".into(),
+                1,
+                Instant::now() + Duration::from_secs(60),
+                clock::suspended(),
+            );
+            assert!(shared.deadline() > Instant::now() + Duration::from_secs(59));
+            // The host sleeps for two minutes: the monotonic clock did not
+            // count them, the lease on the server did.
+            clock::tests::SIMULATED.fetch_add(120_000_000_000, Ordering::Relaxed);
+            assert!(
+                shared.deadline() <= Instant::now(),
+                "still leading after a suspend"
+            );
+            // A renewal sent before the suspend, answered after it, does not
+            // revive the term.
+            let before = clock::suspended() - Duration::from_secs(120);
+            shared.set_deadline(Instant::now() + Duration::from_secs(60), before);
+            assert!(shared.deadline() <= Instant::now());
+        });
     }
 }

@@ -27,7 +27,10 @@
 //! measured by the Redis server, minus the safety margin). A leader stops
 //! believing at its *local deadline*, computed from its own monotonic clock
 //! and the instant it *sent* its last successful renewal, so a paused or
-//! partitioned leader never outlives its lease on the server.
+//! partitioned leader never outlives its lease on the server. On Linux, time
+//! the host spends suspended (which the monotonic clock does not count) is
+//! taken off the deadline too, read from `CLOCK_BOOTTIME`; elsewhere a host
+//! that sleeps through its deadline learns at its next renewal.
 //!
 //! What it does **not** guarantee:
 //! - **Pauses between check and act.** A process can check
@@ -131,6 +134,7 @@
 
 pub mod admin;
 mod backend;
+mod clock;
 mod election;
 mod error;
 pub mod fence;

@@ -38,10 +38,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script, Value};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
-use tokio_util::sync::CancellationToken;
 
 use crate::backend::redis::{
     check_store, parse_acquire, parse_renew, RedisTarget, StoreChecks, ACQUIRE, MEMBERS, RENEW,
@@ -464,6 +463,7 @@ impl PartitionSet {
         let timing = &self.timing;
         let ttl_ms = timing.ttl_ms();
         let sent = Instant::now();
+        let suspended = crate::clock::suspended();
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.add_command(self.members_cmd(true));
@@ -510,7 +510,7 @@ impl PartitionSet {
                 continue;
             };
             let step = h.state.after_renew(timing, sent, now, reply);
-            h.shared.set_deadline(h.state.deadline);
+            h.shared.set_deadline(h.state.deadline, suspended);
             if let LeaderStep::Lost(reason) = step {
                 if let Some(h) = held.remove(&index) {
                     end(&h.shared, reason, name);
@@ -584,6 +584,7 @@ impl PartitionSet {
             );
         }
         let sent = Instant::now();
+        let suspended = crate::clock::suspended();
         let results = self.send(&pipe, timing.call_timeout).await;
         let now = Instant::now();
         let Some(results) = results else {
@@ -607,7 +608,7 @@ impl PartitionSet {
                 CandidateStep::Elected(state) => {
                     self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
                     let name = self.partitions[index].clone();
-                    let h = start(&self.id, &name, state, commands, work);
+                    let h = start(&self.id, &name, state, suspended, commands, work);
                     held.insert(index, h);
                 }
                 CandidateStep::Follow { holder, .. } => {
@@ -683,6 +684,7 @@ impl PartitionSet {
             return;
         };
         let sent = Instant::now();
+        let suspended = crate::clock::suspended();
         let Some(h) = held.get_mut(&index) else {
             return;
         };
@@ -703,7 +705,7 @@ impl PartitionSet {
         let step = h
             .state
             .after_renew(&self.timing, sent, Instant::now(), renewed);
-        h.shared.set_deadline(h.state.deadline);
+        h.shared.set_deadline(h.state.deadline, suspended);
         match step {
             LeaderStep::RenewAt(_) if h.shared.lost_reason().is_none() => {
                 let _ = reply.send(Ok(h
@@ -765,6 +767,7 @@ fn start<F, Fut>(
     id: &str,
     partition: &str,
     state: LeaderState,
+    suspended: Duration,
     commands: &mpsc::Sender<Command>,
     work: &mut F,
 ) -> Held
@@ -772,15 +775,13 @@ where
     F: FnMut(String, Leadership) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let (lost, _) = watch::channel(None);
-    let shared = Arc::new(TermShared {
-        election: partition.to_string(),
-        id: id.to_string(),
-        token: state.token,
-        deadline: Mutex::new(state.deadline),
-        lost,
-        ended: CancellationToken::new(),
-    });
+    let shared = Arc::new(TermShared::new(
+        partition.to_string(),
+        id.to_string(),
+        state.token,
+        state.deadline,
+        suspended,
+    ));
     metrics::elected(partition, state.token);
     tracing::debug!(partition, token = state.token, "partition acquired");
     let term = Leadership::new(shared.clone(), commands.clone());
@@ -795,7 +796,7 @@ where
 
 fn end(shared: &TermShared, reason: LostReason, partition: &str) {
     shared.mark_lost(reason.clone());
-    shared.set_deadline(shared.deadline().min(Instant::now()));
+    shared.clamp_deadline();
     shared.ended.cancel();
     let reason = shared.lost_reason().unwrap_or(reason);
     tracing::debug!(partition, token = shared.token, %reason, "partition released");
