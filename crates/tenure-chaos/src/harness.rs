@@ -382,7 +382,7 @@ fn describe(status: std::process::ExitStatus) -> String {
 /// Process groups led by children of the guardian below `tenure_pid`
 /// (CLI mode: tenure -> guardian (own group) -> command).
 fn child_groups(tenure_pid: i32) -> Vec<i32> {
-    crate::procs::all()
+    tenure_procs::all()
         .into_iter()
         .filter(|p| p.ppid == tenure_pid && p.pgrp == p.pid)
         .map(|p| p.pid)

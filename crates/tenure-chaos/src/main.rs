@@ -10,7 +10,6 @@ mod checker;
 mod harness;
 mod instance;
 mod log;
-mod procs;
 mod proxy;
 mod timeline;
 
@@ -288,11 +287,11 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
 /// any process whose command line names the run's directory.
 fn leaked(dir: &Path, started: &[i32]) -> Vec<String> {
     let marker = dir.display().to_string();
-    procs::all()
+    tenure_procs::all()
         .into_iter()
         .filter(|p| !p.zombie)
         .filter_map(|p| {
-            let cmdline = procs::cmdline(p.pid);
+            let cmdline = tenure_procs::cmdline(p.pid);
             let ours = started.contains(&p.pid)
                 || (cmdline.contains(&marker) && !cmdline.contains("tenure-chaos run"));
             ours.then(|| format!("{} {cmdline}", p.pid))
