@@ -341,8 +341,12 @@ fn status_and_watch_show_the_leader() {
     assert_eq!(first["leader"], serde_json::Value::Null);
 
     let _a = Instance::start(&server.url(), "observed", "a", &[], LONG_JOB, &scratch);
-    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
-    let token: u64 = scratch.read("tokens-a").trim().parse().unwrap();
+    let mut token = None;
+    eventually("a's command records its token", || {
+        token = scratch.read("tokens-a").trim().parse::<u64>().ok();
+        token.is_some()
+    });
+    let token = token.unwrap();
 
     line.clear();
     watch_out.read_line(&mut line).unwrap();
