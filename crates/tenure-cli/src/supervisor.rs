@@ -83,6 +83,8 @@ pub struct Job {
     channel: Option<UnixStream>,
     /// The last kill instant the guardian was sent (CLOCK_MONOTONIC ns).
     sent_kill_at: u64,
+    /// What the guardian wrote back, read once it has exited.
+    heard: Vec<u8>,
     /// The guardian's exit status, once reaped.
     status: Option<ExitStatus>,
     /// Set when tenure itself SIGKILLed the job: the guardian's death by
@@ -125,6 +127,7 @@ impl Job {
             pid,
             channel: None,
             sent_kill_at: kill_at,
+            heard: Vec::new(),
             status: None,
             killed: false,
             ended: None,
@@ -230,8 +233,9 @@ impl Job {
                 }
             },
         };
+        let said_deadline = self.said_deadline().await;
         let ended = match (status.code(), status.signal()) {
-            (Some(_), _) if self.said_deadline() => Ended::Deadline,
+            (Some(_), _) if said_deadline => Ended::Deadline,
             (Some(code), _) => Ended::Exited(code),
             (None, Some(signal)) if self.killed => Ended::Exited(128 + signal),
             (None, signal) => {
@@ -255,15 +259,25 @@ impl Job {
     }
 
     /// Whether the guardian reported a kill at the deadline before it exited.
-    fn said_deadline(&self) -> bool {
-        let Some(channel) = &self.channel else {
-            return false;
-        };
-        let mut buf = [0u8; 64];
-        match channel.try_read(&mut buf) {
-            Ok(n) => String::from_utf8_lossy(&buf[..n]).contains(DEADLINE_MESSAGE),
-            Err(_) => false,
+    /// Called once the guardian has exited, so the channel holds all it will
+    /// ever say and then reads as closed.
+    ///
+    /// (Not `try_read`: tokio answers that from readiness the reactor may not
+    /// have seen yet, and a missed message would make a kill at the deadline
+    /// look like CMD exiting by itself.)
+    async fn said_deadline(&mut self) -> bool {
+        use tokio::io::AsyncReadExt;
+        if let Some(channel) = self.channel.as_mut() {
+            let mut buf = [0u8; 64];
+            loop {
+                match tokio::time::timeout(CONNECT_TIMEOUT, channel.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => self.heard.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+            self.channel = None;
         }
+        String::from_utf8_lossy(&self.heard).contains(DEADLINE_MESSAGE)
     }
 
     /// Stop the job: SIGTERM to every process of it, up to `grace` to exit,
