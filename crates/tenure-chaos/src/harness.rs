@@ -22,10 +22,26 @@ use crate::instance::ELECTION;
 use crate::log::{now_ns, Event, EventLog};
 use crate::proxy::{Mode, Proxy};
 
-/// Kinds of fault, as named in logs and reports.
-pub const FAULT_KINDS: [&str; 8] = [
-    "kill", "pause", "restart", "cut", "drop", "delay", "stall", "graceful",
+/// Kinds of fault, as named in logs and reports. The last two exist only in
+/// CLI mode (`--cli`); elsewhere they do nothing.
+pub const FAULT_KINDS: [&str; 10] = [
+    "kill",
+    "pause",
+    "restart",
+    "cut",
+    "drop",
+    "delay",
+    "stall",
+    "graceful",
+    "pause-tenure-only",
+    "kill-guardian",
 ];
+
+/// CLI mode with `--escaping-cmd`: CMD starts the writer in a session of
+/// its own through a double fork (so it is neither in CMD's process group
+/// nor CMD's child), then idles. Only tenure's containment of every
+/// descendant stops such a writer when the lease is lost.
+const ESCAPING_CMD: &str = r#"( setsid "$0" "$@" & ); exec sleep 1000000"#;
 
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -36,6 +52,8 @@ pub struct RunConfig {
     pub out: PathBuf,
     /// Run instances through `tenure run` instead of the library.
     pub cli: Option<PathBuf>,
+    /// CLI mode: the writer escapes CMD's process group (see [`ESCAPING_CMD`]).
+    pub escaping_cmd: bool,
     pub deadline: bool,
     pub fencing: bool,
     pub faults: Vec<String>,
@@ -154,6 +172,9 @@ impl Harness {
                     "1s",
                     "--",
                 ]);
+                if config.escaping_cmd {
+                    c.args(["sh", "-c", ESCAPING_CMD]);
+                }
                 c.arg(&exe).args(["writer", "--inst", &inst]);
                 c
             }
@@ -194,14 +215,18 @@ impl Harness {
 
     fn signal_slot(&self, index: usize, signal: Signal) {
         if let Some(pid) = self.slots[index].pid() {
-            // In CLI mode the command runs in a process group of its own,
-            // below tenure's guardian; signal both groups, as a VM pause or
-            // an OOM kill of the whole container would.
+            // In CLI mode the command runs below tenure's guardian, in a
+            // process group of its own, and with --escaping-cmd its writer
+            // left that group too; signal every process below tenure, as a
+            // VM pause or an OOM kill of the whole container would.
+            let below = if self.config.cli.is_some() {
+                tenure_procs::descendants(&tenure_procs::all(), pid.as_raw())
+            } else {
+                Vec::new()
+            };
             let _ = killpg(pid, signal);
-            if self.config.cli.is_some() {
-                for group in child_groups(pid.as_raw()) {
-                    let _ = killpg(Pid::from_raw(group), signal);
-                }
+            for p in below {
+                let _ = kill(Pid::from_raw(p.pid), signal);
             }
         }
     }
@@ -212,6 +237,8 @@ impl Harness {
             let status = child.wait();
             let how = match (how, status) {
                 ("exit", Ok(status)) => describe(status),
+                // tenure's documented exit after its guardian was killed.
+                ("guardian-killed", Ok(status)) if status.code() != Some(70) => describe(status),
                 (how, _) => how.to_string(),
             };
             self.log.record(&Event::Exit {
@@ -273,13 +300,35 @@ impl Harness {
                 if let Some(pid) = self.slots[i].pid() {
                     let _ = kill(pid, Signal::SIGTERM);
                 }
-                self.wait_exit(i, Duration::from_secs(10)).await;
+                self.wait_exit(i, Duration::from_secs(10), "exit").await;
             }
             ("pause", Some(i)) => {
                 record(&mut self.log, until);
                 self.signal_slot(i, Signal::SIGSTOP);
                 tokio::time::sleep(hold).await;
                 self.signal_slot(i, Signal::SIGCONT);
+            }
+            // tenure stopped while its guardian and command run on: the
+            // guardian must kill the command at the deadline by itself.
+            ("pause-tenure-only", Some(i)) if self.config.cli.is_some() => {
+                record(&mut self.log, until);
+                if let Some(pid) = self.slots[i].pid() {
+                    let _ = kill(pid, Signal::SIGSTOP);
+                    tokio::time::sleep(hold).await;
+                    let _ = kill(pid, Signal::SIGCONT);
+                }
+            }
+            // The guardian dies; tenure must kill the command before it
+            // resigns (and then exits; the harness starts it again).
+            ("kill-guardian", Some(i)) if self.config.cli.is_some() => {
+                record(&mut self.log, t);
+                if let Some(pid) = self.slots[i].pid() {
+                    for guardian in child_groups(pid.as_raw()) {
+                        let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
+                    }
+                }
+                self.wait_exit(i, Duration::from_secs(10), "guardian-killed")
+                    .await;
             }
             ("cut" | "drop" | "delay", Some(i)) => {
                 record(&mut self.log, until);
@@ -313,7 +362,9 @@ impl Harness {
         Ok(())
     }
 
-    async fn wait_exit(&mut self, index: usize, limit: Duration) {
+    /// Wait for an instance to exit, SIGKILL it after `limit`, and record
+    /// its end as `how` (`exit`: as its status says).
+    async fn wait_exit(&mut self, index: usize, limit: Duration, how: &str) {
         let deadline = tokio::time::Instant::now() + limit;
         while tokio::time::Instant::now() < deadline {
             if let Some(child) = self.slots[index].child.as_mut() {
@@ -326,7 +377,7 @@ impl Harness {
         if let Some(pid) = self.slots[index].pid() {
             let _ = killpg(pid, Signal::SIGKILL);
         }
-        self.reap(index, "exit");
+        self.reap(index, how);
     }
 
     /// Restart any instance that is gone (killed, stopped, or crashed).
@@ -353,7 +404,7 @@ impl Harness {
             }
         }
         for index in 0..self.slots.len() {
-            self.wait_exit(index, Duration::from_secs(10)).await;
+            self.wait_exit(index, Duration::from_secs(10), "exit").await;
         }
         // The checker reads the accepted writes in the order the resource
         // accepted them.
@@ -382,7 +433,7 @@ fn describe(status: std::process::ExitStatus) -> String {
 /// Process groups led by children of the guardian below `tenure_pid`
 /// (CLI mode: tenure -> guardian (own group) -> command).
 fn child_groups(tenure_pid: i32) -> Vec<i32> {
-    crate::procs::all()
+    tenure_procs::all()
         .into_iter()
         .filter(|p| p.ppid == tenure_pid && p.pgrp == p.pid)
         .map(|p| p.pid)

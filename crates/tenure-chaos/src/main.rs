@@ -10,7 +10,6 @@ mod checker;
 mod harness;
 mod instance;
 mod log;
-mod procs;
 mod proxy;
 mod timeline;
 
@@ -47,7 +46,12 @@ enum Command {
         /// Run instances through `tenure run` (path to the tenure binary).
         #[arg(long)]
         cli: Option<PathBuf>,
-        /// Fault kinds to draw from (comma-separated).
+        /// CLI mode: CMD starts the writer through `setsid` and a double
+        /// fork, out of CMD's process group.
+        #[arg(long, requires = "cli")]
+        escaping_cmd: bool,
+        /// Fault kinds to draw from (comma-separated). CLI mode adds
+        /// `pause-tenure-only` (SIGSTOP of tenure alone) and `kill-guardian`.
         #[arg(
             long,
             value_delimiter = ',',
@@ -145,6 +149,7 @@ fn main() {
                 ttl,
                 out,
                 cli,
+                escaping_cmd,
                 faults,
                 unsafe_no_deadline,
                 unsafe_no_fencing,
@@ -166,6 +171,7 @@ fn main() {
                     ttl,
                     out: out.clone(),
                     cli,
+                    escaping_cmd,
                     deadline: !unsafe_no_deadline,
                     fencing: !unsafe_no_fencing,
                     faults,
@@ -265,7 +271,7 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
     let mut found = Vec::new();
     for event in events {
         if let log::Event::Exit { inst, how, .. } = event {
-            if how != "killed" && how != "exit:0" {
+            if !matches!(how.as_str(), "killed" | "exit:0" | "guardian-killed") {
                 found.push(format!("{inst} {how}"));
             }
         }
@@ -288,11 +294,11 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
 /// any process whose command line names the run's directory.
 fn leaked(dir: &Path, started: &[i32]) -> Vec<String> {
     let marker = dir.display().to_string();
-    procs::all()
+    tenure_procs::all()
         .into_iter()
         .filter(|p| !p.zombie)
         .filter_map(|p| {
-            let cmdline = procs::cmdline(p.pid);
+            let cmdline = tenure_procs::cmdline(p.pid);
             let ours = started.contains(&p.pid)
                 || (cmdline.contains(&marker) && !cmdline.contains("tenure-chaos run"));
             ours.then(|| format!("{} {cmdline}", p.pid))

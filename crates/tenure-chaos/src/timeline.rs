@@ -26,6 +26,8 @@ fn fault_colour(kind: &str) -> &'static str {
         "delay" => "olive",
         "stall" => "saddlebrown",
         "graceful" => "seagreen",
+        "pause-tenure-only" => "goldenrod",
+        "kill-guardian" => "deeppink",
         _ => "gray",
     }
 }
@@ -168,7 +170,7 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
             legend_x + 14.0,
             height - 35.0
         );
-        legend_x += 90.0;
+        legend_x += 24.0 + 7.0 * kind.len() as f64;
     }
     let _ = writeln!(
         out,

@@ -31,7 +31,7 @@ pub enum Command {
     Watch(WatchArgs),
     /// Show tenure at work: elections, a crash, a handover, fencing tokens.
     Demo(DemoArgs),
-    /// Internal: the process-group guardian `tenure run` puts around CMD.
+    /// Internal: the guardian `tenure run` puts around CMD.
     #[command(name = "__guardian", hide = true)]
     Guardian(GuardianArgs),
 }
@@ -161,9 +161,13 @@ pub struct DemoArgs {
 
 #[derive(Debug, Args)]
 pub struct GuardianArgs {
-    /// PID of the `tenure run` that started this guardian.
+    /// Abstract Unix socket name the `tenure run` that started this guardian listens on.
     #[arg(long)]
-    pub parent: i32,
+    pub channel: String,
+
+    /// Kill CMD at this CLOCK_MONOTONIC instant (ns) unless extended.
+    #[arg(long)]
+    pub kill_at: u64,
 
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -6,6 +6,7 @@
 //! | 2 | invalid flags or configuration |
 //! | 3 | `--once`: leadership was lost while CMD ran; CMD was stopped |
 //! | 69 | Redis unusable: unreachable, credentials, TLS, ACL, foreign data |
+//! | 70 | internal failure while leading (the guardian died or could not start); CMD was killed, the lease released |
 //! | 75 | `--no-wait`: another instance leads |
 //! | 126/127 | CMD could not be executed / was not found |
 //! | 128+N | CMD was ended by signal N |
@@ -16,6 +17,7 @@ pub const OK: i32 = 0;
 pub const USAGE: i32 = 2;
 pub const LOST: i32 = 3;
 pub const UNAVAILABLE: i32 = 69;
+pub const INTERNAL: i32 = 70;
 pub const SOMEONE_ELSE_LEADS: i32 = 75;
 
 /// An error with the exit code it should end the process with.

@@ -1,7 +1,8 @@
 //! The `tenure` command: a thin layer over the `tenure` library.
 //!
 //! - `run` ([`run`]) makes any command a cluster-wide singleton, with
-//!   process supervision in [`supervisor`] and the operations endpoint in [`http`];
+//!   process supervision in [`supervisor`] and [`guardian`] and the
+//!   operations endpoint in [`http`];
 //! - `status` and `watch` ([`observe`]) look at elections;
 //! - `demo` ([`demo`]) shows the whole thing on a private Redis.
 #![forbid(unsafe_code)]
@@ -9,6 +10,7 @@
 mod cli;
 mod demo;
 mod exit;
+mod guardian;
 mod http;
 mod marker;
 mod observe;
@@ -24,8 +26,8 @@ fn main() {
     let cli = Cli::parse();
     if let Command::Guardian(args) = &cli.command {
         // The guardian must not start a multi-threaded runtime or logging:
-        // it only relays signals and exit codes.
-        std::process::exit(supervisor::guardian_main(args.parent, &args.command));
+        // it starts CMD as fast as it can and then only watches.
+        std::process::exit(guardian::main(&args.channel, args.kill_at, &args.command));
     }
     let default_log = if matches!(cli.command, Command::Demo(_)) {
         "warn"
@@ -39,7 +41,7 @@ fn main() {
     {
         Ok(runtime) => runtime,
         Err(err) => {
-            eprintln!("tenure: cannot start the async runtime: {err}");
+            output::err_line(&format!("tenure: cannot start the async runtime: {err}"));
             std::process::exit(1);
         }
     };
@@ -57,7 +59,7 @@ fn main() {
     match outcome {
         Ok(code) => std::process::exit(code),
         Err(failure) => {
-            eprintln!("tenure: {failure}");
+            output::err_line(&format!("tenure: {failure}"));
             std::process::exit(failure.code);
         }
     }
@@ -68,7 +70,8 @@ fn init_logs(filter: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| output::Stderr)
+        .log_internal_errors(false)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .compact()

@@ -7,6 +7,7 @@ use serde::Serialize;
 use tenure::{admin, Election, LeaderInfo};
 
 use crate::cli::{StatusArgs, WatchArgs};
+use crate::complain;
 use crate::exit::{self, Failure};
 
 /// One election in `status --json`. Field names are a stable contract.
@@ -155,7 +156,7 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
             ),
             Ok(None) => format!("{now}  {}  no leader", args.name),
             Err(err) => {
-                eprintln!("{now}  {}  cannot read the lease: {err}", args.name);
+                complain!("{now}  {}  cannot read the lease: {err}", args.name);
                 continue;
             }
         };

@@ -5,19 +5,26 @@
 //! instance's local deadline.** Losing the lease to another owner (or the
 //! lease vanishing) stops CMD at once; renewals failing start the stop early
 //! enough that SIGKILL lands before the deadline; a shutdown stops CMD
-//! first and releases the lease only after CMD is gone.
+//! first and releases the lease only after CMD is gone. Should tenure itself
+//! be unable to act (stopped, wedged, killed), the guardian kills CMD at the
+//! last kill instant tenure handed it ([`crate::supervisor`]).
+//!
+//! The lease is released on every way out that can run code: CMD exiting,
+//! SIGTERM, SIGINT, SIGHUP, an error while leading, the guardian dying.
 
 use std::time::Duration;
 
 use metrics::{counter, gauge};
 use tenure::{Election, Leadership, LostReason};
-use tokio::time::{sleep_until, Instant};
+use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::RunArgs;
+use crate::complain;
 use crate::exit::{self, Failure};
 use crate::http::{self, Health, Phase};
-use crate::supervisor::{exit_code, Job};
+use crate::marker::Marker;
+use crate::supervisor::{Ended, Job};
 
 /// Time allowed between SIGKILL and the job being gone, kept free before the
 /// deadline (less with a margin below it, so tiny ttls still work).
@@ -31,9 +38,16 @@ enum Outcome {
     Lost(LostReason),
     /// We were asked to shut down; CMD was stopped and exited with this code.
     Shutdown(i32),
+    /// A skip (`--at-most-every`): CMD did not run.
+    Skipped,
 }
 
 pub async fn run(args: RunArgs) -> Result<i32, Failure> {
+    // Whatever leaves CMD's tree while the guardian is gone is re-parented
+    // here, not to PID 1, so that it can still be found and killed.
+    if let Err(err) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!(error = %err, "cannot become a child subreaper; processes that escape a dead guardian cannot be killed");
+    }
     let health = Health::default();
     let recorder = match args.metrics_addr {
         Some(addr) => Some((addr, http::install_recorder()?)),
@@ -53,17 +67,22 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
     tokio::spawn({
         let shutdown = shutdown.clone();
         async move {
-            tenure::shutdown_signal().await;
+            shutdown_signal().await;
             tracing::info!("shutdown requested");
             shutdown.cancel();
         }
     });
     let mut marker = match args.at_most_every {
-        Some(period) => Some(crate::marker::Marker::connect(&args, period).await?),
+        Some(period) => Some(Marker::connect(&args, period).await?),
         None => None,
     };
     let kill_slack = KILL_SLACK.min(election.margin());
-    let stop_lead = stop_lead(&election, args.kill_grace, kill_slack);
+    let limits = StopLimits {
+        stop_lead: stop_lead(&election, args.kill_grace, kill_slack),
+        kill_grace: args.kill_grace,
+        kill_slack,
+        extend_every: election.renew_every() / 4,
+    };
     let name = election.name().to_string();
     loop {
         health.set(Phase::Campaigning);
@@ -72,13 +91,13 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
                 Some(term) => term,
                 None => {
                     match election.leader().await.ok().flatten() {
-                        Some(l) => eprintln!(
+                        Some(l) => complain!(
                             "tenure: {} (token {}) leads election {name:?}; not waiting (--no-wait)",
                             l.id, l.token
                         ),
-                        None => eprintln!(
+                        None => complain!(
                             "tenure: election {name:?} grants no lease yet (its Redis is new, \
-                             restarted or failed over less than a ttl ago); not waiting (--no-wait)"
+                             restarted or failover less than a ttl ago); not waiting (--no-wait)"
                         ),
                     }
                     return Ok(exit::SOMEONE_ELSE_LEADS);
@@ -93,66 +112,44 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
                 }
             }
         };
-        if let Some(marker) = marker.as_mut() {
-            if let Some(skip) = marker.recent_run().await? {
-                eprintln!("tenure: skipping: {skip}");
-                let _ = term.resign().await;
-                return Ok(exit::OK);
-            }
-        }
         health.set(Phase::Leading { term: term.clone() });
-        let env = [
-            ("TENURE_ELECTION", name.clone()),
-            ("TENURE_ID", election.id().to_string()),
-            ("TENURE_TOKEN", term.token().to_string()),
-        ];
-        let mut job = Job::start(&args.command, &env).map_err(|e| {
-            Failure::new(
-                exit::USAGE,
-                format!("cannot start the command supervisor: {e}"),
-            )
-        })?;
-        tracing::info!(election = %name, token = term.token(), group = job.group(), "started command as leader");
-        gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
-        counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
-        let limits = StopLimits {
-            stop_lead,
-            kill_grace: args.kill_grace,
-            kill_slack,
-        };
-        let outcome = supervise(&term, &mut job, limits, &shutdown).await;
+        let led = lead(&args, &election, &term, marker.as_mut(), limits, &shutdown).await;
         gauge!("tenure_child_running", "election" => name.clone()).set(0.0);
         health.set(Phase::Campaigning);
+        // Every way out of a term ends here, and CMD is gone by now: release
+        // the lease (the keeper checks it is still ours).
+        let resigned = term.resign().await;
+        let outcome = match led {
+            Ok(outcome) => outcome,
+            Err(failure) => {
+                if resigned.is_ok() {
+                    tracing::info!(election = %name, "lease released");
+                }
+                return Err(failure);
+            }
+        };
+        if let Err(err) = &resigned {
+            if !matches!(outcome, Outcome::Lost(_)) {
+                tracing::warn!(error = %err, "could not release the lease; it lapses at its ttl");
+            }
+        }
         match outcome {
             Outcome::Exited(code) => {
                 counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "exited")
                     .increment(1);
-                tracing::info!(election = %name, code, "command exited; resigning");
-                if code == 0 {
-                    if let Some(marker) = marker.as_mut() {
-                        marker.record_run(term.token()).await;
-                    }
-                }
-                if let Err(err) = term.resign().await {
-                    tracing::warn!(error = %err, "could not release the lease; it lapses at its ttl");
-                }
+                tracing::info!(election = %name, code, "command exited; lease released");
                 return Ok(code);
             }
             Outcome::Shutdown(code) => {
                 counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "shutdown").increment(1);
-                if let Err(err) = term.resign().await {
-                    tracing::warn!(error = %err, "could not release the lease; it lapses at its ttl");
-                }
                 return Ok(code);
             }
+            Outcome::Skipped => return Ok(exit::OK),
             Outcome::Lost(reason) => {
                 counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "lost")
                     .increment(1);
-                // Release only if still ours (renewals were failing); the
-                // keeper checks ownership.
-                let _ = term.resign().await;
                 if args.once {
-                    eprintln!(
+                    complain!(
                         "tenure: leadership lost while the command ran ({reason}); it was stopped"
                     );
                     return Ok(exit::LOST);
@@ -161,6 +158,71 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             }
         }
     }
+}
+
+/// One term: run CMD (unless `--at-most-every` says skip) and supervise it
+/// until it ends. On return CMD's whole tree is gone; the caller resigns.
+async fn lead(
+    args: &RunArgs,
+    election: &Election,
+    term: &Leadership,
+    marker: Option<&mut Marker>,
+    limits: StopLimits,
+    shutdown: &CancellationToken,
+) -> Result<Outcome, Failure> {
+    let name = election.name().to_string();
+    let mut marker = marker;
+    if let Some(marker) = marker.as_mut() {
+        if let Some(skip) = marker.recent_run().await? {
+            complain!("tenure: skipping: {skip}");
+            return Ok(Outcome::Skipped);
+        }
+    }
+    let env = [
+        ("TENURE_ELECTION", name.clone()),
+        ("TENURE_ID", election.id().to_string()),
+        ("TENURE_TOKEN", term.token().to_string()),
+    ];
+    let mut job = Job::start(&args.command, &env, limits.kill_at(term))
+        .await
+        .map_err(|e| {
+            Failure::new(
+                exit::INTERNAL,
+                format!("cannot start the command supervisor: {e}"),
+            )
+        })?;
+    tracing::info!(election = %name, token = term.token(), group = job.group(), "started command as leader");
+    gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
+    counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
+    let outcome = supervise(term, &mut job, limits, shutdown).await?;
+    if let (Outcome::Exited(0), Some(marker)) = (&outcome, marker) {
+        marker.record_run(term.token()).await;
+    }
+    Ok(outcome)
+}
+
+/// Resolves on SIGTERM, SIGINT or SIGHUP: each asks `tenure run` to stop CMD
+/// and release the lease. (SIGHUP too: a closed terminal or a reloading
+/// supervisor must not end tenure without a release.)
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let kinds = [
+        SignalKind::terminate(),
+        SignalKind::interrupt(),
+        SignalKind::hangup(),
+    ];
+    let mut streams = Vec::new();
+    for kind in kinds {
+        match signal(kind) {
+            Ok(stream) => streams.push(stream),
+            Err(err) => tracing::warn!(error = %err, "cannot listen for a shutdown signal"),
+        }
+    }
+    if streams.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
+    futures_util::future::select_all(waits).await;
 }
 
 async fn build_election(args: &RunArgs) -> Result<Election, Failure> {
@@ -207,6 +269,10 @@ struct StopLimits {
     kill_grace: Duration,
     /// Kept free between SIGKILL and the deadline.
     kill_slack: Duration,
+    /// How often a renewed deadline is passed on to the guardian: often
+    /// enough that the guardian's kill instant, one renewal behind at worst,
+    /// is never reached while renewals succeed.
+    extend_every: Duration,
 }
 
 impl StopLimits {
@@ -214,6 +280,13 @@ impl StopLimits {
     fn grace(&self, term: &Leadership) -> Duration {
         self.kill_grace
             .min(term.remaining().saturating_sub(self.kill_slack))
+    }
+
+    /// When the guardian must kill CMD if tenure has not done so: the same
+    /// instant tenure's own SIGKILL lands at the latest.
+    fn kill_at(&self, term: &Leadership) -> Instant {
+        let deadline = term.deadline();
+        deadline.checked_sub(self.kill_slack).unwrap_or(deadline)
     }
 }
 
@@ -223,21 +296,46 @@ async fn supervise(
     job: &mut Job,
     limits: StopLimits,
     shutdown: &CancellationToken,
-) -> Outcome {
+) -> Result<Outcome, Failure> {
     let stop_lead = limits.stop_lead;
     loop {
+        if let Err(err) = job.extend(limits.kill_at(term)) {
+            // A dead guardian closed the channel: wait() reports it next.
+            // Anything else means it stopped listening, and an unheard
+            // guardian would kill CMD at an old deadline: stop it now.
+            if !matches!(
+                err.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) {
+                tracing::error!(error = %err, "cannot pass the deadline on to the guardian; stopping the command");
+                let ended = job.stop(limits.grace(term)).await;
+                checked(ended)?;
+                return Err(Failure::new(
+                    exit::INTERNAL,
+                    format!(
+                        "the command's guardian stopped listening ({err}); the command was stopped"
+                    ),
+                ));
+            }
+        }
         let stop_by = term
             .deadline()
             .checked_sub(stop_lead)
             .unwrap_or_else(Instant::now);
         tokio::select! {
-            status = job.wait() => {
-                return Outcome::Exited(status.map(exit_code).unwrap_or(1));
+            ended = job.wait() => {
+                return Ok(match checked(ended)? {
+                    Ended::Exited(code) => Outcome::Exited(code),
+                    _ => {
+                        tracing::warn!("the guardian killed the command at its kill instant; tenure could not act in time");
+                        Outcome::Lost(LostReason::DeadlinePassed)
+                    }
+                });
             }
             reason = term.lost() => {
                 tracing::warn!(%reason, "leadership lost; stopping the command now");
-                let _ = job.stop(limits.grace(term)).await;
-                return Outcome::Lost(reason);
+                checked(job.stop(limits.grace(term)).await)?;
+                return Ok(Outcome::Lost(reason));
             }
             _ = sleep_until(stop_by) => {
                 // The deadline may have moved on since (a renewal succeeded).
@@ -245,18 +343,33 @@ async fn supervise(
                     continue;
                 }
                 tracing::warn!(time_left = ?term.remaining(), "renewals are failing; stopping the command before the lease deadline");
-                let _ = job.stop(limits.grace(term)).await;
-                return Outcome::Lost(LostReason::DeadlinePassed);
+                checked(job.stop(limits.grace(term)).await)?;
+                return Ok(Outcome::Lost(LostReason::DeadlinePassed));
             }
+            _ = sleep(limits.extend_every) => {}
             _ = shutdown.cancelled() => {
-                let status = job.stop(limits.grace(term)).await;
                 // Stopped by our SIGTERM/SIGKILL counts as a clean shutdown.
-                let code = match status.map(exit_code) {
-                    Ok(code) if code < 128 => code,
+                let code = match checked(job.stop(limits.grace(term)).await)? {
+                    Ended::Exited(code) if code < 128 => code,
                     _ => exit::OK,
                 };
-                return Outcome::Shutdown(code);
+                return Ok(Outcome::Shutdown(code));
             }
         }
+    }
+}
+
+/// A dead guardian is an internal failure, never CMD's exit; by the time
+/// [`Job`] reports it, tenure has killed what was left of CMD.
+fn checked(ended: Ended) -> Result<Ended, Failure> {
+    match ended {
+        Ended::GuardianDied(signal) => Err(Failure::new(
+            exit::INTERNAL,
+            format!(
+                "the command's guardian was killed (signal {signal}); \
+                 what was left of the command was killed, CMD's own status is unknown"
+            ),
+        )),
+        ended => Ok(ended),
     }
 }

@@ -1,50 +1,117 @@
-//! Process supervision: running CMD so that it can always be stopped whole.
+//! Process supervision: running CMD so that it can always be stopped whole,
+//! and never outlives this instance's lease deadline.
 //!
 //! `tenure run` never starts CMD directly. It starts a small **guardian**
-//! (this same binary, hidden subcommand `__guardian`) as the leader of a new
-//! process group, and the guardian starts CMD inside that group. This gives
-//! three guarantees that a bare child process does not:
+//! (this same binary, hidden subcommand `__guardian`, see [`crate::guardian`])
+//! in a process group of its own, and the guardian starts CMD. Together they
+//! hold three lines of defence, each covering what the previous one cannot:
 //!
-//! - **The whole job stops.** Signals go to the process group, so a shell
-//!   wrapper and the program it started (or anything else CMD spawned without
-//!   leaving the group) stop together; killing only `/bin/sh` while its child
-//!   keeps running cannot happen.
-//! - **Nothing outlives tenure.** The guardian asks the kernel for a signal
-//!   when its parent dies (Linux `PR_SET_PDEATHSIG`); if `tenure` is killed,
-//!   even with SIGKILL to its own process group, the guardian SIGKILLs the
-//!   job's group. Otherwise CMD would keep running after the lease lapsed,
-//!   beside the next leader's CMD.
-//! - **Nothing is left behind.** When CMD exits on its own, the guardian kills
-//!   whatever CMD left running in the group before it reports CMD's status.
+//! 1. **tenure stops CMD on time.** It sends SIGTERM to every process of the
+//!    job, waits the kill grace, then SIGKILLs them ([`Job::stop`]); the
+//!    caller picks a grace that ends before the lease deadline.
+//! 2. **The guardian enforces the deadline on its own.** tenure hands it each
+//!    new kill instant over a private channel ([`Job::extend`]). If no
+//!    extension arrives in time, or the channel closes because tenure died,
+//!    the guardian SIGKILLs CMD's whole tree. A stopped, wedged or killed
+//!    tenure therefore cannot keep CMD running past the lease.
+//! 3. **tenure outlives a dead guardian.** If the guardian dies, tenure kills
+//!    what is left of the job itself before it resigns; a dead guardian is
+//!    never taken for CMD's exit.
 //!
-//! The stop sequence ([`Job::stop`]) is SIGTERM to the group, a grace period,
-//! then SIGKILL to the group. The caller chooses the grace so that the job
-//! is gone before the lease deadline.
+//! **What "the job" is.** Both tenure and the guardian are child subreapers
+//! (`PR_SET_CHILD_SUBREAPER`): a process that leaves CMD's process group
+//! (`setsid`) or its parent (a double fork) is re-parented to the guardian,
+//! or to tenure if the guardian is gone, instead of to PID 1. So the job is
+//! exactly the processes below the guardian, found through `/proc` parent
+//! links ([`tenure_procs`]), and killing "every descendant, again until none
+//! is left running" misses nothing that started below CMD. What this cannot
+//! cover: a process re-parented to PID 1 because tenure *and* the guardian
+//! died at the same instant (both SIGKILLed, the OOM killer taking both);
+//! only a cgroup holds on to those, see the README.
+//!
+//! **The channel** is an abstract Unix socket, private to this job: tenure
+//! listens, the guardian connects, and tenure accepts only a peer whose
+//! PID is the guardian's. Each message is one line, `kill-at NS`, where NS
+//! is an instant of `CLOCK_MONOTONIC` in nanoseconds, the clock tokio's
+//! `Instant` and the kernel's timers both use, the same for every process
+//! on the host. The guardian writes one line back, `deadline`, if it killed
+//! CMD because no extension came.
 
+use std::io::ErrorKind;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
+use tokio::net::{UnixListener, UnixStream};
 use tokio::process::{Child, Command};
+use tokio::time::Instant;
 
-/// A running CMD inside its guardian's process group.
+/// How long the guardian gets to start and connect before the job is
+/// given up (it never takes this long unless the host is starved).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the kill loops look at `/proc` again.
+const KILL_POLL: Duration = Duration::from_millis(1);
+
+/// The message a guardian sends when it killed CMD at the deadline.
+pub const DEADLINE_MESSAGE: &str = "deadline";
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// CMD exited (by itself or from our stop) with this status: the exit
+    /// code, or 128 + the signal that ended it, as shells report it.
+    Exited(i32),
+    /// The guardian killed CMD's tree because no extension of the deadline
+    /// arrived in time.
+    Deadline,
+    /// The guardian itself was killed by this signal; tenure killed what was
+    /// left of the job. CMD's own status is unknown.
+    GuardianDied(i32),
+}
+
+/// A running CMD under its guardian.
 pub struct Job {
     guardian: Child,
-    group: Pid,
+    pid: Pid,
+    /// `None` until the guardian connected.
+    channel: Option<UnixStream>,
+    /// The last kill instant the guardian was sent (CLOCK_MONOTONIC ns).
+    sent_kill_at: u64,
+    /// What the guardian wrote back, read once it has exited.
+    heard: Vec<u8>,
+    /// The guardian's exit status, once reaped.
     status: Option<ExitStatus>,
+    /// Set when tenure itself SIGKILLed the job: the guardian's death by
+    /// SIGKILL is then ours, not a failure.
+    killed: bool,
+    ended: Option<Ended>,
 }
 
 impl Job {
     /// Start `command` under a guardian in a new process group, with `env`
-    /// added to the environment; stdio is inherited.
-    pub fn start(command: &[String], env: &[(&str, String)]) -> std::io::Result<Job> {
+    /// added to the environment; stdio is inherited. The guardian kills CMD
+    /// at `kill_at` unless [`Job::extend`] moves that later.
+    pub async fn start(
+        command: &[String],
+        env: &[(&str, String)],
+        kill_at: Instant,
+    ) -> std::io::Result<Job> {
+        let (listener, name) = listen()?;
+        let kill_at = monotonic_ns(kill_at)?;
         let exe = std::env::current_exe()?;
         let mut guardian = Command::new(exe);
         guardian
             .arg("__guardian")
-            .arg("--parent")
-            .arg(std::process::id().to_string())
+            .arg("--channel")
+            .arg(&name)
+            .arg("--kill-at")
+            .arg(kill_at.to_string())
             .arg("--")
             .args(command)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -54,65 +121,211 @@ impl Job {
         let pid = guardian
             .id()
             .ok_or_else(|| std::io::Error::other("guardian exited before it could be tracked"))?;
-        let group = Pid::from_raw(i32::try_from(pid).map_err(std::io::Error::other)?);
-        Ok(Job {
+        let pid = Pid::from_raw(i32::try_from(pid).map_err(std::io::Error::other)?);
+        let mut job = Job {
             guardian,
-            group,
+            pid,
+            channel: None,
+            sent_kill_at: kill_at,
+            heard: Vec::new(),
             status: None,
+            killed: false,
+            ended: None,
+        };
+        let connected = tokio::time::timeout(CONNECT_TIMEOUT, async {
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let (stream, _) = accepted?;
+                        // Anyone on the host can connect to an abstract
+                        // socket; only the guardian may steer this job.
+                        let peer = stream.peer_cred()?.pid();
+                        if peer == Some(job.pid.as_raw()) {
+                            return Ok(Some(stream));
+                        }
+                    }
+                    // It exited before connecting (bad arguments, no
+                    // resources): wait() reports how.
+                    status = job.guardian.wait() => {
+                        job.status = Some(status?);
+                        return Ok(None);
+                    }
+                }
+            }
         })
+        .await;
+        match connected {
+            Ok(Ok(stream)) => {
+                job.channel = stream;
+                Ok(job)
+            }
+            Ok(Err(err)) => {
+                job.kill().await;
+                Err(err)
+            }
+            Err(_) => {
+                job.kill().await;
+                Err(std::io::Error::new(
+                    ErrorKind::TimedOut,
+                    "the guardian did not connect within 10 s",
+                ))
+            }
+        }
     }
 
-    /// The process group id (the guardian's PID).
+    /// The guardian's PID, which is also the process group CMD starts in.
     pub fn group(&self) -> i32 {
-        self.group.as_raw()
+        self.pid.as_raw()
     }
 
-    /// Wait until the job exits by itself.
+    /// Tell the guardian that CMD may run until `kill_at` (no-op if that is
+    /// what it was last told). An error means the guardian is not listening
+    /// (gone, or not reading for a long time): the job must be stopped.
+    pub fn extend(&mut self, kill_at: Instant) -> std::io::Result<()> {
+        let kill_at = monotonic_ns(kill_at)?;
+        if kill_at == self.sent_kill_at || self.status.is_some() {
+            return Ok(());
+        }
+        let Some(channel) = &self.channel else {
+            return Err(std::io::Error::new(
+                ErrorKind::NotConnected,
+                "no channel to the guardian",
+            ));
+        };
+        let line = format!("kill-at {kill_at}\n");
+        // A whole line or nothing: the socket buffer holds thousands of
+        // these, so it is only full if the guardian stopped reading.
+        match channel.try_write(line.as_bytes()) {
+            Ok(n) if n == line.len() => {
+                self.sent_kill_at = kill_at;
+                Ok(())
+            }
+            Ok(_) => Err(std::io::Error::new(
+                ErrorKind::WouldBlock,
+                "the guardian is not reading its channel",
+            )),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Wait until the job ends by itself.
     ///
     /// # Cancel safety
-    /// Cancel safe: the exit status is kept once seen.
-    pub async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        if let Some(status) = self.status {
-            return Ok(status);
+    /// Cancel safe: the guardian's status is kept once seen, and the clean-up
+    /// after a dead guardian starts again from the top if interrupted.
+    pub async fn wait(&mut self) -> Ended {
+        if let Some(ended) = self.ended {
+            return ended;
         }
-        let status = self.guardian.wait().await?;
-        self.status = Some(status);
-        Ok(status)
+        let status = match self.status {
+            Some(status) => status,
+            None => match self.guardian.wait().await {
+                Ok(status) => {
+                    self.status = Some(status);
+                    status
+                }
+                Err(err) => {
+                    // Cannot happen for our own child; treat it as a dead
+                    // guardian so that the job is killed all the same.
+                    tracing::error!(error = %err, "cannot wait for the guardian");
+                    self.kill().await;
+                    return self.finish(Ended::GuardianDied(0));
+                }
+            },
+        };
+        let said_deadline = self.said_deadline().await;
+        let ended = match (status.code(), status.signal()) {
+            (Some(_), _) if said_deadline => Ended::Deadline,
+            (Some(code), _) => Ended::Exited(code),
+            (None, Some(signal)) if self.killed => Ended::Exited(128 + signal),
+            (None, signal) => {
+                let signal = signal.unwrap_or(0);
+                tracing::error!(
+                    guardian = self.pid.as_raw(),
+                    signal,
+                    "the guardian of the command died; killing what is left of the command"
+                );
+                self.kill().await;
+                Ended::GuardianDied(signal)
+            }
+        };
+        self.finish(ended)
     }
 
-    /// Stop the job: SIGTERM to the group, up to `grace` to exit, then
-    /// SIGKILL to the group. Returns the guardian's exit status (CMD's status,
-    /// or the signal that ended it).
-    pub async fn stop(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
-        if let Some(status) = self.status {
-            return Ok(status);
+    fn finish(&mut self, ended: Ended) -> Ended {
+        reap_orphans();
+        self.ended = Some(ended);
+        ended
+    }
+
+    /// Whether the guardian reported a kill at the deadline before it exited.
+    /// Called once the guardian has exited, so the channel holds all it will
+    /// ever say and then reads as closed.
+    ///
+    /// (Not `try_read`: tokio answers that from readiness the reactor may not
+    /// have seen yet, and a missed message would make a kill at the deadline
+    /// look like CMD exiting by itself.)
+    async fn said_deadline(&mut self) -> bool {
+        use tokio::io::AsyncReadExt;
+        if let Some(channel) = self.channel.as_mut() {
+            let mut buf = [0u8; 64];
+            loop {
+                match tokio::time::timeout(CONNECT_TIMEOUT, channel.read(&mut buf)).await {
+                    Ok(Ok(n)) if n > 0 => self.heard.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+            self.channel = None;
+        }
+        String::from_utf8_lossy(&self.heard).contains(DEADLINE_MESSAGE)
+    }
+
+    /// Stop the job: SIGTERM to every process of it, up to `grace` to exit,
+    /// then SIGKILL to every process of it until none is left running.
+    pub async fn stop(&mut self, grace: Duration) -> Ended {
+        if let Some(ended) = self.ended {
+            return ended;
         }
         if grace.is_zero() {
             tracing::warn!(
-                group = self.group.as_raw(),
+                group = self.pid.as_raw(),
                 "no time left before the lease deadline; killing the command"
             );
         } else {
-            self.signal(Signal::SIGTERM);
-            if let Ok(status) = tokio::time::timeout(grace, self.wait()).await {
-                return status;
+            for pid in self.running() {
+                signal(pid, Signal::SIGTERM);
+            }
+            if let Ok(ended) = tokio::time::timeout(grace, self.wait()).await {
+                return ended;
             }
             tracing::warn!(
-                group = self.group.as_raw(),
+                group = self.pid.as_raw(),
                 ?grace,
                 "command did not stop within its grace; killing it"
             );
         }
-        self.signal(Signal::SIGKILL);
+        self.kill().await;
         self.wait().await
     }
 
-    fn signal(&self, signal: Signal) {
-        // The guardian is reaped only by wait(), so until then its PID (the
-        // group id) cannot be reused; ESRCH means the group is already gone.
-        if let Err(err) = killpg(self.group, signal) {
-            if err != nix::errno::Errno::ESRCH {
-                tracing::warn!(group = self.group.as_raw(), %signal, error = %err, "cannot signal the command's process group");
+    /// The job's processes that still run: everything below the guardian
+    /// (the guardian itself excluded; it leaves once CMD has).
+    fn running(&self) -> Vec<i32> {
+        tenure_procs::descendants(&tenure_procs::all(), self.pid.as_raw())
+            .into_iter()
+            .filter(|p| !p.zombie)
+            .map(|p| p.pid)
+            .collect()
+    }
+
+    /// SIGKILL the guardian and everything below this process until nothing
+    /// runs, and reap the guardian.
+    async fn kill(&mut self) {
+        self.killed = true;
+        kill_descendants_of(std::process::id() as i32).await;
+        if self.status.is_none() {
+            if let Ok(status) = self.guardian.wait().await {
+                self.status = Some(status);
             }
         }
     }
@@ -120,123 +333,129 @@ impl Job {
 
 impl Drop for Job {
     fn drop(&mut self) {
-        if self.status.is_none() {
-            self.signal(Signal::SIGKILL);
+        // Only on paths that did not stop the job (an error, a panic).
+        // Dropping the channel tells the guardian to kill the job; in case
+        // it cannot, one pass of SIGKILL from here too.
+        if self.ended.is_none() {
+            for p in tenure_procs::descendants(&tenure_procs::all(), std::process::id() as i32) {
+                signal(p.pid, Signal::SIGKILL);
+            }
         }
     }
+}
+
+/// Bind a fresh abstract socket name for one job's channel.
+fn listen() -> std::io::Result<(UnixListener, String)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static JOBS: AtomicU64 = AtomicU64::new(0);
+    let mut last_err = None;
+    // A name in use (a leftover, or someone guessing) is simply skipped.
+    for _ in 0..8 {
+        let name = format!(
+            "tenure-run-{}-{}-{}",
+            std::process::id(),
+            JOBS.fetch_add(1, Ordering::Relaxed),
+            monotonic_now().as_nanos()
+        );
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        match std::os::unix::net::UnixListener::bind_addr(&addr) {
+            Ok(listener) => {
+                listener.set_nonblocking(true)?;
+                return Ok((UnixListener::from_std(listener)?, name));
+            }
+            Err(err) => last_err = Some(err),
+        }
+    }
+    Err(last_err.unwrap_or_else(|| std::io::Error::other("cannot bind a channel")))
+}
+
+/// Connect to the channel a `tenure run` listens on (the guardian's side).
+pub fn connect(name: &str) -> std::io::Result<UnixStream> {
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+    let stream = std::os::unix::net::UnixStream::connect_addr(&addr)?;
+    stream.set_nonblocking(true)?;
+    UnixStream::from_std(stream)
+}
+
+/// Time on CLOCK_MONOTONIC.
+pub fn monotonic_now() -> Duration {
+    match clock_gettime(ClockId::CLOCK_MONOTONIC) {
+        Ok(now) => Duration::new(now.tv_sec() as u64, now.tv_nsec() as u32),
+        // CLOCK_MONOTONIC cannot fail on Linux; if it did, report the
+        // earliest instant, which makes every kill instant look due.
+        Err(_) => Duration::MAX,
+    }
+}
+
+/// `at` as CLOCK_MONOTONIC nanoseconds.
+pub fn monotonic_ns(at: Instant) -> std::io::Result<u64> {
+    let now = Instant::now();
+    let mono = monotonic_now();
+    let at = if at >= now {
+        mono.checked_add(at - now)
+    } else {
+        mono.checked_sub(now - at)
+    };
+    at.and_then(|at| u64::try_from(at.as_nanos()).ok())
+        .ok_or_else(|| std::io::Error::other("CLOCK_MONOTONIC is unusable"))
+}
+
+/// The tokio instant of a CLOCK_MONOTONIC time in nanoseconds.
+pub fn instant_of(monotonic_ns: u64) -> Instant {
+    let at = Duration::from_nanos(monotonic_ns);
+    let mono = monotonic_now();
+    let now = Instant::now();
+    if at >= mono {
+        now + (at - mono)
+    } else {
+        now.checked_sub(mono - at).unwrap_or(now)
+    }
+}
+
+/// SIGKILL every descendant of `root` (not `root` itself), again and again,
+/// until none is left running. Killing a parent re-parents its children to
+/// the nearest subreaper (`root`, or the guardian below it), so the next
+/// look at `/proc` finds them; "running" means not yet a zombie, so a
+/// process that returns here can no longer execute anything.
+pub async fn kill_descendants_of(root: i32) {
+    loop {
+        let running: Vec<i32> = tenure_procs::descendants(&tenure_procs::all(), root)
+            .into_iter()
+            .filter(|p| !p.zombie)
+            .map(|p| p.pid)
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        for pid in running {
+            signal(pid, Signal::SIGKILL);
+        }
+        tokio::time::sleep(KILL_POLL).await;
+    }
+}
+
+/// Reap every exited child of this process that nobody else waits for.
+///
+/// Only call it when no `Child` handle of this process is still unreaped:
+/// it would take that child's status.
+pub fn reap_orphans() {
+    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        if status == nix::sys::wait::WaitStatus::StillAlive {
+            return;
+        }
+    }
+}
+
+fn signal(pid: i32, signal: Signal) {
+    // ESRCH: already gone. A PID from /proc can in theory be reused between
+    // the read and the signal; only a cgroup closes that window.
+    let _ = kill(Pid::from_raw(pid), signal);
 }
 
 /// Exit code for an exit status: the code, or 128 + signal number, as shells do.
 pub fn exit_code(status: ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
     status
         .code()
         .or_else(|| status.signal().map(|signal| 128 + signal))
         .unwrap_or(1)
-}
-
-/// The guardian's whole life: watch for the parent's death, run CMD in this
-/// process group, clean the group up, and exit with CMD's status.
-pub fn guardian_main(parent: i32, command: &[String]) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("tenure guardian: cannot start: {err}");
-            return 1;
-        }
-    };
-    runtime.block_on(guard(parent, command))
-}
-
-async fn guard(parent: i32, command: &[String]) -> i32 {
-    use tokio::signal::unix::{signal, SignalKind};
-    // Handlers first, so none of these signals can kill the guardian before
-    // it has arranged for the job to die with it.
-    let (Ok(mut parent_died), Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::user_defined1()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        eprintln!("tenure guardian: cannot install signal handlers");
-        return 1;
-    };
-    if let Err(err) = nix::sys::prctl::set_pdeathsig(Signal::SIGUSR1) {
-        eprintln!("tenure guardian: cannot watch the parent process: {err}");
-        return 1;
-    }
-    // The parent may have died before the request above took effect.
-    if nix::unistd::getppid().as_raw() != parent {
-        return 1;
-    }
-    let Some((program, args)) = command.split_first() else {
-        return 2;
-    };
-    let mut child = match Command::new(program).args(args).spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            eprintln!("tenure: cannot start {program:?}: {err}");
-            return if err.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-        }
-    };
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                kill_rest_of_group();
-                return match status {
-                    Ok(status) => exit_code(status),
-                    Err(_) => 1,
-                };
-            }
-            _ = parent_died.recv() => {
-                // tenure is gone: nobody renews the lease any more.
-                kill_rest_of_group();
-                let _ = child.kill().await;
-                return 137;
-            }
-            // The whole group got the signal; CMD decides what to do with it.
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-    }
-}
-
-/// SIGKILL every other process of this process group (Linux: read /proc).
-fn kill_rest_of_group() {
-    let me = std::process::id() as i32;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Fields after the parenthesised command name: state ppid pgrp ...
-        let Some(after_name) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-            continue;
-        };
-        let pgrp = after_name
-            .split_whitespace()
-            .nth(2)
-            .and_then(|s| s.parse::<i32>().ok());
-        if pgrp == Some(me) {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-    }
 }

@@ -341,8 +341,12 @@ fn status_and_watch_show_the_leader() {
     assert_eq!(first["leader"], serde_json::Value::Null);
 
     let _a = Instance::start(&server.url(), "observed", "a", &[], LONG_JOB, &scratch);
-    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
-    let token: u64 = scratch.read("tokens-a").trim().parse().unwrap();
+    let mut token = None;
+    eventually("a's command records its token", || {
+        token = scratch.read("tokens-a").trim().parse::<u64>().ok();
+        token.is_some()
+    });
+    let token = token.unwrap();
 
     line.clear();
     watch_out.read_line(&mut line).unwrap();
@@ -540,4 +544,268 @@ fn the_demo_runs_on_its_own_private_redis() {
             "demo output lacks {expected:?}:\n{stdout}"
         );
     }
+}
+
+/// Kills leftovers of a test that failed, so that they do not outlive it.
+struct Reap(Vec<i32>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            if alive(*pid) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// CMD runs [`ESCAPE`], records its PID and token, then sleeps.
+fn escaping_job() -> String {
+    format!(
+        r#"echo $$ > "$DIR/pid-$ME"; echo "$TENURE_TOKEN" >> "$DIR/tokens-$ME"
+{ESCAPE}exec sleep 1000"#
+    )
+}
+
+fn wait_for_escapes(scratch: &Scratch, id: &str) -> [i32; 3] {
+    let mut pids = None;
+    eventually("CMD and both escapees record their PIDs", || {
+        pids = escaped_pids(scratch, id);
+        pids.is_some()
+    });
+    let pids = pids.unwrap();
+    assert!(pids.iter().all(|pid| alive(*pid)), "{pids:?}");
+    pids
+}
+
+#[test]
+fn kill_9_of_the_guardian_kills_the_whole_command_before_the_lease_is_released() {
+    let server = redis();
+    let scratch = Scratch::new("guardian9");
+    let job = escaping_job();
+    let mut a = Instance::start(
+        &server.url(),
+        "guardian9",
+        "a",
+        &["--ttl", "5s"],
+        &job,
+        &scratch,
+    );
+    let pids = wait_for_escapes(&scratch, "a");
+    let _reap = Reap(pids.to_vec());
+    let guardian = parent_of(pids[0]).expect("CMD has a parent");
+    assert_ne!(guardian, a.pid().as_raw(), "CMD runs under a guardian");
+    assert!(lease_exists(&server, "guardian9"));
+
+    let killed_at = Instant::now();
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(guardian), Signal::SIGKILL);
+    let mut all_dead_after = None;
+    eventually("the lease is released", || {
+        // The lease first, then the processes: one seen running after the
+        // lease was seen gone ran while the lease was free.
+        let lease = lease_exists(&server, "guardian9");
+        let running: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        assert!(
+            lease || running.is_empty(),
+            "lease released while {running:?} of {pids:?} still ran"
+        );
+        if running.is_empty() && all_dead_after.is_none() {
+            all_dead_after = Some(killed_at.elapsed());
+        }
+        !lease
+    });
+    let all_dead_after = all_dead_after.expect("all dead before the release");
+    assert!(
+        all_dead_after < Duration::from_secs(1),
+        "CMD's tree took {all_dead_after:?} to die"
+    );
+    assert_eq!(
+        a.wait(),
+        70,
+        "a dead guardian is an internal failure; log:\n{}",
+        a.log()
+    );
+    assert!(!a.log().contains("command exited"), "{}", a.log());
+}
+
+#[test]
+fn escaped_descendants_die_when_the_command_exits() {
+    let server = redis();
+    let scratch = Scratch::new("escape-exit");
+    let job = format!(r#"echo $$ > "$DIR/pid-$ME"; {ESCAPE}exit 0"#);
+    let mut a = Instance::start(&server.url(), "escape-exit", "a", &[], &job, &scratch);
+    assert_eq!(a.wait(), 0, "CMD's status; log:\n{}", a.log());
+    let pids = escaped_pids(&scratch, "a").expect("all PIDs recorded");
+    let _reap = Reap(pids.to_vec());
+    let running: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(
+        running.is_empty(),
+        "{running:?} of {pids:?} outlived tenure"
+    );
+    assert!(!lease_exists(&server, "escape-exit"));
+}
+
+#[test]
+fn escaped_descendants_die_on_sigterm_before_the_lease_is_released() {
+    let server = redis();
+    let scratch = Scratch::new("escape-term");
+    let job = escaping_job();
+    let mut a = Instance::start(&server.url(), "escape-term", "a", &[], &job, &scratch);
+    let pids = wait_for_escapes(&scratch, "a");
+    let _reap = Reap(pids.to_vec());
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(), 0, "clean shutdown; log:\n{}", a.log());
+    let running: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(
+        running.is_empty(),
+        "{running:?} of {pids:?} outlived tenure"
+    );
+    assert!(!lease_exists(&server, "escape-term"));
+}
+
+#[test]
+fn escaped_descendants_die_before_the_next_leader_starts_when_tenure_is_killed() {
+    let server = redis();
+    let scratch = Scratch::new("escape-kill9");
+    let job = escaping_job();
+    let ttl = ["--ttl", "2s"];
+    let a = Instance::start(&server.url(), "escape-kill9", "a", &ttl, &job, &scratch);
+    let pids = wait_for_escapes(&scratch, "a");
+    let _reap = Reap(pids.to_vec());
+    let b = Instance::start(&server.url(), "escape-kill9", "b", &ttl, LONG_JOB, &scratch);
+    // tenure alone: its process group, not the guardian's.
+    a.kill_group();
+    eventually("b's command starts", || child_pid(&scratch, "b").is_some());
+    let running: Vec<i32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+    assert!(
+        running.is_empty(),
+        "{running:?} of a's {pids:?} still ran when b's command started"
+    );
+    drop(b);
+}
+
+#[test]
+fn a_stopped_tenure_cannot_keep_its_command_running_past_the_deadline() {
+    let server = redis();
+    let scratch = Scratch::new("sigstop");
+    // Every 10 ms: a CLOCK_REALTIME timestamp (ns), written as one line.
+    let job = r#"echo $$ > "$DIR/pid-$ME"
+while :; do date +%s%N >> "$DIR/writes-$ME"; sleep 0.01; done"#;
+    let ttl = ["--ttl", "2s"];
+    let mut a = Instance::start(&server.url(), "sigstop", "a", &ttl, job, &scratch);
+    eventually("a's command writes", || {
+        !scratch.read("writes-a").is_empty()
+    });
+    let b = Instance::start(&server.url(), "sigstop", "b", &ttl, job, &scratch);
+    let a_cmd = child_pid(&scratch, "a").unwrap();
+    let _reap = Reap(vec![a_cmd]);
+
+    let stopped_at = now_ns();
+    a.signal(Signal::SIGSTOP);
+    eventually("b's command has written 20 lines", || {
+        scratch.read("writes-b").lines().count() >= 20
+    });
+    let a_writes = timestamps(&scratch.read("writes-a"));
+    a.signal(Signal::SIGCONT);
+    let b_writes = timestamps(&scratch.read("writes-b"));
+    let a_last = *a_writes.last().unwrap();
+    let b_first = b_writes[0];
+    // a's deadline is at most one ttl minus the margin (200 ms) after its
+    // last renewal, which came before the stop.
+    let a_deadline = stopped_at + 1_800_000_000;
+    assert!(
+        a_last < a_deadline,
+        "a's command wrote {} ms after a's deadline",
+        (a_last - a_deadline) / 1_000_000
+    );
+    assert!(
+        a_last < b_first,
+        "a's command wrote {} ms after b's command started",
+        (a_last - b_first) / 1_000_000
+    );
+    assert!(!alive(a_cmd));
+    eventually("a, continued, notices and campaigns again", || {
+        a.log().contains("campaigning again")
+    });
+    assert!(a.is_running(), "log:\n{}", a.log());
+    drop(b);
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn timestamps(text: &str) -> Vec<u128> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+#[test]
+fn a_closed_stderr_neither_panics_nor_keeps_the_lease() {
+    let server = redis();
+    let scratch = Scratch::new("stderr");
+    // Shutdown with a closed stderr: every log line fails to write.
+    let mut a = Instance::start_with_stderr(
+        &server.url(),
+        "closed-stderr",
+        "a",
+        &[],
+        LONG_JOB,
+        &scratch,
+        closed_pipe(),
+    );
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let cmd = child_pid(&scratch, "a").unwrap();
+    eventually("a's token is recorded", || {
+        scratch.read("tokens-a").trim().parse::<u64>().is_ok()
+    });
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(), 0, "a clean shutdown, as with a working stderr");
+    assert!(!alive(cmd));
+    assert!(!lease_exists(&server, "closed-stderr"));
+
+    // CMD shares the closed stderr: writing to it kills CMD with SIGPIPE,
+    // and tenure passes that status on (128 + 13).
+    let mut b = Instance::start_with_stderr(
+        &server.url(),
+        "closed-stderr",
+        "b",
+        &[],
+        "echo to-stderr >&2; exit 0",
+        &scratch,
+        closed_pipe(),
+    );
+    assert_eq!(b.wait(), 141);
+    assert!(!lease_exists(&server, "closed-stderr"));
+
+    let status = tenure()
+        .args([
+            "status",
+            "--json",
+            "--redis",
+            &server.url(),
+            "--log",
+            "debug",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(closed_pipe())
+        .output()
+        .expect("tenure status runs");
+    assert_eq!(status.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&status.stdout).contains("\"elections\""));
+}
+
+#[test]
+fn sighup_stops_the_command_and_releases_the_lease() {
+    let server = redis();
+    let scratch = Scratch::new("sighup");
+    let mut a = Instance::start(&server.url(), "sighup", "a", &[], LONG_JOB, &scratch);
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let cmd = child_pid(&scratch, "a").unwrap();
+    a.signal(Signal::SIGHUP);
+    assert_eq!(a.wait(), 0, "log:\n{}", a.log());
+    assert!(!alive(cmd));
+    assert!(!lease_exists(&server, "sighup"));
 }

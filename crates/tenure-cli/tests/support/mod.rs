@@ -84,6 +84,25 @@ impl Instance {
     ) -> Self {
         let log = scratch.path(&format!("{id}.log"));
         let log_file = std::fs::File::create(&log).expect("log file");
+        Self::start_with_stderr(url, election, id, extra, script, scratch, log_file.into())
+    }
+
+    /// [`Instance::start`], with stderr going to `stderr` (stdout still to the log).
+    pub fn start_with_stderr(
+        url: &str,
+        election: &str,
+        id: &str,
+        extra: &[&str],
+        script: &str,
+        scratch: &Scratch,
+        stderr: Stdio,
+    ) -> Self {
+        let log = scratch.path(&format!("{id}.log"));
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log file");
         let child = tenure()
             .args(["run", "--redis", url, "--election", election, "--id", id])
             .args(extra)
@@ -91,8 +110,8 @@ impl Instance {
             .env("DIR", &scratch.0)
             .env("ME", id)
             .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("log file"))
-            .stderr(log_file)
+            .stdout(log_file)
+            .stderr(stderr)
             .process_group(0)
             .spawn()
             .expect("tenure starts");
@@ -164,6 +183,27 @@ pub fn alive(pid: i32) -> bool {
     }
 }
 
+/// A pipe whose reading end is already closed: every write to it fails
+/// (EPIPE), like a log shipper that went away.
+pub fn closed_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    writer.into()
+}
+
+/// Whether election `name`'s lease exists in `server`.
+pub fn lease_exists(server: &RedisServer, name: &str) -> bool {
+    server
+        .command(&["EXISTS", &format!("tenure:{{{name}}}:lease")])
+        .expect("EXISTS")
+        == "1"
+}
+
+/// The parent PID of a process, while it runs.
+pub fn parent_of(pid: i32) -> Option<i32> {
+    tenure_procs::read(pid).map(|p| p.ppid)
+}
+
 /// Poll `condition` until it holds; panic with `what` after [`HANG`].
 pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + HANG;
@@ -176,6 +216,29 @@ pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
 /// The PID the command of instance `id` wrote to `DIR/pid-ID`, once it has.
 pub fn child_pid(scratch: &Scratch, id: &str) -> Option<i32> {
     scratch.read(&format!("pid-{id}")).trim().parse().ok()
+}
+
+/// The PID a process of instance `id` wrote to `DIR/NAME-ID`, once it has.
+pub fn pid_file(scratch: &Scratch, name: &str, id: &str) -> Option<i32> {
+    scratch.read(&format!("{name}-{id}")).trim().parse().ok()
+}
+
+/// Start a child that leaves CMD's process group and session (`setsid`)
+/// and a grandchild whose parent exits at once (a double fork), each
+/// recording its PID in `DIR/setsid-ME` and `DIR/orphan-ME`, then sleeping.
+pub const ESCAPE: &str = r#"setsid sh -c 'echo $$ > "$DIR/setsid-$ME"; exec sleep 1000' &
+( sh -c 'echo $$ > "$DIR/orphan-$ME"; exec sleep 1000' & )
+while [ ! -s "$DIR/setsid-$ME" ] || [ ! -s "$DIR/orphan-$ME" ]; do sleep 0.01; done
+"#;
+
+/// CMD's PID and the PIDs of the two processes [`ESCAPE`] started, once all
+/// three are recorded.
+pub fn escaped_pids(scratch: &Scratch, id: &str) -> Option<[i32; 3]> {
+    Some([
+        child_pid(scratch, id)?,
+        pid_file(scratch, "setsid", id)?,
+        pid_file(scratch, "orphan", id)?,
+    ])
 }
 
 /// A script that records its PID and token, then sleeps until stopped.

@@ -1,0 +1,164 @@
+//! The guardian: the process between `tenure run` and CMD that makes sure
+//! CMD never outlives the lease, even when tenure itself cannot act.
+//!
+//! tenure stops CMD on time as long as it runs. The guardian covers the
+//! cases where it does not: tenure stopped (SIGSTOP, a debugger, a freezer
+//! acting on it alone), wedged, or killed. It runs in its own process group
+//! and
+//!
+//! - is a **child subreaper**, so everything CMD starts, including processes
+//!   that escape CMD's process group with `setsid` or a double fork, stays
+//!   below it, where it can find and kill them;
+//! - keeps the **kill instant** tenure last sent over the channel (see
+//!   [`crate::supervisor`]) and, when it comes without an extension,
+//!   SIGKILLs CMD's whole tree on its own and tells tenure so;
+//! - treats the **channel closing** as tenure's death: nobody renews the
+//!   lease any more, so it kills the tree at once;
+//! - when CMD exits, kills whatever CMD left behind before it exits with
+//!   CMD's status, so tenure never resigns while part of the job still runs.
+//!
+//! It ignores SIGTERM, SIGINT and SIGHUP: what to do on those is CMD's
+//! decision (tenure signals CMD's processes directly), and the guardian must
+//! stay until CMD's tree is gone. Only SIGKILL ends it early, and tenure
+//! handles that (see [`crate::supervisor::Ended::GuardianDied`]).
+//!
+//! It runs a single-threaded runtime and no logging, and starts CMD as soon
+//! as it is connected: its start-up is part of every hand-over.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+use tokio::time::{sleep_until, Instant};
+
+use crate::supervisor::{
+    connect, exit_code, instant_of, kill_descendants_of, reap_orphans, DEADLINE_MESSAGE,
+};
+
+/// Exit status when the guardian killed CMD (as if CMD got SIGKILL).
+const KILLED: i32 = 128 + 9;
+
+/// The guardian's whole life; returns its exit status.
+pub fn main(channel: &str, kill_at: u64, command: &[String]) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            crate::output::err_line(&format!("tenure guardian: cannot start: {err}"));
+            return 1;
+        }
+    };
+    runtime.block_on(guard(channel, kill_at, command))
+}
+
+async fn guard(channel: &str, kill_at: u64, command: &[String]) -> i32 {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Handlers before anything else, so none of these signals can end the
+    // guardian while it is responsible for a job.
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        crate::output::err_line("tenure guardian: cannot install signal handlers");
+        return 1;
+    };
+    if let Err(err) = nix::sys::prctl::set_child_subreaper(true) {
+        crate::output::err_line(&format!(
+            "tenure guardian: cannot become a child subreaper: {err}"
+        ));
+        return 1;
+    }
+    // tenure may be gone already; then there is nobody to run CMD for.
+    let Ok(channel) = connect(channel) else {
+        return KILLED;
+    };
+    let (reader, mut writer) = channel.into_split();
+    let mut messages = BufReader::new(reader).lines();
+    let mut kill_at = instant_of(kill_at);
+    if Instant::now() >= kill_at {
+        let _ = writer
+            .write_all(format!("{DEADLINE_MESSAGE}\n").as_bytes())
+            .await;
+        return KILLED;
+    }
+    let Some((program, args)) = command.split_first() else {
+        return 2;
+    };
+    let mut child = match Command::new(program).args(args).spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            crate::output::err_line(&format!("tenure: cannot start {program:?}: {err}"));
+            return if err.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    let me = std::process::id() as i32;
+    let deadline = sleep_until(kill_at);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                kill_descendants_of(me).await;
+                reap_orphans();
+                return match status {
+                    Ok(status) => exit_code(status),
+                    Err(_) => 1,
+                };
+            }
+            message = messages.next_line() => match message {
+                Ok(Some(line)) => {
+                    if let Some(at) = parse_kill_at(&line) {
+                        kill_at = instant_of(at);
+                        deadline.as_mut().reset(kill_at);
+                    }
+                }
+                // tenure is gone (or broke the channel): nobody renews the
+                // lease any more.
+                Ok(None) | Err(_) => {
+                    kill_descendants_of(me).await;
+                    let _ = child.wait().await;
+                    reap_orphans();
+                    return KILLED;
+                }
+            },
+            () = &mut deadline => {
+                kill_descendants_of(me).await;
+                let message = format!("{DEADLINE_MESSAGE}\n");
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(100),
+                    writer.write_all(message.as_bytes()),
+                )
+                .await;
+                let _ = child.wait().await;
+                reap_orphans();
+                return KILLED;
+            }
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
+        }
+    }
+}
+
+/// `kill-at NS` → NS.
+fn parse_kill_at(line: &str) -> Option<u64> {
+    line.strip_prefix("kill-at ")?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_well_formed_kill_instants_are_taken() {
+        assert_eq!(parse_kill_at("kill-at 123456789"), Some(123_456_789));
+        assert_eq!(parse_kill_at("kill-at -1"), None);
+        assert_eq!(parse_kill_at("deadline"), None);
+    }
+}
