@@ -84,6 +84,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         extend_every: election.renew_every() / 4,
     };
     let name = election.name().to_string();
+    let mut backoff = RestartBackoff::new(election.ttl(), election.renew_every());
     loop {
         health.set(Phase::Campaigning);
         let term = if args.no_wait {
@@ -113,6 +114,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             }
         };
         health.set(Phase::Leading { term: term.clone() });
+        let began = Instant::now();
         let led = lead(&args, &election, &term, marker.as_mut(), limits, &shutdown).await;
         gauge!("tenure_child_running", "election" => name.clone()).set(0.0);
         health.set(Phase::Campaigning);
@@ -154,9 +156,59 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
                     );
                     return Ok(exit::LOST);
                 }
-                tracing::info!(election = %name, %reason, "command stopped; campaigning again");
+                let wait = backoff.after_lost(began.elapsed());
+                if wait.is_zero() {
+                    tracing::info!(election = %name, %reason, "command stopped; campaigning again");
+                } else {
+                    tracing::info!(election = %name, %reason, wait = ?wait, "command stopped; terms keep ending early, so waiting before campaigning again");
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait) => {}
+                        _ = shutdown.cancelled() => return Ok(exit::OK),
+                    }
+                }
             }
         }
+    }
+}
+
+/// Spaces out restarts of CMD when terms keep ending early, so that an
+/// unhealthy store or a too-short ttl cannot start CMD many times a second.
+/// The first early end restarts at once (one lost renewal should cost
+/// little); each further one in a row waits twice as long as the last,
+/// from one renew interval up to [`RestartBackoff::MAX`]. A term that lasts
+/// two ttls starts the count afresh.
+#[derive(Debug)]
+struct RestartBackoff {
+    early: u32,
+    first: Duration,
+    long_enough: Duration,
+}
+
+impl RestartBackoff {
+    const MAX: Duration = Duration::from_secs(30);
+
+    fn new(ttl: Duration, renew_every: Duration) -> Self {
+        RestartBackoff {
+            early: 0,
+            first: renew_every,
+            long_enough: ttl * 2,
+        }
+    }
+
+    /// How long to wait before campaigning again after a term that
+    /// `lasted` this long was lost.
+    fn after_lost(&mut self, lasted: Duration) -> Duration {
+        if lasted >= self.long_enough {
+            self.early = 0;
+            return Duration::ZERO;
+        }
+        self.early = self.early.saturating_add(1);
+        if self.early == 1 {
+            return Duration::ZERO;
+        }
+        self.first
+            .saturating_mul(1 << (self.early - 2).min(16))
+            .min(Self::MAX)
     }
 }
 
@@ -371,5 +423,27 @@ fn checked(ended: Ended) -> Result<Ended, Failure> {
             ),
         )),
         ended => Ok(ended),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_after_early_losses_back_off_and_a_long_term_resets_them() {
+        let ttl = Duration::from_secs(1);
+        let mut backoff = RestartBackoff::new(ttl, ttl / 4);
+        let short = Duration::from_millis(10);
+        assert_eq!(backoff.after_lost(short), Duration::ZERO);
+        assert_eq!(backoff.after_lost(short), ttl / 4);
+        assert_eq!(backoff.after_lost(short), ttl / 2);
+        assert_eq!(backoff.after_lost(short), ttl);
+        for _ in 0..40 {
+            assert!(backoff.after_lost(short) <= RestartBackoff::MAX);
+        }
+        assert_eq!(backoff.after_lost(short), RestartBackoff::MAX);
+        assert_eq!(backoff.after_lost(ttl * 2), Duration::ZERO);
+        assert_eq!(backoff.after_lost(short), Duration::ZERO);
     }
 }
