@@ -82,7 +82,7 @@ fn table(rows: &[ElectionStatus]) -> String {
         .map(|row| match &row.leader {
             Some(l) => [
                 row.name.clone(),
-                l.id.clone(),
+                printable(&l.id),
                 l.token.to_string(),
                 l.held_since.clone().unwrap_or_else(|| "-".into()),
                 format!("{:.1}s", l.ttl_left_ms as f64 / 1000.0),
@@ -152,7 +152,9 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
             .to_string(),
             Ok(Some(leader)) => format!(
                 "{now}  {}  leader {}  token {}",
-                args.name, leader.id, leader.token
+                args.name,
+                printable(&leader.id),
+                leader.token
             ),
             Ok(None) => format!("{now}  {}  no leader", args.name),
             Err(err) => {
@@ -167,9 +169,26 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
     }
 }
 
+/// An id read from the store, safe to print: control characters (a
+/// newline, an ANSI escape) in a forged lease must not forge output lines.
+fn printable(id: &str) -> String {
+    if id.chars().any(char::is_control) {
+        id.escape_debug().to_string()
+    } else {
+        id.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_with_control_characters_cannot_forge_lines() {
+        assert_eq!(printable("host-a"), "host-a");
+        let forged = printable("x\nreports  evil  1\u{1b}[2J");
+        assert!(!forged.chars().any(char::is_control), "{forged}");
+    }
 
     #[test]
     fn the_table_aligns_columns_and_marks_empty_elections() {

@@ -524,7 +524,7 @@ impl Election {
                     if last_seen_token != Some(holder.token) {
                         last_seen_token = Some(holder.token);
                         self.note_holder(&holder);
-                        tracing::debug!(election = %self.inner.name, leader = %holder.owner, token = holder.token, "following");
+                        tracing::debug!(election = %self.inner.name, leader = ?holder.owner, token = holder.token, "following");
                         on_follower(&LeaderInfo::from(holder.clone()));
                     }
                     // A renewal announcement may push the wait back, but

@@ -61,7 +61,9 @@ impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LostReason::Taken { by, token } => {
-                write!(f, "lease taken by {by} (token {token})")
+                // The id comes from the store: escape anything that could
+                // forge a log line.
+                write!(f, "lease taken by {} (token {token})", by.escape_debug())
             }
             LostReason::Expired => write!(f, "lease expired or was lost by the store"),
             LostReason::DeadlinePassed => {
