@@ -93,6 +93,21 @@ pub struct Job {
     ended: Option<Ended>,
 }
 
+/// The variables of tenure's own configuration that CMD may see: its term.
+/// Everything else named `TENURE_*` (the store URL with its password, the
+/// CA file, timings) stays with tenure.
+const PASSED_TO_COMMAND: [&str; 3] = ["TENURE_ELECTION", "TENURE_ID", "TENURE_TOKEN"];
+
+/// tenure's environment without its own configuration variables.
+fn command_environment(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+    vars.filter(|(key, _)| {
+        let key = key.to_string_lossy();
+        !key.starts_with("TENURE_") || PASSED_TO_COMMAND.contains(&key.as_ref())
+    })
+}
+
 impl Job {
     /// Start `command` under a guardian in a new process group, with `env`
     /// added to the environment; stdio is inherited. The guardian kills CMD
@@ -114,6 +129,8 @@ impl Job {
             .arg(kill_at.to_string())
             .arg("--")
             .args(command)
+            .env_clear()
+            .envs(command_environment(std::env::vars_os()))
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .process_group(0)
             .kill_on_drop(false);
