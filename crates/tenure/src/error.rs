@@ -135,23 +135,65 @@ pub const MIN_ACL: &str = "~tenure:* &tenure:* +ping +evalsha +script|load +subs
 /// The crate's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Replace the password of a URL by `***`, for messages and logs.
+/// Replace the password of a URL by `***`, for messages and logs: the one
+/// place every URL goes through before it is printed or logged.
+///
+/// It does not need the URL to parse (a URL with a bad port or a missing
+/// bracket is exactly the one that ends up in an error message): whatever
+/// stands between `://` and the last `@` after it is the user information,
+/// and everything in it after the first `:` is replaced. So are the values
+/// of `password`/`pass` query parameters (`redis+unix:///path?pass=…`).
 ///
 /// ```
 /// assert_eq!(
 ///     tenure::redact_url("redis://app:s3cret@db:6379/2"),
 ///     "redis://app:***@db:6379/2"
 /// );
+/// assert_eq!(
+///     tenure::redact_url("redis://u:Sekrit123@127.0.0.1:99999"),
+///     "redis://u:***@127.0.0.1:99999"
+/// );
+/// assert_eq!(
+///     tenure::redact_url("redis+unix:///run/redis.sock?db=1&pass=hunter2"),
+///     "redis+unix:///run/redis.sock?db=1&pass=***"
+/// );
 /// assert_eq!(tenure::redact_url("not a url"), "not a url");
 /// ```
 pub fn redact_url(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            // set_password only fails for URLs that cannot have one, which
-            // a URL that has a password is not.
-            let _ = parsed.set_password(Some("***"));
-            parsed.to_string()
-        }
-        _ => raw.to_string(),
+    let (head, query) = match raw.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (raw, None),
+    };
+    let mut out = match head.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((userinfo, host)) => {
+                let user = match userinfo.split_once(':') {
+                    Some((user, _password)) => format!("{user}:***"),
+                    None => userinfo.to_string(),
+                };
+                format!("{scheme}://{user}@{host}")
+            }
+            None => head.to_string(),
+        },
+        None => head.to_string(),
+    };
+    if let Some(query) = query {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|param| match param.split_once('=') {
+                Some((key, _)) if is_secret_parameter(key) => format!("{key}=***"),
+                _ => param.to_string(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&params.join("&"));
     }
+    out
+}
+
+fn is_secret_parameter(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["pass", "password", "passwd", "secret", "token"]
+        .iter()
+        .any(|secret| key.ends_with(secret))
 }
