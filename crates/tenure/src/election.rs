@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures_util::Stream;
 use rand::Rng;
@@ -21,40 +21,15 @@ use crate::backend::{Backend, Notices};
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
-    after_acquire, AcquireReply, AcquireRequest, CandidateStep, Holder, LeaderState, LeaderStep,
-    Timing,
+    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep, Timing,
 };
-use crate::{clock, instance_id, metrics, Error, Leadership, LostReason, MemoryStore, Result};
+use crate::term::{Holder, LeaderInfo, LostReason};
+use crate::{clock, instance_id, metrics, Error, Leadership, MemoryStore, Result};
 
 /// The default lease TTL.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "tenure";
-
-/// Who leads an election, as read from the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaderInfo {
-    /// The leader's instance id.
-    pub id: String,
-    /// Its term's fencing token.
-    pub token: u64,
-    /// Time until its lease expires unless renewed.
-    pub ttl_left: Duration,
-    /// When the term began, by the store's clock (`None` for the in-memory store).
-    pub held_since: Option<SystemTime>,
-}
-
-impl From<Holder> for LeaderInfo {
-    fn from(holder: Holder) -> Self {
-        LeaderInfo {
-            id: holder.owner,
-            token: holder.token,
-            ttl_left: holder.ttl_left,
-            held_since: (holder.since_ms > 0)
-                .then(|| UNIX_EPOCH + Duration::from_millis(holder.since_ms)),
-        }
-    }
-}
 
 enum Store {
     Redis(String),
@@ -714,12 +689,6 @@ impl Election {
                 }
             }
         })
-    }
-
-    /// A runner for the callback style: campaign, run work while leader,
-    /// campaign again after losing, resign on shutdown.
-    pub fn runner(&self) -> crate::Runner {
-        crate::Runner::new(self.clone())
     }
 }
 

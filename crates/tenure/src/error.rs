@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::LostReason;
+use crate::term::LostReason;
 
 /// Everything that can go wrong in tenure.
 #[derive(Debug, thiserror::Error)]

@@ -16,64 +16,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::term::LostReason;
 use crate::{Error, Result};
-
-/// Why a term ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// Another instance holds the lease now.
-    Taken {
-        /// That instance's id.
-        by: String,
-        /// Its term's fencing token.
-        token: u64,
-    },
-    /// The lease is gone from the store (it expired, or the store lost its data).
-    Expired,
-    /// The local deadline passed without a successful renewal: this instance
-    /// cannot know that it still holds the lease, so it must stop.
-    DeadlinePassed,
-    /// [`Leadership::resign`] was called (or every handle was dropped).
-    Resigned,
-    /// The process is shutting down; the lease is released once the work stopped.
-    Shutdown,
-}
-
-impl LostReason {
-    /// A short stable label, used in metrics (`reason="taken"`).
-    ///
-    /// ```
-    /// assert_eq!(tenure::LostReason::DeadlinePassed.label(), "deadline");
-    /// ```
-    pub fn label(&self) -> &'static str {
-        match self {
-            LostReason::Taken { .. } => "taken",
-            LostReason::Expired => "expired",
-            LostReason::DeadlinePassed => "deadline",
-            LostReason::Resigned => "resigned",
-            LostReason::Shutdown => "shutdown",
-        }
-    }
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LostReason::Taken { by, token } => {
-                // The id comes from the store: escape anything that could
-                // forge a log line.
-                write!(f, "lease taken by {} (token {token})", by.escape_debug())
-            }
-            LostReason::Expired => write!(f, "lease expired or was lost by the store"),
-            LostReason::DeadlinePassed => {
-                write!(f, "local deadline passed without a successful renewal")
-            }
-            LostReason::Resigned => write!(f, "resigned"),
-            LostReason::Shutdown => write!(f, "shutting down"),
-        }
-    }
-}
 
 /// State shared by every clone of a [`Leadership`] and its keeper.
 pub(crate) struct TermShared {

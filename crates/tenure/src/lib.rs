@@ -144,15 +144,17 @@ mod machine;
 mod metrics;
 mod partitions;
 mod runner;
+mod term;
 
 pub use backend::memory::{Calls, Fault, MemoryStore, Snapshot};
-pub use election::{Election, ElectionBuilder, LeaderInfo, DEFAULT_PREFIX, DEFAULT_TTL};
+pub use election::{Election, ElectionBuilder, DEFAULT_PREFIX, DEFAULT_TTL};
 pub use error::{redact_url, Error, Result, MIN_ACL};
 pub use fence::{FencedKey, FencedWrite};
-pub use leadership::{Leadership, LostReason};
+pub use leadership::Leadership;
 pub use metrics::describe_metrics;
 pub use partitions::{PartitionObserver, PartitionSet, PartitionSetBuilder};
 pub use runner::{shutdown_signal, Runner};
+pub use term::{LeaderInfo, LostReason};
 
 /// The `redis` crate this version of tenure is built with, for
 /// [`FencedKey`] connections.

@@ -26,7 +26,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{Error, LostReason, Result};
+use crate::term::{Holder, LostReason};
+use crate::{Error, Result};
 
 /// The validated timing of an election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,19 +142,6 @@ impl Timing {
     pub fn ttl_ms(&self) -> u64 {
         self.ttl.as_millis() as u64
     }
-}
-
-/// What the holder of a lease looks like, as reported by the backend.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Holder {
-    pub owner: String,
-    pub token: u64,
-    pub ttl_left: Duration,
-    pub since_ms: u64,
-    /// The campaign attempt that wrote the lease (empty when unknown).
-    pub attempt: String,
-    /// The ttl the lease was granted with (zero when unknown).
-    pub ttl: Duration,
 }
 
 /// One acquire attempt, as sent to the backend.

@@ -20,7 +20,7 @@ use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
 
-use crate::LostReason;
+use crate::term::LostReason;
 
 /// Describe tenure's metrics to the installed recorder (units and help
 /// text). Called by [`crate::ElectionBuilder::build`]; call it yourself if

@@ -65,6 +65,14 @@ enum TermEnd {
     WorkDone,
 }
 
+impl Election {
+    /// A runner for the callback style: campaign, run work while leader,
+    /// campaign again after losing, resign on shutdown.
+    pub fn runner(&self) -> Runner {
+        Runner::new(self.clone())
+    }
+}
+
 impl Runner {
     pub(crate) fn new(election: Election) -> Self {
         Runner {

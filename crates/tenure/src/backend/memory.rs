@@ -15,8 +15,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::Notices;
-use crate::machine::{AcquireReply, AcquireRequest, Holder, RenewReply};
-use crate::{Error, LeaderInfo, Result};
+use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
+use crate::term::Holder;
+use crate::term::LeaderInfo;
+use crate::{Error, Result};
 
 /// How calls to a [`MemoryStore`] behave, to simulate outages.
 ///

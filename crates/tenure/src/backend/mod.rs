@@ -12,7 +12,8 @@ pub(crate) mod redis;
 
 use tokio::sync::watch;
 
-use crate::machine::{AcquireReply, AcquireRequest, Holder, RenewReply};
+use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
+use crate::term::Holder;
 use crate::Result;
 
 /// Counters of lease events seen on the notification channel. They are

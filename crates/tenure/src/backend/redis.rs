@@ -21,7 +21,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::Notices;
 use crate::keys::Keys;
-use crate::machine::{AcquireReply, AcquireRequest, Holder, RenewReply};
+use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
+use crate::term::Holder;
 use crate::{redact_url, Error, Result};
 
 /// A script as sent to Redis: the shared prelude, then the script itself.
