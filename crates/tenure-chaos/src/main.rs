@@ -47,12 +47,8 @@ enum Command {
         /// Run instances through `tenure run` (path to the tenure binary).
         #[arg(long)]
         cli: Option<PathBuf>,
-        /// Fault kinds to draw from (comma-separated).
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "kill,pause,restart,cut,drop,delay,stall,graceful"
-        )]
+        /// Fault kinds to draw from (comma-separated; default: all).
+        #[arg(long, value_delimiter = ',', default_values_t = harness::FAULT_KINDS.map(String::from))]
         faults: Vec<String>,
         /// Unsafe: instances ignore their local deadline (the checker must object).
         #[arg(long)]
@@ -60,6 +56,14 @@ enum Command {
         /// Unsafe: the resource accepts stale tokens (the checker must object).
         #[arg(long)]
         unsafe_no_fencing: bool,
+        /// Unsafe: instances run with the bugs issue 9 fixed switched back on
+        /// (the checker must object under churn, rollback, mixed-ttl, dup-id;
+        /// forged announcements cost liveness).
+        #[arg(long)]
+        unsafe_issue_9_bugs: bool,
+        /// Exit 1 also when the liveness goal is missed.
+        #[arg(long)]
+        require_live: bool,
     },
     /// Check the logs of an earlier run.
     Check {
@@ -77,10 +81,17 @@ enum Command {
         redis: String,
         #[arg(long, value_parser = humantime::parse_duration)]
         ttl: Duration,
+        /// The id to campaign under (default: the instance name).
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        max_ttl: Option<Duration>,
         #[command(flatten)]
         common: Common,
         #[arg(long)]
         unsafe_no_deadline: bool,
+        #[arg(long)]
+        unsafe_issue_9_bugs: bool,
     },
     /// Internal: the command `tenure run` supervises in CLI mode.
     #[command(hide = true)]
@@ -128,16 +139,26 @@ fn main() {
                 inst,
                 redis,
                 ttl,
+                id,
+                max_ttl,
                 common,
                 unsafe_no_deadline,
+                unsafe_issue_9_bugs,
             } => {
-                let settings = settings(inst, common);
-                report_err(instance::run_instance(settings, redis, ttl, !unsafe_no_deadline).await)
+                let campaign = instance::Campaign {
+                    redis_url: redis,
+                    id: id.unwrap_or_else(|| inst.clone()),
+                    ttl,
+                    max_ttl,
+                    deadline: !unsafe_no_deadline,
+                    issue_9_bugs: unsafe_issue_9_bugs,
+                };
+                report_err(instance::run_instance(settings(inst, common), campaign).await)
             }
             Command::Writer { inst, common } => {
                 report_err(instance::run_writer(settings(inst, common)).await)
             }
-            Command::Check { dir, ttl } => check(&dir, ttl, Vec::new()),
+            Command::Check { dir, ttl } => check(&dir, ttl, Vec::new(), false),
             Command::Run {
                 seed,
                 duration,
@@ -148,6 +169,8 @@ fn main() {
                 faults,
                 unsafe_no_deadline,
                 unsafe_no_fencing,
+                unsafe_issue_9_bugs,
+                require_live,
             } => {
                 if let Some(bad) = faults
                     .iter()
@@ -159,6 +182,15 @@ fn main() {
                     );
                     return 2;
                 }
+                if let (Some(_), Some(bad)) = (
+                    &cli,
+                    faults
+                        .iter()
+                        .find(|f| harness::LIBRARY_ONLY.contains(&f.as_str())),
+                ) {
+                    eprintln!("tenure-chaos: fault {bad:?} needs library mode (no --cli)");
+                    return 2;
+                }
                 let config = harness::RunConfig {
                     seed,
                     duration,
@@ -168,6 +200,7 @@ fn main() {
                     cli,
                     deadline: !unsafe_no_deadline,
                     fencing: !unsafe_no_fencing,
+                    issue_9_bugs: unsafe_issue_9_bugs,
                     faults,
                 };
                 println!(
@@ -181,7 +214,7 @@ fn main() {
                     Err(err) => Err(err),
                 };
                 match outcome {
-                    Ok(outcome) => check(&out, ttl, leaked(&out, &outcome.started)),
+                    Ok(outcome) => check(&out, ttl, leaked(&out, &outcome.started), require_live),
                     Err(err) => {
                         eprintln!("tenure-chaos: {err}");
                         2
@@ -214,8 +247,8 @@ fn report_err(result: Result<(), String>) -> i32 {
 }
 
 /// Judge the run in `dir`; write report.json, report.md and timeline.svg.
-/// Exit code 1 when unsafe.
-fn check(dir: &Path, ttl: Duration, leaked: Vec<String>) -> i32 {
+/// Exit code 1 when unsafe (or, with `require_live`, not live).
+fn check(dir: &Path, ttl: Duration, leaked: Vec<String>, require_live: bool) -> i32 {
     let (events, torn) = match log::read_dir(dir) {
         Ok(read) => read,
         Err(err) => {
@@ -252,7 +285,7 @@ fn check(dir: &Path, ttl: Duration, leaked: Vec<String>) -> i32 {
         dir.join("report.json").display(),
         dir.join("timeline.svg").display()
     );
-    if report.safe {
+    if report.safe && (report.live || !require_live) {
         0
     } else {
         1

@@ -26,6 +26,11 @@ fn fault_colour(kind: &str) -> &'static str {
         "delay" => "olive",
         "stall" => "saddlebrown",
         "graceful" => "seagreen",
+        "churn" => "goldenrod",
+        "rollback" => "indigo",
+        "mixed-ttl" => "hotpink",
+        "dup-id" => "darkred",
+        "forged" => "slategray",
         _ => "gray",
     }
 }
