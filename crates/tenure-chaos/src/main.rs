@@ -318,12 +318,23 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
 }
 
 /// Processes still running that belong to this run: any started PID, or
-/// any process whose command line names the run's directory.
+/// any process whose command line names the run's directory, except this
+/// process and its ancestors (a wrapper such as `flock ... cargo run`
+/// names the directory too).
 fn leaked(dir: &Path, started: &[i32]) -> Vec<String> {
     let marker = dir.display().to_string();
-    procs::all()
-        .into_iter()
-        .filter(|p| !p.zombie)
+    let all = procs::all();
+    let mut ancestors = vec![std::process::id() as i32];
+    while let Some(parent) = all
+        .iter()
+        .find(|p| Some(&p.pid) == ancestors.last())
+        .map(|p| p.ppid)
+        .filter(|ppid| *ppid > 1 && !ancestors.contains(ppid))
+    {
+        ancestors.push(parent);
+    }
+    all.into_iter()
+        .filter(|p| !p.zombie && !ancestors.contains(&p.pid))
         .filter_map(|p| {
             let cmdline = procs::cmdline(p.pid);
             let ours = started.contains(&p.pid)
