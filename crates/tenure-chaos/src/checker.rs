@@ -22,8 +22,9 @@ use serde::Serialize;
 
 use crate::log::Event;
 
-/// A fault window during which no instance could be healthy.
-const REDIS_WIDE: [&str; 2] = ["restart", "stall"];
+/// A fault window during which no instance could be healthy: Redis is
+/// down, paused, or restarted (`rollback` and `mixed-ttl` restart it too).
+const REDIS_WIDE: [&str; 4] = ["restart", "stall", "rollback", "mixed-ttl"];
 
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Report {

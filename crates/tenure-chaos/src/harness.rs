@@ -6,6 +6,22 @@
 //! up, picks a fault, applies it to the current leader (or to Redis), heals
 //! it, and waits. Everything it starts it stops by PID. The schedule
 //! depends only on the seed.
+//!
+//! Besides crashes, pauses and broken links, the faults cover the ways an
+//! application or an operator can make two instances believe they lead:
+//! - `churn`: the leader drops its term without resigning and campaigns
+//!   again at once, or resigns a stale handle (see [`crate::instance`]);
+//! - `rollback`: Redis is snapshotted (`SAVE`) while A leads, A hands over
+//!   to B, and Redis restarts from the snapshot, which restores A's lease;
+//! - `mixed-ttl`: with this kind in the run, every second instance runs at
+//!   half the ttl, and every instance passes `max_ttl` (the largest ttl), the
+//!   documented setting for rolling ttl changes: a fresh instance cannot have
+//!   seen a long-ttl holder. The fault cuts the leader off and restarts
+//!   Redis (losing data) at once, so only the start-up grace period keeps a
+//!   short-ttl candidate from leading while the leader's deadline runs;
+//! - `dup-id`: a second process campaigns under the leader's id for a while;
+//! - `forged`: the leader is killed and a `renewed:1:3600000` announcement
+//!   published, then, after the hold, a flood of `released:` ones.
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -22,9 +38,10 @@ use crate::instance::ELECTION;
 use crate::log::{now_ns, Event, EventLog};
 use crate::proxy::{Mode, Proxy};
 
-/// Kinds of fault, as named in logs and reports. The last two exist only in
-/// CLI mode (`--cli`); elsewhere they do nothing.
-pub const FAULT_KINDS: [&str; 10] = [
+/// Kinds of fault, as named in logs and reports. `pause-tenure-only` and
+/// `kill-guardian` exist only in CLI mode (`--cli`); [`LIBRARY_ONLY`] kinds
+/// only in library mode.
+pub const FAULT_KINDS: [&str; 15] = [
     "kill",
     "pause",
     "restart",
@@ -33,15 +50,30 @@ pub const FAULT_KINDS: [&str; 10] = [
     "delay",
     "stall",
     "graceful",
+    "churn",
+    "rollback",
+    "mixed-ttl",
+    "dup-id",
+    "forged",
     "pause-tenure-only",
     "kill-guardian",
 ];
+
+/// Kinds that exist only in CLI mode.
+pub const CLI_ONLY: [&str; 2] = ["pause-tenure-only", "kill-guardian"];
 
 /// CLI mode with `--escaping-cmd`: CMD starts the writer in a session of
 /// its own through a double fork (so it is neither in CMD's process group
 /// nor CMD's child), then idles. Only tenure's containment of every
 /// descendant stops such a writer when the lease is lost.
 const ESCAPING_CMD: &str = r#"( setsid "$0" "$@" & ); exec sleep 1000000"#;
+
+/// Kinds that need instances campaigning through the library (they signal
+/// the instance, or start it with settings `tenure run` does not take).
+pub const LIBRARY_ONLY: [&str; 4] = ["churn", "rollback", "mixed-ttl", "dup-id"];
+
+/// Forged `released:` announcements per `forged` fault.
+const FORGED_RELEASES: usize = 2000;
 
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -56,7 +88,14 @@ pub struct RunConfig {
     pub escaping_cmd: bool,
     pub deadline: bool,
     pub fencing: bool,
+    pub issue_9_bugs: bool,
     pub faults: Vec<String>,
+}
+
+impl RunConfig {
+    fn mixed_ttl(&self) -> bool {
+        self.faults.iter().any(|f| f == "mixed-ttl")
+    }
 }
 
 struct Slot {
@@ -64,6 +103,7 @@ struct Slot {
     incarnation: u32,
     child: Option<Child>,
     proxy: Proxy,
+    ttl: Duration,
 }
 
 impl Slot {
@@ -82,6 +122,11 @@ pub struct Harness {
     election_redis: RedisServer,
     resource_redis: RedisServer,
     slots: Vec<Slot>,
+    /// The link of `dup-id`'s second process.
+    twin_proxy: Proxy,
+    twins: u32,
+    /// Where `SAVE` writes the election Redis's snapshot.
+    snapshot: PathBuf,
     log: EventLog,
     /// Every PID ever started, to check for leaks at the end.
     started: Vec<i32>,
@@ -115,8 +160,20 @@ impl Harness {
                 incarnation: 0,
                 child: None,
                 proxy,
+                ttl: if config.mixed_ttl() && i.is_multiple_of(2) {
+                    config.ttl / 2
+                } else {
+                    config.ttl
+                },
             });
         }
+        let twin_proxy = Proxy::start(election_redis.port())
+            .await
+            .map_err(|e| e.to_string())?;
+        let dir = election_redis
+            .command(&["CONFIG", "GET", "dir"])
+            .map_err(|e| e.to_string())?;
+        let snapshot = PathBuf::from(dir.lines().nth(1).unwrap_or_default()).join("dump.rdb");
         let rng = StdRng::seed_from_u64(config.seed);
         let mut harness = Harness {
             config,
@@ -124,6 +181,9 @@ impl Harness {
             election_redis,
             resource_redis,
             slots,
+            twin_proxy,
+            twins: 0,
+            snapshot,
             log,
             started: Vec::new(),
         };
@@ -134,25 +194,49 @@ impl Harness {
     }
 
     fn spawn(&mut self, index: usize) -> Result<(), String> {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let config = &self.config;
         let slot = &mut self.slots[index];
         slot.incarnation += 1;
-        let inst = slot.inst();
+        let (inst, ttl, port) = (slot.inst(), slot.ttl, slot.proxy.port);
+        let child = self.launch(&inst, None, ttl, port)?;
+        self.slots[index].child = Some(child);
+        Ok(())
+    }
+
+    /// Start one instance process named `inst`, campaigning under `id`
+    /// (default: `inst`) through the proxy on `proxy_port`.
+    fn launch(
+        &mut self,
+        inst: &str,
+        id: Option<&str>,
+        ttl: Duration,
+        proxy_port: u16,
+    ) -> Result<Child, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let config = &self.config;
         let file_stem = inst.replace('#', "-");
         let log_path = config.out.join(format!("{file_stem}.jsonl"));
         let stderr = std::fs::File::create(config.out.join(format!("{file_stem}.stderr")))
             .map_err(|e| e.to_string())?;
-        let proxy_url = format!("redis://127.0.0.1:{}", slot.proxy.port);
-        let ttl = humantime::format_duration(config.ttl).to_string();
+        let proxy_url = format!("redis://127.0.0.1:{proxy_port}");
+        let ttl = humantime::format_duration(ttl).to_string();
         let mut command = match &config.cli {
             None => {
                 let mut c = Command::new(&exe);
                 c.args([
-                    "instance", "--inst", &inst, "--redis", &proxy_url, "--ttl", &ttl,
+                    "instance", "--inst", inst, "--redis", &proxy_url, "--ttl", &ttl,
                 ]);
+                if let Some(id) = id {
+                    c.args(["--id", id]);
+                }
+                if config.mixed_ttl() {
+                    c.arg("--max-ttl")
+                        .arg(humantime::format_duration(config.ttl).to_string());
+                }
                 if !config.deadline {
                     c.arg("--unsafe-no-deadline");
+                }
+                if config.issue_9_bugs {
+                    c.arg("--unsafe-issue-9-bugs");
                 }
                 c
             }
@@ -167,7 +251,7 @@ impl Harness {
                     "--ttl",
                     &ttl,
                     "--id",
-                    &inst,
+                    id.unwrap_or(inst),
                     "--kill-grace",
                     "1s",
                     "--",
@@ -175,7 +259,7 @@ impl Harness {
                 if config.escaping_cmd {
                     c.args(["sh", "-c", ESCAPING_CMD]);
                 }
-                c.arg(&exe).args(["writer", "--inst", &inst]);
+                c.arg(&exe).args(["writer", "--inst", inst]);
                 c
             }
         };
@@ -196,9 +280,11 @@ impl Harness {
             .spawn()
             .map_err(|e| format!("cannot start an instance: {e}"))?;
         self.started.push(child.id() as i32);
-        slot.child = Some(child);
-        self.log.record(&Event::Start { inst, t: now_ns() });
-        Ok(())
+        self.log.record(&Event::Start {
+            inst: inst.to_string(),
+            t: now_ns(),
+        });
+        Ok(child)
     }
 
     /// The slot whose instance leads now, read from Redis directly.
@@ -345,7 +431,66 @@ impl Harness {
             }
             ("restart", _) => {
                 record(&mut self.log, t);
-                self.election_redis.restart().map_err(|e| e.to_string())?;
+                self.restart_redis(false)?;
+            }
+            ("churn", Some(i)) => {
+                record(&mut self.log, t);
+                if let Some(pid) = self.slots[i].pid() {
+                    let _ = kill(pid, Signal::SIGUSR1);
+                }
+            }
+            ("rollback", Some(i)) => {
+                // The snapshot holds the leader's lease; it hands over; a
+                // moment later Redis comes back from the snapshot, with that
+                // lease and an older token counter. The lease must still be
+                // live then, so the restart follows within a tenth of a ttl.
+                self.election_redis
+                    .command(&["SAVE"])
+                    .map_err(|e| e.to_string())?;
+                if let Some(pid) = self.slots[i].pid() {
+                    let _ = kill(pid, Signal::SIGUSR2);
+                }
+                let after = self.config.ttl.mul_f64(self.rng.random_range(0.03..0.1));
+                tokio::time::sleep(after).await;
+                self.restart_redis(true)?;
+                record(&mut self.log, now_ns());
+            }
+            ("mixed-ttl", Some(i)) => {
+                record(&mut self.log, until);
+                self.slots[i].proxy.set(Mode::Blackhole);
+                self.restart_redis(false)?;
+                tokio::time::sleep(hold).await;
+                self.slots[i].proxy.set(Mode::Pass);
+            }
+            ("dup-id", Some(i)) => {
+                record(&mut self.log, until);
+                self.twins += 1;
+                let twin = format!("dup#{}", self.twins);
+                let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
+                let port = self.twin_proxy.port;
+                let mut child = self.launch(&twin, Some(&id), ttl, port)?;
+                tokio::time::sleep(hold).await;
+                let how = stop_child(&mut child, Duration::from_secs(10)).await;
+                self.log.record(&Event::Exit {
+                    inst: twin,
+                    t: now_ns(),
+                    how,
+                });
+            }
+            ("forged", Some(i)) => {
+                record(&mut self.log, until);
+                self.signal_slot(i, Signal::SIGKILL);
+                self.reap(i, "killed");
+                // As anyone allowed to publish on the channel could: a
+                // renewal that claims the dead leader's lease lasts an hour.
+                self.publish(&["renewed:1:3600000".to_string()]).await?;
+                // Kept down for the hold, so a respawned instance does not
+                // hide followers that overslept.
+                tokio::time::sleep(hold).await;
+                let releases: Vec<String> = (0..FORGED_RELEASES)
+                    .map(|n| format!("released:{n}"))
+                    .collect();
+                self.publish(&releases).await?;
             }
             ("stall", _) => {
                 let ms = hold.as_millis().to_string();
@@ -360,6 +505,43 @@ impl Harness {
             _ => {}
         }
         Ok(())
+    }
+
+    /// Kill the election's Redis and start it again: from the snapshot
+    /// `SAVE` wrote when `from_snapshot`, else empty (the snapshot, if any,
+    /// is removed first). No snapshot is left behind either way.
+    fn restart_redis(&mut self, from_snapshot: bool) -> Result<(), String> {
+        if !from_snapshot {
+            self.remove_snapshot()?;
+        }
+        self.election_redis.restart().map_err(|e| e.to_string())?;
+        self.remove_snapshot()
+    }
+
+    fn remove_snapshot(&self) -> Result<(), String> {
+        match std::fs::remove_file(&self.snapshot) {
+            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("cannot remove {}: {err}", self.snapshot.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Publish on the election's events channel, straight to Redis.
+    async fn publish(&self, messages: &[String]) -> Result<(), String> {
+        let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
+        let client = redis::Client::open(self.election_redis.url()).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut pipe = redis::pipe();
+        for message in messages {
+            pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
+        }
+        pipe.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// Wait for an instance to exit, SIGKILL it after `limit`, and record
@@ -419,6 +601,24 @@ impl Harness {
 pub struct RunOutcome {
     /// Every instance PID started, for the leak check.
     pub started: Vec<i32>,
+}
+
+/// SIGTERM, then SIGKILL after `limit`; how it ended.
+async fn stop_child(child: &mut Child, limit: Duration) -> String {
+    let pid = Pid::from_raw(child.id() as i32);
+    let _ = kill(pid, Signal::SIGTERM);
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return describe(status);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = killpg(pid, Signal::SIGKILL);
+    match child.wait() {
+        Ok(status) => describe(status),
+        Err(_) => "unknown".into(),
+    }
 }
 
 fn describe(status: std::process::ExitStatus) -> String {

@@ -63,43 +63,88 @@ impl Resource {
     }
 }
 
+/// How a library-mode instance campaigns.
+#[derive(Debug, Clone)]
+pub struct Campaign {
+    pub redis_url: String,
+    /// The id it campaigns under (two processes share one under `dup-id`).
+    pub id: String,
+    pub ttl: Duration,
+    /// The largest ttl in the election, when ttls are mixed.
+    pub max_ttl: Option<Duration>,
+    /// Act on the local deadline (off: the unsafe mode that shows the
+    /// checker can fail).
+    pub deadline: bool,
+    /// Switch back on the bugs issue 9 fixed (failing-mode tests).
+    pub issue_9_bugs: bool,
+}
+
+/// Why an instance stopped acting on a term.
+enum End {
+    Shutdown,
+    Lost,
+    /// `churn` (SIGUSR1): drop the term without resigning, campaign again.
+    Churn,
+    /// `rollback` (SIGUSR2): resign, then campaign again shortly after.
+    Handover,
+}
+
 /// Library mode: campaign, write while leader, log everything, until SIGTERM.
 ///
 /// With `deadline = false` (the unsafe mode that shows the checker can
 /// fail), the instance ignores its local deadline and, like the seed
 /// documents' design, trusts a flag that a heartbeat task refreshes once per
 /// renew interval.
-pub async fn run_instance(
-    settings: Settings,
-    redis_url: String,
-    ttl: Duration,
-    deadline: bool,
-) -> Result<(), String> {
+///
+/// Two signals make the leader misbehave the way applications do:
+/// - SIGUSR1 (`churn`): it stops using its term without resigning and
+///   campaigns again at once on the same `Election`. Odd churns drop every
+///   handle (the keeper releases the lease in the background, racing the new
+///   campaign); even ones keep a stale handle and call `resign()` on it just
+///   after the new campaign began.
+/// - SIGUSR2 (`rollback`'s hand-over): it resigns, and campaigns again a
+///   tenth of a ttl later, so another instance leads in between.
+pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), String> {
+    use tokio::signal::unix::{signal, SignalKind};
     let mut log = EventLog::create(&settings.log).map_err(|e| e.to_string())?;
     log.record(&Event::Start {
         inst: settings.inst.clone(),
         t: now_ns(),
     });
+    let mut churn = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+    let mut handover = signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?;
     let mut resource = Resource::connect(&settings.resource_url, settings.fencing).await?;
+    let ttl = campaign.ttl;
+    let deadline = campaign.deadline;
     let election = loop {
-        // The proxy may be cutting us off right now; keep trying.
-        match Election::builder(ELECTION)
-            .redis(&redis_url)
+        let mut builder = Election::builder(ELECTION)
+            .redis(&campaign.redis_url)
             .ttl(ttl)
-            .id(&settings.inst)
-            .build()
-            .await
-        {
+            .id(&campaign.id)
+            .unsafe_issue_9_bugs(campaign.issue_9_bugs);
+        if let Some(max_ttl) = campaign.max_ttl {
+            builder = builder.max_ttl(max_ttl);
+        }
+        // The proxy may be cutting us off right now; keep trying.
+        match builder.build().await {
             Ok(election) => break election,
             Err(err) if err.is_transient() => tokio::time::sleep(ttl / 4).await,
             Err(err) => return Err(err.to_string()),
         }
     };
     let mut shutdown = Box::pin(tenure::shutdown_signal());
+    let mut churns = 0u32;
     loop {
-        let term = tokio::select! {
-            term = election.campaign() => term.map_err(|e| e.to_string())?,
-            _ = &mut shutdown => return Ok(()),
+        let campaigning = election.campaign();
+        tokio::pin!(campaigning);
+        let term = loop {
+            tokio::select! {
+                term = &mut campaigning => break term.map_err(|e| e.to_string())?,
+                _ = &mut shutdown => return Ok(()),
+                // Not leading: nothing to churn or hand over.
+                _ = churn.recv() => {}
+                _ = handover.recv() => {}
+            }
         };
         log.record(&Event::Elected {
             inst: settings.inst.clone(),
@@ -114,20 +159,22 @@ pub async fn run_instance(
                 believes.clone(),
             ))
         });
-        let stopped = loop {
+        let end = loop {
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
-                _ = &mut shutdown => break true,
+                _ = &mut shutdown => break End::Shutdown,
+                _ = churn.recv() => break End::Churn,
+                _ = handover.recv() => break End::Handover,
             }
             let t = now_ns();
             let until = if deadline {
                 if !term.is_leader() {
-                    break false;
+                    break End::Lost;
                 }
                 deadline_ns(term.deadline())
             } else {
                 if !believes.load(Ordering::SeqCst) {
-                    break false;
+                    break End::Lost;
                 }
                 u64::MAX
             };
@@ -144,16 +191,46 @@ pub async fn run_instance(
         if let Some(heartbeat) = heartbeat {
             heartbeat.abort();
         }
-        if stopped {
-            let _ = term.resign().await;
-            log.record(&lost(&settings.inst, &term, LostReason::Shutdown));
-            return Ok(());
-        }
-        let reason = term.lost_reason().unwrap_or(LostReason::DeadlinePassed);
-        log.record(&lost(&settings.inst, &term, reason));
-        if !deadline {
-            // Make sure the keeper has let go before campaigning again.
-            let _ = term.resign().await;
+        match end {
+            End::Shutdown => {
+                let _ = term.resign().await;
+                log.record(&lost(&settings.inst, &term, LostReason::Shutdown));
+                return Ok(());
+            }
+            End::Lost => {
+                let reason = term.lost_reason().unwrap_or(LostReason::DeadlinePassed);
+                log.record(&lost(&settings.inst, &term, reason));
+                if !deadline {
+                    // Make sure the keeper has let go before campaigning again.
+                    let _ = term.resign().await;
+                }
+            }
+            End::Churn => {
+                // The instance stops acting now; the term itself lives on
+                // until its keeper (or the stale handle) lets go.
+                log.record(&Event::Lost {
+                    inst: settings.inst.clone(),
+                    token: term.token(),
+                    t: now_ns(),
+                    reason: "dropped".into(),
+                });
+                churns += 1;
+                if churns.is_multiple_of(2) {
+                    let stale = term;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        let _ = stale.resign().await;
+                    });
+                } else {
+                    // Every handle: the keeper releases in the background.
+                    drop(term);
+                }
+            }
+            End::Handover => {
+                let _ = term.resign().await;
+                log.record(&lost(&settings.inst, &term, LostReason::Resigned));
+                tokio::time::sleep(ttl / 10).await;
+            }
         }
     }
 }

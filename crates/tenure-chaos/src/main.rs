@@ -50,13 +50,11 @@ enum Command {
         /// fork, out of CMD's process group.
         #[arg(long, requires = "cli")]
         escaping_cmd: bool,
-        /// Fault kinds to draw from (comma-separated). CLI mode adds
-        /// `pause-tenure-only` (SIGSTOP of tenure alone) and `kill-guardian`.
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "kill,pause,restart,cut,drop,delay,stall,graceful"
-        )]
+        /// Fault kinds to draw from (comma-separated). Default: every kind
+        /// of the mode (library mode: all but `pause-tenure-only` and
+        /// `kill-guardian`; CLI mode: all but churn, rollback, mixed-ttl and
+        /// dup-id).
+        #[arg(long, value_delimiter = ',')]
         faults: Vec<String>,
         /// Unsafe: instances ignore their local deadline (the checker must object).
         #[arg(long)]
@@ -64,6 +62,14 @@ enum Command {
         /// Unsafe: the resource accepts stale tokens (the checker must object).
         #[arg(long)]
         unsafe_no_fencing: bool,
+        /// Unsafe: instances run with the bugs issue 9 fixed switched back on
+        /// (the checker must object under churn, rollback, mixed-ttl, dup-id;
+        /// forged announcements cost liveness).
+        #[arg(long)]
+        unsafe_issue_9_bugs: bool,
+        /// Exit 1 also when the liveness goal is missed.
+        #[arg(long)]
+        require_live: bool,
     },
     /// Check the logs of an earlier run.
     Check {
@@ -81,10 +87,17 @@ enum Command {
         redis: String,
         #[arg(long, value_parser = humantime::parse_duration)]
         ttl: Duration,
+        /// The id to campaign under (default: the instance name).
+        #[arg(long)]
+        id: Option<String>,
+        #[arg(long, value_parser = humantime::parse_duration)]
+        max_ttl: Option<Duration>,
         #[command(flatten)]
         common: Common,
         #[arg(long)]
         unsafe_no_deadline: bool,
+        #[arg(long)]
+        unsafe_issue_9_bugs: bool,
     },
     /// Internal: the command `tenure run` supervises in CLI mode.
     #[command(hide = true)]
@@ -132,16 +145,26 @@ fn main() {
                 inst,
                 redis,
                 ttl,
+                id,
+                max_ttl,
                 common,
                 unsafe_no_deadline,
+                unsafe_issue_9_bugs,
             } => {
-                let settings = settings(inst, common);
-                report_err(instance::run_instance(settings, redis, ttl, !unsafe_no_deadline).await)
+                let campaign = instance::Campaign {
+                    redis_url: redis,
+                    id: id.unwrap_or_else(|| inst.clone()),
+                    ttl,
+                    max_ttl,
+                    deadline: !unsafe_no_deadline,
+                    issue_9_bugs: unsafe_issue_9_bugs,
+                };
+                report_err(instance::run_instance(settings(inst, common), campaign).await)
             }
             Command::Writer { inst, common } => {
                 report_err(instance::run_writer(settings(inst, common)).await)
             }
-            Command::Check { dir, ttl } => check(&dir, ttl, Vec::new()),
+            Command::Check { dir, ttl } => check(&dir, ttl, Vec::new(), false),
             Command::Run {
                 seed,
                 duration,
@@ -153,7 +176,23 @@ fn main() {
                 faults,
                 unsafe_no_deadline,
                 unsafe_no_fencing,
+                unsafe_issue_9_bugs,
+                require_live,
             } => {
+                let faults: Vec<String> = if faults.is_empty() {
+                    let excluded: &[&str] = if cli.is_some() {
+                        &harness::LIBRARY_ONLY
+                    } else {
+                        &harness::CLI_ONLY
+                    };
+                    harness::FAULT_KINDS
+                        .iter()
+                        .filter(|kind| !excluded.contains(kind))
+                        .map(|kind| kind.to_string())
+                        .collect()
+                } else {
+                    faults
+                };
                 if let Some(bad) = faults
                     .iter()
                     .find(|f| !harness::FAULT_KINDS.contains(&f.as_str()))
@@ -162,6 +201,15 @@ fn main() {
                         "tenure-chaos: unknown fault {bad:?}; known: {}",
                         harness::FAULT_KINDS.join(",")
                     );
+                    return 2;
+                }
+                if let (Some(_), Some(bad)) = (
+                    &cli,
+                    faults
+                        .iter()
+                        .find(|f| harness::LIBRARY_ONLY.contains(&f.as_str())),
+                ) {
+                    eprintln!("tenure-chaos: fault {bad:?} needs library mode (no --cli)");
                     return 2;
                 }
                 let config = harness::RunConfig {
@@ -174,6 +222,7 @@ fn main() {
                     escaping_cmd,
                     deadline: !unsafe_no_deadline,
                     fencing: !unsafe_no_fencing,
+                    issue_9_bugs: unsafe_issue_9_bugs,
                     faults,
                 };
                 println!(
@@ -187,7 +236,7 @@ fn main() {
                     Err(err) => Err(err),
                 };
                 match outcome {
-                    Ok(outcome) => check(&out, ttl, leaked(&out, &outcome.started)),
+                    Ok(outcome) => check(&out, ttl, leaked(&out, &outcome.started), require_live),
                     Err(err) => {
                         eprintln!("tenure-chaos: {err}");
                         2
@@ -220,8 +269,8 @@ fn report_err(result: Result<(), String>) -> i32 {
 }
 
 /// Judge the run in `dir`; write report.json, report.md and timeline.svg.
-/// Exit code 1 when unsafe.
-fn check(dir: &Path, ttl: Duration, leaked: Vec<String>) -> i32 {
+/// Exit code 1 when unsafe (or, with `require_live`, not live).
+fn check(dir: &Path, ttl: Duration, leaked: Vec<String>, require_live: bool) -> i32 {
     let (events, torn) = match log::read_dir(dir) {
         Ok(read) => read,
         Err(err) => {
@@ -258,7 +307,7 @@ fn check(dir: &Path, ttl: Duration, leaked: Vec<String>) -> i32 {
         dir.join("report.json").display(),
         dir.join("timeline.svg").display()
     );
-    if report.safe {
+    if report.safe && (report.live || !require_live) {
         0
     } else {
         1
@@ -291,12 +340,23 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
 }
 
 /// Processes still running that belong to this run: any started PID, or
-/// any process whose command line names the run's directory.
+/// any process whose command line names the run's directory, except this
+/// process and its ancestors (a wrapper such as `flock ... cargo run`
+/// names the directory too).
 fn leaked(dir: &Path, started: &[i32]) -> Vec<String> {
     let marker = dir.display().to_string();
-    tenure_procs::all()
-        .into_iter()
-        .filter(|p| !p.zombie)
+    let all = tenure_procs::all();
+    let mut ancestors = vec![std::process::id() as i32];
+    while let Some(parent) = all
+        .iter()
+        .find(|p| Some(&p.pid) == ancestors.last())
+        .map(|p| p.ppid)
+        .filter(|ppid| *ppid > 1 && !ancestors.contains(ppid))
+    {
+        ancestors.push(parent);
+    }
+    all.into_iter()
+        .filter(|p| !p.zombie && !ancestors.contains(&p.pid))
         .filter_map(|p| {
             let cmdline = tenure_procs::cmdline(p.pid);
             let ours = started.contains(&p.pid)

@@ -1,23 +1,38 @@
 //! The checker must be able to fail: with the safety mechanisms switched
-//! off, a real run under pauses must be reported unsafe.
+//! off, a real run under pauses must be reported unsafe; with the bugs
+//! issue 9 fixed switched back on, each fault kind that reaches them must
+//! be reported unsafe (or, for forged announcements, not live).
 
 use std::path::PathBuf;
 use std::process::Command;
 
-fn run(name: &str, extra: &[&str]) -> (i32, serde_json::Value) {
+/// One run: `faults` on `instances` instances for `duration`, seeded.
+struct Run<'a> {
+    name: &'a str,
+    seed: &'a str,
+    duration: &'a str,
+    instances: &'a str,
+    faults: &'a str,
+}
+
+const PAUSES: Run = Run {
+    name: "",
+    seed: "11",
+    duration: "15s",
+    instances: "3",
+    faults: "pause",
+};
+
+fn run(run: Run, extra: &[&str]) -> (i32, serde_json::Value) {
     let out: PathBuf =
-        std::env::temp_dir().join(format!("tenure-chaos-{name}-{}", std::process::id()));
+        std::env::temp_dir().join(format!("tenure-chaos-{}-{}", run.name, std::process::id()));
     let status = Command::new(env!("CARGO_BIN_EXE_tenure-chaos"))
+        .args(["run", "--seed", run.seed, "--duration", run.duration])
         .args([
-            "run",
-            "--seed",
-            "11",
-            "--duration",
-            "15s",
             "--instances",
-            "3",
+            run.instances,
             "--faults",
-            "pause",
+            run.faults,
             "--out",
         ])
         .arg(&out)
@@ -32,9 +47,24 @@ fn run(name: &str, extra: &[&str]) -> (i32, serde_json::Value) {
     )
 }
 
+/// With the bugs issue 9 fixed switched back on, `faults` must make the
+/// checker report overlapping leaders.
+fn issue_9_bugs_overlap(run_: Run) {
+    let (code, report) = run(run_, &["--unsafe-issue-9-bugs"]);
+    assert_eq!(code, 1, "the run is judged unsafe: {report}");
+    assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["safe"], false);
+}
+
 #[test]
 fn ignoring_the_local_deadline_is_reported_as_overlapping_leaders() {
-    let (code, report) = run("no-deadline", &["--unsafe-no-deadline"]);
+    let (code, report) = run(
+        Run {
+            name: "no-deadline",
+            ..PAUSES
+        },
+        &["--unsafe-no-deadline"],
+    );
     assert_eq!(code, 1, "the run is judged unsafe: {report}");
     assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["safe"], false);
@@ -43,7 +73,10 @@ fn ignoring_the_local_deadline_is_reported_as_overlapping_leaders() {
 #[test]
 fn ignoring_fencing_lets_stale_writes_in_and_the_checker_sees_them() {
     let (code, report) = run(
-        "no-fencing",
+        Run {
+            name: "no-fencing",
+            ..PAUSES
+        },
         &["--unsafe-no-deadline", "--unsafe-no-fencing"],
     );
     assert_eq!(code, 1, "the run is judged unsafe: {report}");
@@ -55,4 +88,74 @@ fn ignoring_fencing_lets_stale_writes_in_and_the_checker_sees_them() {
         report["writes_rejected"], 0,
         "nothing is rejected without fencing"
     );
+}
+
+#[test]
+fn adopting_a_dropped_term_is_reported_as_overlapping_leaders() {
+    // The old `campaign()` after a drop (or beside a stale handle's
+    // resign) adopted the lease being released, which then vanished under it.
+    issue_9_bugs_overlap(Run {
+        name: "churn",
+        faults: "churn",
+        ..PAUSES
+    });
+}
+
+#[test]
+fn adopting_a_lease_restored_by_a_rollback_is_reported_as_overlapping_leaders() {
+    // An adopted old lease leaves the epoch unrefreshed, so later rollbacks
+    // find no second leader to overlap; kills start fresh terms in between.
+    // Kills alone are safe with the old code too (a respawn has a new id).
+    issue_9_bugs_overlap(Run {
+        name: "rollback",
+        seed: "2",
+        duration: "20s",
+        faults: "rollback,kill",
+        ..PAUSES
+    });
+}
+
+#[test]
+fn a_grace_period_of_the_candidates_own_ttl_is_reported_as_overlapping_leaders() {
+    // i1 runs at 1 s, i2 at 0.5 s: when i1 leads and is cut off as Redis
+    // loses its data, only the grace period stops i2, and the old one
+    // lasted i2's ttl, not i1's.
+    issue_9_bugs_overlap(Run {
+        name: "mixed-ttl",
+        duration: "20s",
+        instances: "2",
+        faults: "mixed-ttl",
+        ..PAUSES
+    });
+}
+
+#[test]
+fn two_processes_adopting_one_ids_lease_are_reported_as_overlapping_leaders() {
+    issue_9_bugs_overlap(Run {
+        name: "dup-id",
+        faults: "dup-id",
+        ..PAUSES
+    });
+}
+
+#[test]
+fn followers_oversleeping_a_forged_renewal_miss_the_liveness_goal() {
+    // Forged announcements cost liveness, never safety: followers that
+    // believe `renewed:1:3600000` sleep until a respawned instance leads.
+    let (code, report) = run(
+        Run {
+            name: "forged",
+            duration: "20s",
+            faults: "forged",
+            ..PAUSES
+        },
+        &["--unsafe-issue-9-bugs", "--require-live"],
+    );
+    assert_eq!(code, 1, "the run misses the liveness goal: {report}");
+    assert_eq!(report["safe"], true, "{report}");
+    assert_eq!(report["live"], false, "{report}");
+    let gap = report["longest_gap_outside_redis_faults_ms"]
+        .as_f64()
+        .unwrap();
+    assert!(gap > 1350.0, "{report}");
 }

@@ -70,6 +70,8 @@ pub(crate) struct Settings {
     pub tls_ca: Option<PathBuf>,
     pub max_ttl: Option<Duration>,
     pub allow_eviction: bool,
+    /// See [`ElectionBuilder::unsafe_issue_9_bugs`]; elections only.
+    pub issue_9_bugs: bool,
 }
 
 impl Default for Settings {
@@ -84,6 +86,7 @@ impl Default for Settings {
             tls_ca: None,
             max_ttl: None,
             allow_eviction: false,
+            issue_9_bugs: false,
         }
     }
 }
@@ -224,6 +227,22 @@ impl ElectionBuilder {
         self
     }
 
+    /// **Unsafe; for tenure-chaos's failing-mode tests only.** Switches
+    /// back on the bugs issue 9 fixed, so the chaos suite can show that its
+    /// checker catches them:
+    /// - a lease found under this instance's id is adopted (keeping its
+    ///   token) whatever attempt wrote it, before the start-up grace period:
+    ///   an earlier term being released, a lease restored by a rollback, or
+    ///   another process using the same id;
+    /// - the grace period covers only this instance's own ttl;
+    /// - a renewal announcement pushes a follower's wait back as far as it
+    ///   says, and announcements trigger attempts without pacing.
+    #[doc(hidden)]
+    pub fn unsafe_issue_9_bugs(mut self, on: bool) -> Self {
+        self.settings.issue_9_bugs = on;
+        self
+    }
+
     /// Validate the settings and connect.
     ///
     /// Fails with [`Error::Config`] on invalid settings, and with
@@ -265,6 +284,7 @@ impl ElectionBuilder {
                 grace_ms: AtomicU64::new(
                     self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64
                 ),
+                issue_9_bugs: self.settings.issue_9_bugs,
             }),
         })
     }
@@ -279,6 +299,8 @@ struct Inner {
     /// The start-up grace period this instance asks for: the largest of its
     /// ttl, its max_ttl setting and every lease ttl it has seen.
     grace_ms: AtomicU64,
+    /// See [`ElectionBuilder::unsafe_issue_9_bugs`].
+    issue_9_bugs: bool,
 }
 
 /// The campaign attempts of one [`Election`] value.
@@ -507,8 +529,14 @@ impl Election {
                     // and never more than one such ttl past the expiry the
                     // store just reported: announcements are hints.
                     let ttl = holder.ttl.max(timing.ttl);
-                    let woken = wait_for_turn(&mut notices, seen, until, until + ttl, ttl).await;
-                    if woken == Woken::Announcement {
+                    let (limit, ttl) = if self.inner.issue_9_bugs {
+                        let unbounded = Duration::from_secs(365 * 24 * 3600);
+                        (until + unbounded, unbounded)
+                    } else {
+                        (until + ttl, ttl)
+                    };
+                    let woken = wait_for_turn(&mut notices, seen, until, limit, ttl).await;
+                    if woken == Woken::Announcement && !self.inner.issue_9_bugs {
                         pace.before_attempt(sent, timing.retry_every).await;
                     }
                 }
@@ -531,14 +559,26 @@ impl Election {
     /// One acquire request for `attempt`, bounded by the call timeout.
     async fn acquire_once(&self, attempt: &str) -> Result<AcquireReply> {
         let timing = &self.inner.timing;
+        let bugs = self.inner.issue_9_bugs;
         let request = AcquireRequest {
             id: &self.inner.id,
             attempt,
             ttl_ms: timing.ttl_ms(),
-            grace_ms: self.inner.grace_ms.load(Ordering::Relaxed),
+            grace_ms: if bugs {
+                timing.ttl_ms()
+            } else {
+                self.inner.grace_ms.load(Ordering::Relaxed)
+            },
         };
         let acquire = self.inner.backend.acquire(&request);
-        self.inner.call(timing.call_timeout, acquire).await
+        match self.inner.call(timing.call_timeout, acquire).await? {
+            AcquireReply::Held(holder) if bugs && holder.owner == self.inner.id => {
+                Ok(AcquireReply::Won {
+                    token: holder.token,
+                })
+            }
+            reply => Ok(reply),
+        }
     }
 
     /// Remember what a lease held by someone else tells: its ttl may be
