@@ -16,7 +16,7 @@ use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
-use crate::backend::redis::{RedisBackend, RedisTarget, StoreChecks};
+use crate::backend::redis::{election_backend, RedisTarget, StoreChecks};
 use crate::backend::{Backend, Notices};
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
@@ -31,7 +31,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "tenure";
 
-enum Store {
+/// Where an election's leases are to be kept, as the builder was told.
+enum StoreSpec {
     Redis(String),
     Memory(MemoryStore),
 }
@@ -55,7 +56,7 @@ enum Store {
 #[must_use]
 pub struct ElectionBuilder {
     name: String,
-    store: Option<Store>,
+    store: Option<StoreSpec>,
     settings: Settings,
 }
 
@@ -136,13 +137,13 @@ impl ElectionBuilder {
     /// `rediss://` for TLS (server verified against the system's roots, or
     /// [`ElectionBuilder::tls_ca_file`]).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.store = Some(Store::Redis(url.into()));
+        self.store = Some(StoreSpec::Redis(url.into()));
         self
     }
 
     /// Use an in-memory store (tests).
     pub fn memory(mut self, store: &MemoryStore) -> Self {
-        self.store = Some(Store::Memory(store.clone()));
+        self.store = Some(StoreSpec::Memory(store.clone()));
         self
     }
 
@@ -258,8 +259,8 @@ impl ElectionBuilder {
                     "no store given: call .redis(url) or .memory(&store)".into(),
                 ))
             }
-            Some(Store::Memory(store)) => Backend::Memory(store.backend(&self.name)),
-            Some(Store::Redis(url)) => {
+            Some(StoreSpec::Memory(store)) => store.backend(&self.name, keys),
+            Some(StoreSpec::Redis(url)) => {
                 let target = RedisTarget {
                     url,
                     tls_ca: self.settings.tls_ca,
@@ -268,9 +269,7 @@ impl ElectionBuilder {
                     partitions: false,
                     allow_eviction: self.settings.allow_eviction,
                 };
-                Backend::Redis(Box::new(
-                    RedisBackend::connect(target, keys, timing.call_timeout, checks).await?,
-                ))
+                election_backend(target, &self.name, keys, timing.call_timeout, checks).await?
             }
         };
         metrics::describe();

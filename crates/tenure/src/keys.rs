@@ -35,6 +35,8 @@ pub(crate) struct Keys {
     pub last_run: String,
     pub probe: String,
     pub prefix_epoch: String,
+    /// For a partition set named `NAME`: its member set.
+    pub members: String,
 }
 
 impl Keys {
@@ -47,6 +49,7 @@ impl Keys {
             last_run: format!("{prefix}:{{{name}}}:last-run"),
             probe: format!("{prefix}:{{{name}}}:probe"),
             prefix_epoch: format!("{prefix}:epoch"),
+            members: format!("{prefix}:{{{name}}}:members"),
         }
     }
 

@@ -7,14 +7,15 @@
 //! server: revoke a lease now, hand it to another owner, lose all data, or
 //! make every call fail or hang.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::Notices;
+use super::{Backend, Notices, Op, Reply, Store};
+use crate::keys::Keys;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::term::LeaderInfo;
@@ -100,6 +101,8 @@ struct StoreState {
     wiped: bool,
     grace_since: HashMap<String, Instant>,
     calls: HashMap<String, Calls>,
+    /// Partition-set members by group: heartbeat expiry by member id.
+    members: HashMap<String, BTreeMap<String, Instant>>,
 }
 
 /// How many requests an election's members made of a [`MemoryStore`]:
@@ -114,6 +117,8 @@ pub struct Calls {
     pub resign: u64,
     /// Leader look-ups.
     pub inspect: u64,
+    /// Partition-set heartbeats (counted under the group's name).
+    pub heartbeat: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -274,10 +279,44 @@ impl MemoryStore {
             .map(|lease| LeaderInfo::from(holder_of(lease, now)))
     }
 
-    pub(crate) fn backend(&self, election: &str) -> MemoryBackend {
-        MemoryBackend {
-            store: self.clone(),
-            election: election.to_string(),
+    /// One election's view of this store, as the election's backend.
+    pub(crate) fn backend(&self, election: &str, keys: Keys) -> Backend {
+        let notices = self
+            .lock()
+            .notices
+            .entry(election.to_string())
+            .or_insert_with(|| watch::channel(Notices::default()).0)
+            .subscribe();
+        Backend::new(
+            Store::Memory(self.clone()),
+            election.to_string(),
+            keys,
+            notices,
+            None,
+        )
+    }
+
+    /// Carry out `ops` under one lock, as one round trip: each is counted,
+    /// then the configured fault applies to the batch as a whole.
+    pub(crate) async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
+        let fault = {
+            let mut state = self.lock();
+            for op in ops {
+                state.count(op);
+            }
+            state.fault
+        };
+        match fault {
+            Fault::None | Fault::LoseReplies => {}
+            Fault::Fail => return Err(Error::Unavailable),
+            Fault::Stall => std::future::pending().await,
+        }
+        let now = Instant::now();
+        let mut state = self.lock();
+        let replies = ops.iter().map(|op| Ok(state.apply(op, now))).collect();
+        match state.fault {
+            Fault::LoseReplies => Err(Error::Unavailable),
+            _ => Ok(replies),
         }
     }
 }
@@ -293,74 +332,91 @@ fn holder_of(lease: &Lease, now: Instant) -> Holder {
     }
 }
 
-/// One election's view of a [`MemoryStore`].
-pub(crate) struct MemoryBackend {
-    store: MemoryStore,
-    election: String,
-}
-
-impl MemoryBackend {
-    /// Count the request, then apply the configured fault.
-    async fn reachable(&self, count: impl FnOnce(&mut Calls)) -> Result<()> {
-        let fault = {
-            let mut state = self.store.lock();
-            count(state.calls.entry(self.election.clone()).or_default());
-            state.fault
+impl StoreState {
+    fn count(&mut self, op: &Op<'_>) {
+        let (name, count): (&str, fn(&mut Calls)) = match op {
+            Op::Heartbeat { group, .. } => (group, |c| c.heartbeat += 1),
+            Op::Acquire { name, .. } => (name, |c| c.acquire += 1),
+            Op::Renew { name, .. } => (name, |c| c.renew += 1),
+            Op::Resign { name, .. } => (name, |c| c.resign += 1),
+            Op::Inspect { name, .. } => (name, |c| c.inspect += 1),
         };
-        match fault {
-            Fault::None | Fault::LoseReplies => Ok(()),
-            Fault::Fail => Err(Error::Unavailable),
-            Fault::Stall => std::future::pending().await,
-        }
+        count(self.calls.entry(name.to_string()).or_default());
     }
 
-    /// The reply to a call that was carried out, unless replies are lost.
-    fn deliver<T>(&self, reply: Result<T>) -> Result<T> {
-        match self.store.lock().fault {
-            Fault::LoseReplies => Err(Error::Unavailable),
-            _ => reply,
+    fn apply(&mut self, op: &Op<'_>, now: Instant) -> Reply {
+        match *op {
+            Op::Heartbeat {
+                group,
+                member,
+                ttl_ms,
+                join,
+                ..
+            } => {
+                let members = self.members.entry(group.to_string()).or_default();
+                members.retain(|_, expires| *expires > now);
+                if join {
+                    members.insert(member.to_string(), now + Duration::from_millis(ttl_ms));
+                } else {
+                    members.remove(member);
+                }
+                Reply::Members {
+                    members: members.keys().cloned().collect(),
+                    phantoms: 0,
+                }
+            }
+            Op::Acquire { name, request, .. } => Reply::Acquire(self.acquire(name, &request, now)),
+            Op::Renew {
+                name,
+                id,
+                token,
+                ttl_ms,
+                announce,
+                ..
+            } => Reply::Renew(self.renew(name, id, token, ttl_ms, announce, now)),
+            Op::Resign {
+                name, id, token, ..
+            } => Reply::Resign(self.resign(name, id, token, now)),
+            Op::Inspect { name, .. } => Reply::Inspect(
+                self.live_lease(name, now)
+                    .map(|lease| holder_of(lease, now)),
+            ),
         }
     }
 
     /// As `acquire.lua`: a lease of another term is reported; in the
     /// start-up grace period nothing is granted or adopted; a lease written
     /// by this same attempt is adopted; else a new term begins.
-    pub async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
-        self.reachable(|c| c.acquire += 1).await?;
-        let reply = self.acquire_now(request);
-        self.deliver(reply)
-    }
-
-    fn acquire_now(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
+    fn acquire(
+        &mut self,
+        election: &str,
+        request: &AcquireRequest<'_>,
+        now: Instant,
+    ) -> AcquireReply {
         let ttl = Duration::from_millis(request.ttl_ms);
-        let now = Instant::now();
-        let mut state = self.store.lock();
-        let ours = match state.live_lease(&self.election, now) {
+        let ours = match self.live_lease(election, now) {
             Some(lease) if lease.owner == request.id && lease.attempt == request.attempt => true,
-            Some(lease) => return Ok(AcquireReply::Held(holder_of(lease, now))),
+            Some(lease) => return AcquireReply::Held(holder_of(lease, now)),
             None => false,
         };
-        if state.wiped {
-            let since = *state
-                .grace_since
-                .entry(self.election.clone())
-                .or_insert(now);
+        if self.wiped {
+            let since = *self.grace_since.entry(election.to_string()).or_insert(now);
             let grace = ttl.max(Duration::from_millis(request.grace_ms));
             if now < since + grace {
-                return Ok(AcquireReply::Grace {
+                return AcquireReply::Grace {
                     wait: since + grace - now,
-                });
+                };
             }
         }
         if ours {
-            if let Some(lease) = state.live_lease(&self.election, now) {
+            if let Some(lease) = self.live_lease(election, now) {
                 lease.expires = now + ttl;
-                return Ok(AcquireReply::Won { token: lease.token });
+                return AcquireReply::Won { token: lease.token };
             }
         }
-        let token = state.next_token(&self.election);
-        state.leases.insert(
-            self.election.clone(),
+        let token = self.next_token(election);
+        self.leases.insert(
+            election.to_string(),
             Lease {
                 owner: request.id.to_string(),
                 token,
@@ -370,72 +426,43 @@ impl MemoryBackend {
                 ttl,
             },
         );
-        state.notify(&self.election, |n| n.acquired += 1);
-        Ok(AcquireReply::Won { token })
+        self.notify(election, |n| n.acquired += 1);
+        AcquireReply::Won { token }
     }
 
-    pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
-        self.reachable(|c| c.renew += 1).await?;
-        let reply = self.renew_now(owner, token, ttl_ms);
-        self.deliver(reply)
-    }
-
-    fn renew_now(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
-        let now = Instant::now();
-        let mut state = self.store.lock();
-        match state.live_lease(&self.election, now) {
-            Some(lease) if lease.owner == owner && lease.token == token => {
+    fn renew(
+        &mut self,
+        election: &str,
+        id: &str,
+        token: u64,
+        ttl_ms: u64,
+        announce: bool,
+        now: Instant,
+    ) -> RenewReply {
+        match self.live_lease(election, now) {
+            Some(lease) if lease.owner == id && lease.token == token => {
                 lease.expires = now + Duration::from_millis(ttl_ms);
-                state.notify(&self.election, |n| {
-                    n.renewed += 1;
-                    n.renewed_ttl_ms = ttl_ms;
-                });
-                Ok(RenewReply::Renewed)
+                if announce {
+                    self.notify(election, |n| {
+                        n.renewed += 1;
+                        n.renewed_ttl_ms = ttl_ms;
+                    });
+                }
+                RenewReply::Renewed
             }
-            Some(lease) => Ok(RenewReply::NotOwner(Some(holder_of(lease, now)))),
-            None => Ok(RenewReply::NotOwner(None)),
+            Some(lease) => RenewReply::NotOwner(Some(holder_of(lease, now))),
+            None => RenewReply::NotOwner(None),
         }
     }
 
-    pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
-        self.reachable(|c| c.resign += 1).await?;
-        let reply = self.resign_now(owner, token);
-        self.deliver(reply)
-    }
-
-    fn resign_now(&self, owner: &str, token: u64) -> Result<bool> {
-        let now = Instant::now();
-        let mut state = self.store.lock();
-        let ours = state
-            .live_lease(&self.election, now)
-            .is_some_and(|lease| lease.owner == owner && lease.token == token);
+    fn resign(&mut self, election: &str, id: &str, token: u64, now: Instant) -> bool {
+        let ours = self
+            .live_lease(election, now)
+            .is_some_and(|lease| lease.owner == id && lease.token == token);
         if ours {
-            state.leases.remove(&self.election);
-            state.notify(&self.election, |n| n.released += 1);
+            self.leases.remove(election);
+            self.notify(election, |n| n.released += 1);
         }
-        Ok(ours)
-    }
-
-    pub async fn inspect(&self) -> Result<Option<Holder>> {
-        self.reachable(|c| c.inspect += 1).await?;
-        let reply = self.inspect_now();
-        self.deliver(reply)
-    }
-
-    fn inspect_now(&self) -> Result<Option<Holder>> {
-        let now = Instant::now();
-        let mut state = self.store.lock();
-        Ok(state
-            .live_lease(&self.election, now)
-            .map(|lease| holder_of(lease, now)))
-    }
-
-    pub fn notices(&self) -> watch::Receiver<Notices> {
-        self.store
-            .lock()
-            .notices
-            .entry(self.election.clone())
-            .or_insert_with(|| watch::channel(Notices::default()).0)
-            .subscribe()
+        ours
     }
 }

@@ -1,20 +1,26 @@
 //! Where leases live: the seam between the election logic and storage.
 //!
-//! A backend offers four atomic operations on one election's lease
-//! (acquire, renew, resign, inspect) and a stream of hints that the lease
+//! A [`Store`] carries out atomic operations on leases ([`Op`]: acquire,
+//! renew, resign, inspect, and a partition-set member's heartbeat), any
+//! number of them in one round trip ([`Store::batch`]), and a [`Backend`]
+//! is one election's view of it, with a stream of hints that the lease
 //! changed hands. [`redis`] is the production backend; [`memory`] is a
-//! deterministic in-process stand-in for tests. An etcd backend (lease +
-//! revision as the token) fits the same seam: it becomes one more variant of
-//! [`Backend`], with no change to the public API.
+//! deterministic in-process stand-in for tests. Nothing outside this module
+//! talks to a store. An etcd backend (lease + revision as the token) fits
+//! the same seam: one more variant of [`Store`], with no change to the
+//! public API.
 
 pub(crate) mod memory;
 pub(crate) mod redis;
 
+use std::sync::Arc;
+
 use tokio::sync::watch;
 
+use crate::keys::Keys;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Counters of lease events seen on the notification channel. They are
 /// hints: a missed message costs at most one TTL of waiting, because the
@@ -32,53 +38,207 @@ pub(crate) struct Notices {
     pub renewed_ttl_ms: u64,
 }
 
-/// One election's storage.
-pub(crate) enum Backend {
-    Redis(Box<redis::RedisBackend>),
-    Memory(memory::MemoryBackend),
+/// One operation on the store, addressed by election (or group) name and
+/// keys. [`Store::batch`] carries out any number of them in one round trip,
+/// and a single operation is a batch of one, so each operation's layout
+/// (the scripts' KEYS and ARGV) is written exactly once, in the backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Op<'a> {
+    /// A partition-set member's heartbeat (`join`), or its farewell; the
+    /// reply lists the live members.
+    Heartbeat {
+        group: &'a str,
+        keys: &'a Keys,
+        member: &'a str,
+        ttl_ms: u64,
+        join: bool,
+    },
+    Acquire {
+        name: &'a str,
+        keys: &'a Keys,
+        request: AcquireRequest<'a>,
+    },
+    /// Renew the term (id, token). `announce` publishes `renewed:` so that
+    /// followers stay quiet (elections; partition sets have no followers).
+    Renew {
+        name: &'a str,
+        keys: &'a Keys,
+        id: &'a str,
+        token: u64,
+        ttl_ms: u64,
+        announce: bool,
+    },
+    Resign {
+        name: &'a str,
+        keys: &'a Keys,
+        id: &'a str,
+        token: u64,
+    },
+    Inspect {
+        name: &'a str,
+        keys: &'a Keys,
+    },
+}
+
+/// The reply to one [`Op`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Members { members: Vec<String>, phantoms: u64 },
+    Acquire(AcquireReply),
+    Renew(RenewReply),
+    Resign(bool),
+    Inspect(Option<Holder>),
+}
+
+impl Reply {
+    fn mismatch(self) -> Error {
+        Error::Redis(format!("internal: unexpected reply {self:?}"))
+    }
+
+    pub fn into_members(self) -> Result<(Vec<String>, u64)> {
+        match self {
+            Reply::Members { members, phantoms } => Ok((members, phantoms)),
+            other => Err(other.mismatch()),
+        }
+    }
+
+    pub fn into_acquire(self) -> Result<AcquireReply> {
+        match self {
+            Reply::Acquire(reply) => Ok(reply),
+            other => Err(other.mismatch()),
+        }
+    }
+
+    pub fn into_renew(self) -> Result<RenewReply> {
+        match self {
+            Reply::Renew(reply) => Ok(reply),
+            other => Err(other.mismatch()),
+        }
+    }
+
+    pub fn into_resign(self) -> Result<bool> {
+        match self {
+            Reply::Resign(released) => Ok(released),
+            other => Err(other.mismatch()),
+        }
+    }
+
+    pub fn into_inspect(self) -> Result<Option<Holder>> {
+        match self {
+            Reply::Inspect(holder) => Ok(holder),
+            other => Err(other.mismatch()),
+        }
+    }
+}
+
+/// A store: where any number of elections keep their leases.
+#[derive(Clone)]
+pub(crate) enum Store {
+    Redis(Arc<redis::RedisStore>),
+    Memory(memory::MemoryStore),
+}
+
+impl Store {
+    /// Carry out `ops` in one round trip: one pipeline on Redis, one lock
+    /// on the memory store. The outer error means the round trip failed as
+    /// a whole (no reply: the operations may or may not have run); the inner
+    /// ones are each operation's own.
+    pub async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
+        match self {
+            Store::Redis(store) => store.batch(ops).await,
+            Store::Memory(store) => store.batch(ops).await,
+        }
+    }
+
+    /// One operation.
+    pub async fn one(&self, op: Op<'_>) -> Result<Reply> {
+        let mut replies = self.batch(&[op]).await?;
+        replies
+            .pop()
+            .unwrap_or_else(|| Err(Error::Redis("internal: a batch of one had no reply".into())))
+    }
+
+    /// Drop the current connection for a new one (after a timeout: the call
+    /// may have run, and the connection may be dead).
+    pub fn reset(&self) {
+        if let Store::Redis(store) = self {
+            store.reset();
+        }
+    }
+}
+
+/// One election's storage: its store, its keys, and its announcements.
+pub(crate) struct Backend {
+    store: Store,
+    name: String,
+    keys: Keys,
+    notices: watch::Receiver<Notices>,
+    /// Ends the subscription to the election's announcements (Redis).
+    _subscription: Option<tokio_util::sync::DropGuard>,
 }
 
 impl Backend {
+    pub fn new(
+        store: Store,
+        name: String,
+        keys: Keys,
+        notices: watch::Receiver<Notices>,
+        subscription: Option<tokio_util::sync::DropGuard>,
+    ) -> Self {
+        Backend {
+            store,
+            name,
+            keys,
+            notices,
+            _subscription: subscription,
+        }
+    }
+
     pub async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
-        match self {
-            Backend::Redis(b) => b.acquire(request).await,
-            Backend::Memory(b) => b.acquire(request).await,
-        }
+        let op = Op::Acquire {
+            name: &self.name,
+            keys: &self.keys,
+            request: *request,
+        };
+        self.store.one(op).await?.into_acquire()
     }
 
-    pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
-        match self {
-            Backend::Redis(b) => b.renew(owner, token, ttl_ms).await,
-            Backend::Memory(b) => b.renew(owner, token, ttl_ms).await,
-        }
+    pub async fn renew(&self, id: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
+        let op = Op::Renew {
+            name: &self.name,
+            keys: &self.keys,
+            id,
+            token,
+            ttl_ms,
+            announce: true,
+        };
+        self.store.one(op).await?.into_renew()
     }
 
-    pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
-        match self {
-            Backend::Redis(b) => b.resign(owner, token).await,
-            Backend::Memory(b) => b.resign(owner, token).await,
-        }
+    pub async fn resign(&self, id: &str, token: u64) -> Result<bool> {
+        let op = Op::Resign {
+            name: &self.name,
+            keys: &self.keys,
+            id,
+            token,
+        };
+        self.store.one(op).await?.into_resign()
     }
 
     pub async fn inspect(&self) -> Result<Option<Holder>> {
-        match self {
-            Backend::Redis(b) => b.inspect().await,
-            Backend::Memory(b) => b.inspect().await,
-        }
+        let op = Op::Inspect {
+            name: &self.name,
+            keys: &self.keys,
+        };
+        self.store.one(op).await?.into_inspect()
     }
 
     /// Drop the current connection for a new one (after a timeout).
     pub fn reset(&self) {
-        match self {
-            Backend::Redis(b) => b.reset(),
-            Backend::Memory(_) => {}
-        }
+        self.store.reset();
     }
 
     pub fn notices(&self) -> watch::Receiver<Notices> {
-        match self {
-            Backend::Redis(b) => b.notices(),
-            Backend::Memory(b) => b.notices(),
-        }
+        self.notices.clone()
     }
 }

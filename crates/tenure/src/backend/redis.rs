@@ -15,13 +15,13 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
-use redis::{Client, ErrorKind, RedisError, Script, Value};
+use redis::{Client, ErrorKind, RedisError, RedisResult, Script, Value};
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::Notices;
+use super::{Backend, Notices, Op, Reply, Store};
 use crate::keys::Keys;
-use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
+use crate::machine::{AcquireReply, RenewReply};
 use crate::term::Holder;
 use crate::{redact_url, Error, Result};
 
@@ -203,25 +203,6 @@ fn classify_command_error(detail: &str) -> Error {
     Error::Redis(format!("{command} failed: {error}"))
 }
 
-/// One election's lease in Redis.
-pub(crate) struct RedisBackend {
-    target: RedisTarget,
-    keys: Keys,
-    call_timeout: Duration,
-    /// Replaced by [`RedisBackend::reset`] after a timeout.
-    conn: std::sync::Mutex<ConnectionManager>,
-    scripts: Arc<Scripts>,
-    notices: watch::Receiver<Notices>,
-    _stop_subscriber: DropGuard,
-}
-
-struct Scripts {
-    acquire: Script,
-    renew: Script,
-    resign: Script,
-    inspect: Script,
-}
-
 /// What [`check_store`] looks at besides the election's commands.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct StoreChecks {
@@ -267,107 +248,56 @@ pub(crate) async fn check_store(
     Ok(())
 }
 
-impl RedisBackend {
-    /// Connect, verify the server accepts us and can keep leases, and start
-    /// the subscriber.
-    pub async fn connect(
-        target: RedisTarget,
-        keys: Keys,
-        call_timeout: Duration,
-        checks: StoreChecks,
-    ) -> Result<Self> {
-        let mut conn = target.connect(call_timeout).await?;
-        check_store(&mut conn, &target, &keys, checks).await?;
-        // Subscribe now, so a missing +subscribe permission fails here.
-        let pubsub = open_pubsub(&target, &keys.events).await?;
-        let (notices_tx, notices) = watch::channel(Notices::default());
-        let stop = CancellationToken::new();
-        tokio::spawn(subscribe_loop(
-            target.clone(),
-            keys.events.clone(),
-            Some(pubsub),
-            notices_tx,
-            stop.clone(),
-        ));
-        Ok(RedisBackend {
+/// A Redis server (single node) as a [`Store`]: one connection for lease
+/// operations, the scripts, and the reset and reload logic, shared by
+/// every election and partition set that uses it.
+///
+/// The connection is a [`ConnectionManager`] of tenure's own (so renewals
+/// never queue behind the application's other traffic, and a dropped
+/// connection is re-established in the background without replaying
+/// commands). Announcements go over separate pub/sub connections
+/// ([`subscribe`]).
+pub(crate) struct RedisStore {
+    target: RedisTarget,
+    call_timeout: Duration,
+    /// Replaced by [`RedisStore::reset`] after a timeout.
+    conn: std::sync::Mutex<ConnectionManager>,
+    scripts: Scripts,
+}
+
+struct Scripts {
+    acquire: Script,
+    renew: Script,
+    resign: Script,
+    inspect: Script,
+    members: Script,
+}
+
+impl RedisStore {
+    /// Connect and check with a PING that the server accepts us.
+    pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Self> {
+        let conn = target.connect(call_timeout).await?;
+        Ok(RedisStore {
             target,
-            keys,
             call_timeout,
             conn: std::sync::Mutex::new(conn),
-            scripts: Arc::new(Scripts {
+            scripts: Scripts {
                 acquire: Script::new(ACQUIRE),
                 renew: Script::new(RENEW),
                 resign: Script::new(RESIGN),
                 inspect: Script::new(INSPECT),
-            }),
-            notices,
-            _stop_subscriber: stop.drop_guard(),
+                members: Script::new(MEMBERS),
+            },
         })
     }
 
-    pub async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
-        let reply: Value = self
-            .scripts
-            .acquire
-            .key(&self.keys.lease)
-            .key(&self.keys.token)
-            .key(&self.keys.epoch)
-            .key(&self.keys.probe)
-            .key(&self.keys.prefix_epoch)
-            .arg(request.id)
-            .arg(request.ttl_ms)
-            .arg(&self.keys.events)
-            .arg(request.attempt)
-            .arg(request.grace_ms)
-            .arg(request.aux_ttl_ms())
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| self.target.classify(e))?;
-        parse_acquire(reply, &self.target.redacted())
+    pub fn target(&self) -> &RedisTarget {
+        &self.target
     }
 
-    pub async fn renew(&self, owner: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
-        let reply: Value = self
-            .scripts
-            .renew
-            .key(&self.keys.lease)
-            .arg(owner)
-            .arg(token)
-            .arg(ttl_ms)
-            .arg(&self.keys.events)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| self.target.classify(e))?;
-        parse_renew(reply, &self.target.redacted())
-    }
-
-    pub async fn resign(&self, owner: &str, token: u64) -> Result<bool> {
-        let released: i64 = self
-            .scripts
-            .resign
-            .key(&self.keys.lease)
-            .arg(owner)
-            .arg(token)
-            .arg(&self.keys.events)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| self.target.classify(e))?;
-        Ok(released == 1)
-    }
-
-    pub async fn inspect(&self) -> Result<Option<Holder>> {
-        let reply: Value = self
-            .scripts
-            .inspect
-            .key(&self.keys.lease)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| self.target.classify(e))?;
-        parse_inspect(reply, &self.target.redacted())
-    }
-
-    pub fn notices(&self) -> watch::Receiver<Notices> {
-        self.notices.clone()
+    /// [`check_store`] on this store's connection.
+    pub async fn check(&self, keys: &Keys, checks: StoreChecks) -> Result<()> {
+        check_store(&mut self.conn(), &self.target, keys, checks).await
     }
 
     fn conn(&self) -> ConnectionManager {
@@ -390,6 +320,189 @@ impl RedisBackend {
             Err(err) => tracing::warn!(error = %err, "cannot open a new Redis connection"),
         }
     }
+
+    /// The script call of one operation: the only place each script's KEYS
+    /// and ARGV are laid out.
+    fn command(&self, op: &Op<'_>) -> redis::Cmd {
+        fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+            cmd
+        }
+        match *op {
+            Op::Heartbeat {
+                keys,
+                member,
+                ttl_ms,
+                join,
+                ..
+            } => {
+                let mut cmd = evalsha(&self.scripts.members, &[&keys.members]);
+                cmd.arg(member)
+                    .arg(ttl_ms)
+                    .arg(if join { "1" } else { "0" });
+                cmd
+            }
+            Op::Acquire { keys, request, .. } => {
+                let mut cmd = evalsha(
+                    &self.scripts.acquire,
+                    &[
+                        &keys.lease,
+                        &keys.token,
+                        &keys.epoch,
+                        &keys.probe,
+                        &keys.prefix_epoch,
+                    ],
+                );
+                cmd.arg(request.id)
+                    .arg(request.ttl_ms)
+                    .arg(&keys.events)
+                    .arg(request.attempt)
+                    .arg(request.grace_ms)
+                    .arg(request.aux_ttl_ms());
+                cmd
+            }
+            Op::Renew {
+                keys,
+                id,
+                token,
+                ttl_ms,
+                announce,
+                ..
+            } => {
+                let mut cmd = evalsha(&self.scripts.renew, &[&keys.lease]);
+                cmd.arg(id).arg(token).arg(ttl_ms);
+                if announce {
+                    cmd.arg(&keys.events);
+                }
+                cmd
+            }
+            Op::Resign {
+                keys, id, token, ..
+            } => {
+                let mut cmd = evalsha(&self.scripts.resign, &[&keys.lease]);
+                cmd.arg(id).arg(token).arg(&keys.events);
+                cmd
+            }
+            Op::Inspect { keys, .. } => evalsha(&self.scripts.inspect, &[&keys.lease]),
+        }
+    }
+
+    /// Read the reply of one operation.
+    fn reply(&self, op: &Op<'_>, value: Value) -> Result<Reply> {
+        let url = self.target.redacted();
+        Ok(match op {
+            Op::Heartbeat { .. } => {
+                let (members, phantoms) = parse_members(value, &url)?;
+                Reply::Members { members, phantoms }
+            }
+            Op::Acquire { .. } => Reply::Acquire(parse_acquire(value, &url)?),
+            Op::Renew { .. } => Reply::Renew(parse_renew(value, &url)?),
+            Op::Resign { .. } => Reply::Resign(ReplyReader { url: &url }.int(&value)? == 1),
+            Op::Inspect { .. } => Reply::Inspect(parse_inspect(value, &url)?),
+        })
+    }
+
+    /// Carry out `ops` in one pipeline. Scripts missing after a Redis
+    /// restart (NOSCRIPT) are loaded, and only the operations that found
+    /// them missing are sent again, so nothing runs twice.
+    pub async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
+        let commands: Vec<redis::Cmd> = ops.iter().map(|op| self.command(op)).collect();
+        let mut conn = self.conn();
+        let mut results = self.pipeline(&mut conn, commands.iter()).await?;
+        let missing: Vec<usize> = (0..results.len())
+            .filter(|i| is_noscript(&results[*i]))
+            .collect();
+        if !missing.is_empty() {
+            for script in [
+                &self.scripts.acquire,
+                &self.scripts.renew,
+                &self.scripts.resign,
+                &self.scripts.inspect,
+                &self.scripts.members,
+            ] {
+                script
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(|e| self.target.classify(e))?;
+            }
+            let again = self
+                .pipeline(&mut conn, missing.iter().map(|i| &commands[*i]))
+                .await?;
+            for (i, result) in missing.into_iter().zip(again) {
+                results[i] = result;
+            }
+        }
+        Ok(ops
+            .iter()
+            .zip(results)
+            .map(|(op, result)| match result {
+                Ok(value) => self.reply(op, value),
+                Err(err) => Err(self.target.classify(err)),
+            })
+            .collect())
+    }
+
+    async fn pipeline<'c>(
+        &self,
+        conn: &mut ConnectionManager,
+        commands: impl Iterator<Item = &'c redis::Cmd>,
+    ) -> Result<Vec<RedisResult<Value>>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for command in commands {
+            pipe.add_command(command.clone());
+        }
+        pipe.query_async::<Vec<RedisResult<Value>>>(conn)
+            .await
+            .map_err(|e| self.target.classify(e))
+    }
+}
+
+fn is_noscript(result: &RedisResult<Value>) -> bool {
+    matches!(result, Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript))
+}
+
+/// Connect an election to Redis: the store (checked), and a subscription
+/// to the election's announcements.
+pub(crate) async fn election_backend(
+    target: RedisTarget,
+    name: &str,
+    keys: Keys,
+    call_timeout: Duration,
+    checks: StoreChecks,
+) -> Result<Backend> {
+    let store = RedisStore::connect(target, call_timeout).await?;
+    store.check(&keys, checks).await?;
+    let (notices, guard) = subscribe(store.target(), &keys.events).await?;
+    Ok(Backend::new(
+        Store::Redis(Arc::new(store)),
+        name.to_string(),
+        keys,
+        notices,
+        Some(guard),
+    ))
+}
+
+/// Subscribe to an election's announcements: subscribed once now (so a
+/// missing +subscribe permission fails here), then kept by a task that
+/// resubscribes after any disconnect until the guard is dropped.
+pub(crate) async fn subscribe(
+    target: &RedisTarget,
+    channel: &str,
+) -> Result<(watch::Receiver<Notices>, DropGuard)> {
+    let pubsub = open_pubsub(target, channel).await?;
+    let (notices_tx, notices) = watch::channel(Notices::default());
+    let stop = CancellationToken::new();
+    tokio::spawn(subscribe_loop(
+        target.clone(),
+        channel.to_string(),
+        Some(pubsub),
+        notices_tx,
+        stop.clone(),
+    ));
+    Ok((notices, stop.drop_guard()))
 }
 
 /// Open a pub/sub connection subscribed to `channel`.
@@ -476,11 +589,11 @@ fn renewed_ttl_ms(payload: &[u8]) -> Option<u64> {
 }
 
 /// Reads script replies, naming the server in errors.
-struct Reply<'a> {
+struct ReplyReader<'a> {
     url: &'a str,
 }
 
-impl Reply<'_> {
+impl ReplyReader<'_> {
     fn unexpected(&self, what: &str) -> Error {
         Error::Redis(format!(
             "unexpected reply from Redis: {what} (is {} a Redis server?)",
@@ -518,7 +631,7 @@ impl Reply<'_> {
 
 /// Parse the reply of `acquire.lua`.
 pub(crate) fn parse_acquire(reply: Value, url: &str) -> Result<AcquireReply> {
-    let r = Reply { url };
+    let r = ReplyReader { url };
     let items = r.array(reply, 7)?;
     let won = r.int(&items[0])?;
     let holder = Holder {
@@ -542,7 +655,7 @@ pub(crate) fn parse_acquire(reply: Value, url: &str) -> Result<AcquireReply> {
 
 /// Parse the reply of `renew.lua`.
 pub(crate) fn parse_renew(reply: Value, url: &str) -> Result<RenewReply> {
-    let r = Reply { url };
+    let r = ReplyReader { url };
     let items = r.array(reply, 1)?;
     if r.int(&items[0])? == 1 {
         return Ok(RenewReply::Renewed);
@@ -560,9 +673,25 @@ pub(crate) fn parse_renew(reply: Value, url: &str) -> Result<RenewReply> {
     })))
 }
 
+/// Parse the reply of `members.lua`: the live members and the number of
+/// phantom entries.
+pub(crate) fn parse_members(reply: Value, url: &str) -> Result<(Vec<String>, u64)> {
+    let r = ReplyReader { url };
+    let mut items = r.array(reply, 2)?;
+    let phantoms = r.uint(&items[1])?;
+    let members = match items.swap_remove(0) {
+        Value::Array(members) => members
+            .iter()
+            .map(|member| r.text(member))
+            .collect::<Result<Vec<_>>>()?,
+        other => return Err(r.unexpected(&format!("{other:?} where the members were expected"))),
+    };
+    Ok((members, phantoms))
+}
+
 /// Parse the reply of `inspect.lua`.
 pub(crate) fn parse_inspect(reply: Value, url: &str) -> Result<Option<Holder>> {
-    let r = Reply { url };
+    let r = ReplyReader { url };
     let items = r.array(reply, 0)?;
     if items.is_empty() {
         return Ok(None);
