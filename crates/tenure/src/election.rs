@@ -31,8 +31,8 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "tenure";
 
-/// Where an election's leases are to be kept, as the builder was told.
-enum StoreSpec {
+/// Where leases are to be kept, as a builder was told.
+pub(crate) enum StoreSpec {
     Redis(String),
     Memory(MemoryStore),
 }

@@ -53,12 +53,6 @@ impl Keys {
         }
     }
 
-    /// The sorted set of a partition set's live members (score: the
-    /// heartbeat's expiry, server clock in ms).
-    pub fn members(prefix: &str, group: &str) -> String {
-        format!("{prefix}:{{{group}}}:members")
-    }
-
     /// The pattern matching every lease under a prefix, for `status`.
     pub fn lease_pattern(prefix: &str) -> String {
         format!("{prefix}:{{*}}:lease")

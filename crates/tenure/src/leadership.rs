@@ -105,17 +105,19 @@ fn effective(deadline: Instant, suspended: Duration) -> Instant {
     deadline.checked_sub(slept).unwrap_or_else(Instant::now)
 }
 
-/// Requests from handles to the keeper task. `election` names the term's
-/// election, for keepers of many terms (partition sets).
+/// Requests from handles to the keeper task, addressed by the term:
+/// (`election`, `token`), for keepers of many terms (partition sets).
 pub(crate) enum Command {
     /// Renew now and report whether the term is still current.
     Confirm {
         election: String,
+        token: u64,
         reply: oneshot::Sender<Result<Duration>>,
     },
     /// Mark the term lost with this reason, then release the lease.
     Resign {
         election: String,
+        token: u64,
         reason: LostReason,
         reply: oneshot::Sender<Result<()>>,
     },
@@ -283,6 +285,7 @@ impl Leadership {
         let (reply, answer) = oneshot::channel();
         let command = Command::Confirm {
             election: self.shared.election.clone(),
+            token: self.shared.token,
             reply,
         };
         if self.commands.send(command).await.is_err() {
@@ -317,6 +320,7 @@ impl Leadership {
         let (reply, answer) = oneshot::channel();
         let command = Command::Resign {
             election: self.shared.election.clone(),
+            token: self.shared.token,
             reason: reason.clone(),
             reply,
         };

@@ -27,7 +27,8 @@
 //!   one pipeline. Acquisitions and releases, when there are any, go in one
 //!   more pipeline each.
 //!
-//! Partition sets talk to Redis only (no in-memory backend yet).
+//! Partition sets use the same store seam as elections: Redis, or a
+//! [`MemoryStore`] for deterministic tests under tokio's paused clock.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -36,24 +37,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::{RedisResult, Script, Value};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
 
-use crate::backend::redis::{
-    check_store, parse_acquire, parse_renew, RedisTarget, StoreChecks, ACQUIRE, MEMBERS, RENEW,
-    RESIGN,
-};
-use crate::election::Settings;
+use crate::backend::redis::{RedisStore, RedisTarget, StoreChecks};
+use crate::backend::{Op, Reply, Store};
+use crate::election::{Settings, StoreSpec};
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep,
     RenewReply, Timing,
 };
-use crate::{metrics, Error, Leadership, LostReason, Result};
+use crate::{metrics, Error, Leadership, LostReason, MemoryStore, Result};
 
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
 /// them and connects.
@@ -61,14 +58,32 @@ use crate::{metrics, Error, Leadership, LostReason, Result};
 pub struct PartitionSetBuilder {
     group: String,
     partitions: Vec<String>,
-    url: Option<String>,
+    store: Option<StoreSpec>,
     settings: Settings,
 }
 
 impl PartitionSetBuilder {
     /// Use Redis at `url` (see [`crate::ElectionBuilder::redis`]).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
+        self.store = Some(StoreSpec::Redis(url.into()));
+        self
+    }
+
+    /// Use an in-memory store (tests; see [`MemoryStore`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .memory(&store)
+    ///     .id("member-a")
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(set.id(), "member-a");
+    /// # Ok(()) }
+    /// ```
+    pub fn memory(mut self, store: &MemoryStore) -> Self {
+        self.store = Some(StoreSpec::Memory(store.clone()));
         self
     }
 
@@ -132,25 +147,28 @@ impl PartitionSetBuilder {
             }
         }
         let (timing, id) = self.settings.validate(&self.group)?;
-        let Some(url) = self.url else {
-            return Err(Error::Config("no store given: call .redis(url)".into()));
+        let group_keys = Keys::new(&self.settings.prefix, &self.group);
+        let store = match self.store {
+            None => {
+                return Err(Error::Config(
+                    "no store given: call .redis(url) or .memory(&store)".into(),
+                ))
+            }
+            Some(StoreSpec::Memory(store)) => Store::Memory(store),
+            Some(StoreSpec::Redis(url)) => {
+                let target = RedisTarget {
+                    url,
+                    tls_ca: self.settings.tls_ca.take(),
+                };
+                let store = RedisStore::connect(target, timing.call_timeout).await?;
+                let checks = StoreChecks {
+                    partitions: true,
+                    allow_eviction: self.settings.allow_eviction,
+                };
+                store.check(&group_keys, checks).await?;
+                Store::Redis(Arc::new(store))
+            }
         };
-        let target = RedisTarget {
-            url,
-            tls_ca: self.settings.tls_ca.take(),
-        };
-        let mut conn = target.connect(timing.call_timeout).await?;
-        let checks = StoreChecks {
-            partitions: true,
-            allow_eviction: self.settings.allow_eviction,
-        };
-        check_store(
-            &mut conn,
-            &target,
-            &Keys::new(&self.settings.prefix, &self.group),
-            checks,
-        )
-        .await?;
         metrics::describe();
         let grace_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
         let keys = self
@@ -161,32 +179,18 @@ impl PartitionSetBuilder {
         let keys_len = self.partitions.len();
         Ok(PartitionSet {
             keys,
-            members_key: Keys::members(&self.settings.prefix, &self.group),
+            group_keys,
             group: self.group,
             partitions: self.partitions,
             id,
             timing,
-            target,
-            conn: Mutex::new(conn),
+            store,
             attempts: Mutex::new(vec![0; keys_len]),
             nonce: rand::random(),
             grace_ms,
-            scripts: Scripts {
-                acquire: Script::new(ACQUIRE),
-                renew: Script::new(RENEW),
-                resign: Script::new(RESIGN),
-                members: Script::new(MEMBERS),
-            },
             observed: Arc::new(Observed::default()),
         })
     }
-}
-
-struct Scripts {
-    acquire: Script,
-    renew: Script,
-    resign: Script,
-    members: Script,
 }
 
 /// What an observer of a running set can see.
@@ -264,18 +268,17 @@ pub struct PartitionSet {
     group: String,
     partitions: Vec<String>,
     keys: Vec<Keys>,
-    members_key: String,
+    /// The group's keys: its member set, and the store checks' probe.
+    group_keys: Keys,
     id: String,
     timing: Timing,
-    target: RedisTarget,
-    conn: Mutex<ConnectionManager>,
+    store: Store,
     /// Per partition, the number of the current campaign attempt; it moves
     /// on when a term begins, so only a retry of the same attempt adopts a
     /// lease (see `AcquireRequest::attempt`).
     attempts: Mutex<Vec<u64>>,
     nonce: u64,
     grace_ms: u64,
-    scripts: Scripts,
     observed: Arc<Observed>,
 }
 
@@ -300,7 +303,7 @@ impl PartitionSet {
         PartitionSetBuilder {
             group: group.into(),
             partitions: partitions.into_iter().map(Into::into).collect(),
-            url: None,
+            store: None,
             settings: Settings::default(),
         }
     }
@@ -353,98 +356,52 @@ impl PartitionSet {
         Ok(())
     }
 
-    fn conn(&self) -> ConnectionManager {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Send a pipeline; a timeout or a dropped connection yields `None`.
-    /// Scripts missing after a Redis restart are loaded again for the next try.
-    async fn send(
-        &self,
-        pipe: &redis::Pipeline,
-        limit: Duration,
-    ) -> Option<Vec<RedisResult<Value>>> {
+    /// One round trip; a failure of the round trip as a whole (a timeout,
+    /// a dropped connection) yields `None`, and a timeout also replaces the
+    /// connection.
+    async fn send(&self, ops: &[Op<'_>], limit: Duration) -> Option<Vec<Result<Reply>>> {
         self.observed.round_trips.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.conn();
-        match timeout(
-            limit,
-            pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn),
-        )
-        .await
-        {
-            Ok(Ok(results)) => {
-                let missing_script = results
-                    .iter()
-                    .any(|r| matches!(r, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)));
-                if missing_script {
-                    for script in [
-                        &self.scripts.acquire,
-                        &self.scripts.renew,
-                        &self.scripts.resign,
-                        &self.scripts.members,
-                    ] {
-                        let _ = script.prepare_invoke().load_async(&mut conn).await;
-                    }
-                }
-                Some(results)
-            }
+        match timeout(limit, self.store.batch(ops)).await {
+            Ok(Ok(replies)) => Some(replies),
             Ok(Err(err)) => {
-                tracing::warn!(group = %self.group, error = %self.target.classify(err), "partition set round trip failed");
+                tracing::warn!(group = %self.group, error = %err, "partition set round trip failed");
                 None
             }
             Err(_) => {
                 tracing::warn!(group = %self.group, ?limit, "partition set round trip timed out");
-                self.reset();
+                self.store.reset();
                 None
             }
         }
     }
 
-    fn reset(&self) {
-        let fresh = self.target.client().and_then(|client| {
-            ConnectionManager::new_lazy_with_config(
-                client,
-                RedisTarget::manager_config(self.timing.call_timeout),
-            )
-            .map_err(|e| self.target.classify(e))
-        });
-        if let Ok(fresh) = fresh {
-            *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+    /// This member's heartbeat (`join`), or its farewell.
+    fn heartbeat(&self, join: bool) -> Op<'_> {
+        Op::Heartbeat {
+            group: &self.group,
+            keys: &self.group_keys,
+            member: &self.id,
+            ttl_ms: self.timing.ttl_ms(),
+            join,
         }
     }
 
-    /// This member's heartbeat (`join`), or its farewell.
-    fn members_cmd(&self, join: bool) -> redis::Cmd {
-        Self::evalsha(&self.scripts.members)
-            .arg(1)
-            .arg(&self.members_key)
-            .arg(&self.id)
-            .arg(self.timing.ttl_ms())
-            .arg(if join { "1" } else { "0" })
-            .clone()
-    }
-
     /// The renewal of partition `index`'s lease for the term `token`.
-    fn renew_cmd(&self, index: usize, token: u64) -> redis::Cmd {
-        Self::evalsha(&self.scripts.renew)
-            .arg(1)
-            .arg(&self.keys[index].lease)
-            .arg(&self.id)
-            .arg(token)
-            .arg(self.timing.ttl_ms())
-            .clone()
+    fn renewal(&self, index: usize, token: u64) -> Op<'_> {
+        Op::Renew {
+            name: &self.partitions[index],
+            keys: &self.keys[index],
+            id: &self.id,
+            token,
+            ttl_ms: self.timing.ttl_ms(),
+            announce: false,
+        }
     }
 
     /// The name of the current campaign attempt for partition `index`.
     fn attempt(&self, index: usize) -> String {
         let number = self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index];
         format!("{:016x}.{index}.{number}", self.nonce)
-    }
-
-    fn evalsha(script: &Script) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(script.get_hash());
-        cmd
     }
 
     /// One cycle: heartbeat and renewals (one round trip), then releases
@@ -464,41 +421,33 @@ impl PartitionSet {
         let ttl_ms = timing.ttl_ms();
         let sent = Instant::now();
         let suspended = crate::clock::suspended();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.add_command(self.members_cmd(true));
-        for (index, h) in held.iter() {
-            pipe.add_command(self.renew_cmd(*index, h.state.token));
-        }
-        let earliest = held.values().map(|h| h.state.deadline).min();
-        let limit = earliest.map_or(timing.call_timeout, |deadline| {
-            timing.call_timeout_before(sent, deadline)
-        });
-        let results = self.send(&pipe, limit).await;
+        let mut ops = vec![self.heartbeat(true)];
+        ops.extend(
+            held.iter()
+                .map(|(index, h)| self.renewal(*index, h.state.token)),
+        );
+        // The whole call timeout, whatever the deadlines: a partition whose
+        // deadline passes meanwhile ends at its deadline by itself (its
+        // handle checks the clock), and the others keep their renewal.
+        let results = self.send(&ops, timing.call_timeout).await;
         let now = Instant::now();
         let mut results = results.map(Vec::into_iter);
         let members = match results.as_mut().and_then(Iterator::next) {
-            Some(Ok(value)) => {
-                let (members, phantoms) = parse_members(value);
+            Some(Ok(reply)) => {
+                let (members, phantoms) = reply.into_members()?;
                 if phantoms > 0 {
                     metrics::phantom_members(&self.group, phantoms);
-                    tracing::warn!(group = %self.group, key = %self.members_key, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
+                    tracing::warn!(group = %self.group, key = %self.group_keys.members, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
                 }
                 Some(members)
             }
-            Some(Err(err)) => {
-                let err = self.target.classify(err);
-                if !err.is_transient() && !matches!(err, Error::Redis(_)) {
-                    return Err(err);
-                }
-                None
-            }
-            None => None,
+            Some(Err(err)) if !err.is_transient() => return Err(err),
+            Some(Err(_)) | None => None,
         };
         let indexes: Vec<usize> = held.keys().copied().collect();
         for index in indexes {
             let reply = match results.as_mut().and_then(Iterator::next) {
-                Some(Ok(value)) => parse_renew(value, "redis").ok(),
+                Some(Ok(reply)) => reply.into_renew().ok(),
                 _ => None,
             };
             let name = &self.partitions[index];
@@ -555,54 +504,33 @@ impl PartitionSet {
         if wanted.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for index in &wanted {
-            let keys = &self.keys[*index];
-            let attempt = self.attempt(*index);
-            let request = AcquireRequest {
-                id: &self.id,
-                attempt: &attempt,
-                ttl_ms,
-                grace_ms: self.grace_ms,
-            };
-            pipe.add_command(
-                Self::evalsha(&self.scripts.acquire)
-                    .arg(5)
-                    .arg(&keys.lease)
-                    .arg(&keys.token)
-                    .arg(&keys.epoch)
-                    .arg(&keys.probe)
-                    .arg(&keys.prefix_epoch)
-                    .arg(request.id)
-                    .arg(request.ttl_ms)
-                    .arg(&keys.events)
-                    .arg(request.attempt)
-                    .arg(request.grace_ms)
-                    .arg(request.aux_ttl_ms())
-                    .clone(),
-            );
-        }
+        let attempts: Vec<String> = wanted.iter().map(|i| self.attempt(*i)).collect();
+        let ops: Vec<Op<'_>> = wanted
+            .iter()
+            .zip(&attempts)
+            .map(|(index, attempt)| Op::Acquire {
+                name: &self.partitions[*index],
+                keys: &self.keys[*index],
+                request: AcquireRequest {
+                    id: &self.id,
+                    attempt,
+                    ttl_ms,
+                    grace_ms: self.grace_ms,
+                },
+            })
+            .collect();
         let sent = Instant::now();
         let suspended = crate::clock::suspended();
-        let results = self.send(&pipe, timing.call_timeout).await;
+        let results = self.send(&ops, timing.call_timeout).await;
         let now = Instant::now();
         let Some(results) = results else {
             return Ok(());
         };
         for (index, result) in wanted.into_iter().zip(results) {
-            let reply = match result {
-                Ok(value) => match parse_acquire(value, "redis") {
-                    Ok(reply) => reply,
-                    Err(_) => continue,
-                },
-                Err(err) => {
-                    let err = self.target.classify(err);
-                    if let Error::ForeignData { .. } | Error::NoPermission { .. } = err {
-                        return Err(err);
-                    }
-                    continue;
-                }
+            let reply = match result.and_then(Reply::into_acquire) {
+                Ok(reply) => reply,
+                Err(err) if !err.is_transient() => return Err(err),
+                Err(_) => continue,
             };
             match after_acquire(timing, sent, now, Some(reply.clone()), Duration::ZERO, 0) {
                 CandidateStep::Elected(state) => {
@@ -628,38 +556,47 @@ impl PartitionSet {
 
     /// Release these partitions in one round trip.
     async fn resign_all(&self, held: &mut BTreeMap<usize, Held>, indexes: &[usize]) {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         let mut ended = Vec::new();
         for index in indexes {
             if let Some(h) = held.remove(index) {
-                let keys = &self.keys[*index];
-                pipe.add_command(
-                    Self::evalsha(&self.scripts.resign)
-                        .arg(1)
-                        .arg(&keys.lease)
-                        .arg(&self.id)
-                        .arg(h.state.token)
-                        .arg(&keys.events)
-                        .clone(),
-                );
                 end(&h.shared, LostReason::Resigned, &self.partitions[*index]);
-                ended.push(h);
+                ended.push((*index, h.state.token));
             }
         }
-        if !ended.is_empty() {
-            self.send(&pipe, self.timing.call_timeout).await;
+        let ops: Vec<Op<'_>> = ended
+            .iter()
+            .map(|(index, token)| Op::Resign {
+                name: &self.partitions[*index],
+                keys: &self.keys[*index],
+                id: &self.id,
+                token: *token,
+            })
+            .collect();
+        if !ops.is_empty() {
+            self.send(&ops, self.timing.call_timeout).await;
         }
     }
 
-    /// Requests from a partition's [`Leadership`].
+    /// Requests from a partition's [`Leadership`], addressed by (partition,
+    /// token): a handle of an earlier term of the partition never reaches a
+    /// later one.
     async fn serve(&self, command: Command, held: &mut BTreeMap<usize, Held>) {
-        let (election, is_confirm) = match &command {
-            Command::Confirm { election, .. } => (election.clone(), true),
-            Command::Resign { election, .. } => (election.clone(), false),
+        let (election, token) = match &command {
+            Command::Confirm {
+                election, token, ..
+            }
+            | Command::Resign {
+                election, token, ..
+            } => (election.as_str(), *token),
         };
-        let index = self.partitions.iter().position(|p| *p == election);
-        let Some(index) = index.filter(|i| held.contains_key(i)) else {
+        let index = self
+            .partitions
+            .iter()
+            .position(|p| p == election)
+            .filter(|i| held.get(i).is_some_and(|h| h.state.token == token));
+        let Some(index) = index else {
+            // A term that is over (this member's later term of the same
+            // partition, if any, is not this handle's).
             match command {
                 Command::Confirm { reply, .. } => {
                     let _ = reply.send(Err(Error::NotLeader(LostReason::Resigned)));
@@ -670,35 +607,25 @@ impl PartitionSet {
             }
             return;
         };
-        if !is_confirm {
-            if let Command::Resign { reason, reply, .. } = command {
+        let reply = match command {
+            Command::Resign { reason, reply, .. } => {
                 if let Some(h) = held.get(&index) {
                     h.shared.mark_lost(reason);
                 }
                 self.resign_all(held, &[index]).await;
                 let _ = reply.send(Ok(()));
+                return;
             }
-            return;
-        }
-        let Command::Confirm { reply, .. } = command else {
-            return;
+            Command::Confirm { reply, .. } => reply,
         };
         let sent = Instant::now();
         let suspended = crate::clock::suspended();
-        let Some(h) = held.get_mut(&index) else {
-            return;
-        };
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.add_command(self.renew_cmd(index, h.state.token));
-        let limit = self.timing.call_timeout_before(sent, h.state.deadline);
-        let renewed: Option<RenewReply> = match self.send(&pipe, limit).await {
-            Some(mut results) => match results.pop() {
-                Some(Ok(value)) => parse_renew(value, "redis").ok(),
-                _ => None,
-            },
-            None => None,
-        };
+        let op = self.renewal(index, token);
+        let renewed: Option<RenewReply> = self
+            .send(&[op], self.timing.call_timeout)
+            .await
+            .and_then(|mut replies| replies.pop())
+            .and_then(|reply| reply.and_then(Reply::into_renew).ok());
         let Some(h) = held.get_mut(&index) else {
             return;
         };
@@ -709,8 +636,8 @@ impl PartitionSet {
         match step {
             LeaderStep::RenewAt(_) if h.shared.lost_reason().is_none() => {
                 let _ = reply.send(Ok(h
-                    .state
-                    .deadline
+                    .shared
+                    .deadline()
                     .saturating_duration_since(Instant::now())));
             }
             LeaderStep::RenewAt(_) => {
@@ -745,10 +672,8 @@ impl PartitionSet {
         }
         let indexes: Vec<usize> = held.keys().copied().collect();
         self.resign_all(&mut held, &indexes).await;
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.add_command(self.members_cmd(false));
-        self.send(&pipe, self.timing.call_timeout).await;
+        self.send(&[self.heartbeat(false)], self.timing.call_timeout)
+            .await;
         self.publish(&held);
     }
 
@@ -801,28 +726,6 @@ fn end(shared: &TermShared, reason: LostReason, partition: &str) {
     let reason = shared.lost_reason().unwrap_or(reason);
     tracing::debug!(partition, token = shared.token, %reason, "partition released");
     metrics::lost(partition, &reason);
-}
-
-/// The live members and the number of phantoms in a `members.lua` reply.
-fn parse_members(value: Value) -> (Vec<String>, u64) {
-    let Value::Array(mut reply) = value else {
-        return (Vec::new(), 0);
-    };
-    let phantoms = match reply.pop() {
-        Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
-        _ => 0,
-    };
-    let members = match reply.pop() {
-        Some(Value::Array(items)) => items
-            .into_iter()
-            .filter_map(|item| match item {
-                Value::BulkString(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    (members, phantoms)
 }
 
 /// The target owner of every partition: rendezvous hashing with a cap of

@@ -1,0 +1,256 @@
+//! Partition sets on the in-memory store, under tokio's paused clock: every
+//! hand-over happens at an exact, repeatable instant.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tenure::{Leadership, MemoryStore, PartitionObserver, PartitionSet};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep, Instant};
+
+const TTL: Duration = Duration::from_secs(3);
+const GROUP: &str = "orders";
+
+fn partitions(n: usize) -> Vec<String> {
+    (0..n).map(|p| format!("orders-{p}")).collect()
+}
+
+/// (member, partition, token, instant) entries.
+type Entries = Arc<Mutex<Vec<(String, String, u64, Instant)>>>;
+
+/// What every member's work reports: when a term's work begins, and when
+/// it returns.
+#[derive(Default, Clone)]
+struct Journal {
+    started: Entries,
+    returned: Entries,
+}
+
+struct Member {
+    observer: PartitionObserver,
+    stop: Option<oneshot::Sender<()>>,
+    run: JoinHandle<tenure::Result<()>>,
+}
+
+impl Member {
+    /// Join the group; each term's work runs until `lost()` fires, then
+    /// takes `linger` more before it returns.
+    async fn join(
+        store: &MemoryStore,
+        id: &str,
+        n: usize,
+        journal: &Journal,
+        linger: Duration,
+        terms: Option<mpsc::UnboundedSender<Leadership>>,
+    ) -> Member {
+        let set = PartitionSet::builder(GROUP, partitions(n))
+            .memory(store)
+            .ttl(TTL)
+            .id(id)
+            .build()
+            .await
+            .expect("builds");
+        let observer = set.observer();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let journal = journal.clone();
+        let member = id.to_string();
+        let run = tokio::spawn(set.run(
+            move |partition, term| {
+                let journal = journal.clone();
+                let member = member.clone();
+                let terms = terms.clone();
+                async move {
+                    let token = term.token();
+                    journal.started.lock().unwrap().push((
+                        member.clone(),
+                        partition.clone(),
+                        token,
+                        Instant::now(),
+                    ));
+                    if let Some(terms) = &terms {
+                        let _ = terms.send(term.clone());
+                    }
+                    term.lost().await;
+                    sleep(linger).await;
+                    journal.returned.lock().unwrap().push((
+                        member,
+                        partition,
+                        token,
+                        Instant::now(),
+                    ));
+                }
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Member {
+            observer,
+            stop: Some(stop),
+            run,
+        }
+    }
+
+    /// Leave the group: stop the work, release everything.
+    async fn leave(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.run.await.expect("no panic").expect("runs");
+    }
+
+    /// Vanish without releasing anything, as a crashed process.
+    fn crash(self) {
+        self.run.abort();
+    }
+}
+
+/// Owners of every partition, as the store says.
+fn owners(store: &MemoryStore, n: usize) -> BTreeMap<String, Option<String>> {
+    partitions(n)
+        .into_iter()
+        .map(|p| {
+            let owner = store.holder(&p).map(|h| h.id);
+            (p, owner)
+        })
+        .collect()
+}
+
+/// Advance paused time in small steps until `done`, failing after `limit`.
+async fn until(limit: Duration, mut done: impl FnMut() -> bool) {
+    let give_up = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < give_up,
+            "condition not met within {limit:?}"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn members_share_partitions_fairly_and_take_over_from_one_that_leaves_or_crashes() {
+    let store = MemoryStore::new();
+    let journal = Journal::default();
+    let n = 6;
+    let a = Member::join(&store, "a", n, &journal, Duration::ZERO, None).await;
+    let b = Member::join(&store, "b", n, &journal, Duration::ZERO, None).await;
+    let c = Member::join(&store, "c", n, &journal, Duration::ZERO, None).await;
+    until(TTL * 5, || {
+        [&a, &b, &c].iter().all(|m| m.observer.owned().len() == 2)
+            && owners(&store, n).values().all(Option::is_some)
+    })
+    .await;
+
+    // c leaves: its partitions move at once, within the fair share of 3.
+    let left = Instant::now();
+    c.leave().await;
+    until(TTL * 5, || {
+        a.observer.owned().len() == 3 && b.observer.owned().len() == 3
+    })
+    .await;
+    assert!(
+        Instant::now() - left < TTL,
+        "a graceful leave waits for no lease"
+    );
+
+    // b crashes: a takes everything once b's heartbeat and leases lapse.
+    let crashed = Instant::now();
+    b.crash();
+    until(TTL * 5, || a.observer.owned().len() == n).await;
+    assert!(
+        Instant::now() - crashed >= TTL,
+        "taken before b's leases lapsed"
+    );
+    assert!(owners(&store, n)
+        .values()
+        .all(|o| o.as_deref() == Some("a")));
+    a.leave().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_newcomers_partitions_are_handed_over_only_after_the_old_work_returned() {
+    let store = MemoryStore::new();
+    let journal = Journal::default();
+    let n = 2;
+    // a's work takes a second to wind down after it is told to stop.
+    let linger = Duration::from_secs(1);
+    let a = Member::join(&store, "a", n, &journal, linger, None).await;
+    until(TTL * 5, || a.observer.owned().len() == n).await;
+    let b = Member::join(&store, "b", n, &journal, Duration::ZERO, None).await;
+    until(TTL * 5, || {
+        a.observer.owned().len() == 1 && b.observer.owned().len() == 1
+    })
+    .await;
+    let moved = b.observer.owned()[0].clone();
+    let returned = journal
+        .returned
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(m, p, _, _)| m == "a" && *p == moved)
+        .map(|(.., at)| *at)
+        .expect("a's work on the moved partition returned");
+    let started = journal
+        .started
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(m, p, _, _)| m == "b" && *p == moved)
+        .map(|(.., at)| *at)
+        .expect("b started the moved partition");
+    assert!(
+        started >= returned,
+        "b started {moved} before a's work on it returned"
+    );
+    a.leave().await;
+    b.leave().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn resigning_from_a_stale_handle_leaves_the_newer_term_alone() {
+    let store = MemoryStore::new();
+    let journal = Journal::default();
+    let (terms_tx, mut terms) = mpsc::unbounded_channel();
+    let a = Member::join(&store, "a", 1, &journal, Duration::ZERO, Some(terms_tx)).await;
+    let first = terms.recv().await.expect("a first term");
+    // The lease is lost (as after a store outage); a takes it again with a
+    // new term.
+    store.revoke(first.election());
+    let second = terms.recv().await.expect("a second term");
+    assert!(second.token() > first.token());
+    assert!(!first.is_leader());
+    // The old term's handle resigns: the new term must not end.
+    first
+        .resign()
+        .await
+        .expect("resign of a term that is over is a no-op");
+    assert!(second.is_leader());
+    assert_eq!(
+        store.holder(second.election()).map(|h| h.token),
+        Some(second.token())
+    );
+    assert!(first.confirm().await.is_err());
+    assert!(second.confirm().await.is_ok());
+    a.leave().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_steady_member_costs_one_round_trip_per_renew_interval() {
+    let store = MemoryStore::new();
+    let journal = Journal::default();
+    let n = 8;
+    let a = Member::join(&store, "a", n, &journal, Duration::ZERO, None).await;
+    until(TTL * 5, || a.observer.owned().len() == n).await;
+    let before = a.observer.round_trips();
+    let heartbeats = store.calls(GROUP).heartbeat;
+    sleep(TTL * 3).await;
+    let trips = a.observer.round_trips() - before;
+    // Renew interval ttl/3: nine cycles in three ttls, each one batch of the
+    // heartbeat and all eight renewals.
+    assert!((8..=10).contains(&trips), "{trips} round trips");
+    assert_eq!(store.calls(GROUP).heartbeat - heartbeats, trips);
+    a.leave().await;
+}
