@@ -16,13 +16,14 @@ use rand::Rng;
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
-use crate::backend::redis::{election_backend, RedisTarget, StoreChecks};
+use crate::backend::redis::{RedisShared, RedisTarget, StoreChecks};
 use crate::backend::{Backend, Notices};
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep, Timing,
 };
+use crate::store::StoreKind;
 use crate::term::{Holder, LeaderInfo, LostReason};
 use crate::{clock, instance_id, metrics, Error, Leadership, MemoryStore, Result};
 
@@ -33,6 +34,7 @@ pub const DEFAULT_PREFIX: &str = "tenure";
 
 /// Where leases are to be kept, as a builder was told.
 pub(crate) enum StoreSpec {
+    Shared(crate::Store),
     Redis(String),
     Memory(MemoryStore),
 }
@@ -138,6 +140,13 @@ impl ElectionBuilder {
     /// [`ElectionBuilder::tls_ca_file`]).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.store = Some(StoreSpec::Redis(url.into()));
+        self
+    }
+
+    /// Use a store shared with other elections and partition sets of
+    /// this process: one connection for all of them (see [`crate::Store`]).
+    pub fn store(mut self, store: &crate::Store) -> Self {
+        self.store = Some(StoreSpec::Shared(store.clone()));
         self
     }
 
@@ -260,6 +269,16 @@ impl ElectionBuilder {
                 ))
             }
             Some(StoreSpec::Memory(store)) => store.backend(&self.name, keys),
+            Some(StoreSpec::Shared(store)) => {
+                let checks = StoreChecks {
+                    partitions: false,
+                    allow_eviction: self.settings.allow_eviction,
+                };
+                match store.kind {
+                    StoreKind::Memory(store) => store.backend(&self.name, keys),
+                    StoreKind::Redis(shared) => shared.election(&self.name, keys, checks).await?,
+                }
+            }
             Some(StoreSpec::Redis(url)) => {
                 let target = RedisTarget {
                     url,
@@ -269,7 +288,10 @@ impl ElectionBuilder {
                     partitions: false,
                     allow_eviction: self.settings.allow_eviction,
                 };
-                election_backend(target, &self.name, keys, timing.call_timeout, checks).await?
+                RedisShared::connect(target, timing.call_timeout)
+                    .await?
+                    .election(&self.name, keys, checks)
+                    .await?
             }
         };
         metrics::describe();

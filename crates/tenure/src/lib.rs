@@ -144,6 +144,7 @@ mod machine;
 mod metrics;
 mod partitions;
 mod runner;
+mod store;
 mod term;
 
 pub use backend::memory::{Calls, Fault, MemoryStore, Snapshot};
@@ -154,6 +155,7 @@ pub use leadership::Leadership;
 pub use metrics::describe_metrics;
 pub use partitions::{PartitionObserver, PartitionSet, PartitionSetBuilder};
 pub use runner::{shutdown_signal, Runner};
+pub use store::{Store, StoreBuilder};
 pub use term::{LeaderInfo, LostReason};
 
 /// The `redis` crate this version of tenure is built with, for

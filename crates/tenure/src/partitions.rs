@@ -50,6 +50,7 @@ use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep,
     RenewReply, Timing,
 };
+use crate::store::StoreKind;
 use crate::{metrics, Error, Leadership, LostReason, MemoryStore, Result};
 
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
@@ -84,6 +85,13 @@ impl PartitionSetBuilder {
     /// ```
     pub fn memory(mut self, store: &MemoryStore) -> Self {
         self.store = Some(StoreSpec::Memory(store.clone()));
+        self
+    }
+
+    /// Use a store shared with elections and other partition sets of this
+    /// process (see [`crate::Store`]).
+    pub fn store(mut self, store: &crate::Store) -> Self {
+        self.store = Some(StoreSpec::Shared(store.clone()));
         self
     }
 
@@ -155,6 +163,17 @@ impl PartitionSetBuilder {
                 ))
             }
             Some(StoreSpec::Memory(store)) => Store::Memory(store),
+            Some(StoreSpec::Shared(shared)) => match shared.kind {
+                StoreKind::Memory(store) => Store::Memory(store),
+                StoreKind::Redis(shared) => {
+                    let checks = StoreChecks {
+                        partitions: true,
+                        allow_eviction: self.settings.allow_eviction,
+                    };
+                    shared.store.check(&group_keys, checks).await?;
+                    Store::Redis(shared.store.clone())
+                }
+            },
             Some(StoreSpec::Redis(url)) => {
                 let target = RedisTarget {
                     url,

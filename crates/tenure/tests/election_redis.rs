@@ -487,3 +487,88 @@ async fn after_redis_loses_the_lease_nobody_is_elected_before_the_old_leaders_de
     assert!(!old.is_leader());
     assert!(new.token() > old.token());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_sharing_a_store_share_two_connections_and_still_hand_over_at_once() {
+    let server = redis();
+    let url = server.url();
+    let clients = |server: &support::RedisServer| -> usize {
+        let list = server.command(&["CLIENT", "LIST"]).expect("CLIENT LIST");
+        list.lines().filter(|line| line.contains("addr=")).count()
+    };
+    let before = clients(&server);
+    let store = tenure::Store::redis(&url)
+        .connect()
+        .await
+        .expect("connects");
+    let mut elections = Vec::new();
+    for i in 0..20 {
+        let e = tenure::Election::builder(format!("shared-{i}"))
+            .store(&store)
+            .ttl(SECOND)
+            .id(format!("a-{i}"))
+            .build()
+            .await
+            .expect("builds");
+        elections.push(e);
+    }
+    // One connection for lease operations, one for every subscription.
+    assert_eq!(clients(&server) - before, 2);
+
+    // Announcements still reach each election over the shared connection:
+    // a resignation hands over without waiting for the (long) ttl.
+    let long = 30 * SECOND;
+    let build = |id: &'static str| {
+        tenure::Election::builder("shared-handover")
+            .store(&store)
+            .ttl(long)
+            .id(id)
+            .build()
+    };
+    // As if this Redis had served the prefix for a minute, so that the new
+    // election's first leader need not wait out a 30 s grace period.
+    let info = server.command(&["INFO", "server"]).expect("INFO");
+    let run_id = info
+        .lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .expect("run_id")
+        .trim()
+        .to_string();
+    let time = server.command(&["TIME"]).expect("TIME");
+    let now_ms: u64 = time
+        .lines()
+        .next()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .expect("TIME")
+        * 1000;
+    let since = (now_ms - 60_000).to_string();
+    server
+        .command(&["HSET", "tenure:epoch", "run_id", &run_id, "since", &since])
+        .expect("HSET");
+    let (leader, other) = (build("a").await.unwrap(), build("b").await.unwrap());
+    let term = campaign(&leader).await;
+    let calls = script_calls(&server);
+    let follower = tokio::spawn(async move { campaign(&other).await });
+    // With a 30 s ttl the leader does not renew for 10 s: the next script
+    // call is the follower's attempt, after which it waits.
+    while script_calls(&server) == calls {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    term.resign().await.expect("resigns");
+    let next = timeout(long / 2, follower)
+        .await
+        .expect("taken over long before the ttl")
+        .unwrap();
+    assert_eq!(next.id(), "b");
+    drop(elections);
+}
+
+/// Script calls the server has run so far.
+fn script_calls(server: &support::RedisServer) -> u64 {
+    let info = server.command(&["INFO", "commandstats"]).expect("INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

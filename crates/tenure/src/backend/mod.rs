@@ -173,8 +173,9 @@ pub(crate) struct Backend {
     name: String,
     keys: Keys,
     notices: watch::Receiver<Notices>,
-    /// Ends the subscription to the election's announcements (Redis).
-    _subscription: Option<tokio_util::sync::DropGuard>,
+    /// Keeps the subscription to the election's announcements (and what
+    /// it needs) alive; dropping it unsubscribes.
+    _subscription: Option<Box<dyn Send + Sync>>,
 }
 
 impl Backend {
@@ -183,7 +184,7 @@ impl Backend {
         name: String,
         keys: Keys,
         notices: watch::Receiver<Notices>,
-        subscription: Option<tokio_util::sync::DropGuard>,
+        subscription: Option<Box<dyn Send + Sync>>,
     ) -> Self {
         Backend {
             store,

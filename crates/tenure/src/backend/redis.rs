@@ -16,7 +16,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 use redis::{Client, ErrorKind, RedisError, RedisResult, Script, Value};
-use tokio::sync::watch;
+use std::collections::HashMap;
+
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{Backend, Notices, Op, Reply, Store};
@@ -464,122 +466,271 @@ fn is_noscript(result: &RedisResult<Value>) -> bool {
     matches!(result, Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript))
 }
 
-/// Connect an election to Redis: the store (checked), and a subscription
-/// to the election's announcements.
-pub(crate) async fn election_backend(
-    target: RedisTarget,
-    name: &str,
-    keys: Keys,
-    call_timeout: Duration,
-    checks: StoreChecks,
-) -> Result<Backend> {
-    let store = RedisStore::connect(target, call_timeout).await?;
-    store.check(&keys, checks).await?;
-    let (notices, guard) = subscribe(store.target(), &keys.events).await?;
-    Ok(Backend::new(
-        Store::Redis(Arc::new(store)),
-        name.to_string(),
-        keys,
-        notices,
-        Some(guard),
-    ))
+/// A Redis store and its subscriber: everything elections and partition
+/// sets on one Redis share.
+pub(crate) struct RedisShared {
+    pub store: Arc<RedisStore>,
+    pub subscriber: Subscriber,
 }
 
-/// Subscribe to an election's announcements: subscribed once now (so a
-/// missing +subscribe permission fails here), then kept by a task that
-/// resubscribes after any disconnect until the guard is dropped.
-pub(crate) async fn subscribe(
-    target: &RedisTarget,
-    channel: &str,
-) -> Result<(watch::Receiver<Notices>, DropGuard)> {
-    let pubsub = open_pubsub(target, channel).await?;
-    let (notices_tx, notices) = watch::channel(Notices::default());
-    let stop = CancellationToken::new();
-    tokio::spawn(subscribe_loop(
-        target.clone(),
-        channel.to_string(),
-        Some(pubsub),
-        notices_tx,
-        stop.clone(),
-    ));
-    Ok((notices, stop.drop_guard()))
+impl RedisShared {
+    pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Arc<Self>> {
+        let store = RedisStore::connect(target, call_timeout).await?;
+        let subscriber = Subscriber::start(store.target().clone());
+        Ok(Arc::new(RedisShared {
+            store: Arc::new(store),
+            subscriber,
+        }))
+    }
+
+    /// An election on this Redis: checked (permissions, eviction), and
+    /// subscribed to its announcements.
+    pub async fn election(
+        self: &Arc<Self>,
+        name: &str,
+        keys: Keys,
+        checks: StoreChecks,
+    ) -> Result<Backend> {
+        self.store.check(&keys, checks).await?;
+        let (notices, subscription) = self.subscriber.subscribe(&keys.events).await?;
+        Ok(Backend::new(
+            Store::Redis(self.store.clone()),
+            name.to_string(),
+            keys,
+            notices,
+            Some(Box::new((subscription, self.clone()))),
+        ))
+    }
 }
 
-/// Open a pub/sub connection subscribed to `channel`.
-async fn open_pubsub(target: &RedisTarget, channel: &str) -> Result<redis::aio::PubSub> {
-    let client = target.client()?;
-    let limit = Duration::from_secs(5);
-    let mut pubsub = tokio::time::timeout(limit, client.get_async_pubsub())
-        .await
-        .map_err(|_| Error::Timeout(limit))?
-        .map_err(|e| target.classify(e))?;
-    tokio::time::timeout(limit, pubsub.subscribe(channel))
-        .await
-        .map_err(|_| Error::Timeout(limit))?
-        .map_err(|e| target.classify(e))?;
-    Ok(pubsub)
+/// One pub/sub connection for every election of a store.
+///
+/// Elections subscribe to their channels as they are built and unsubscribe
+/// when dropped ([`Subscription`]); a task owns the connection, hands each
+/// message to its channel's [`Notices`], and after any disconnect opens a
+/// new connection and subscribes to every channel again. Each
+/// (re)subscription counts as a possible missed release, so waiting
+/// candidates re-check the lease instead of sleeping through a handover.
+pub(crate) struct Subscriber {
+    requests: mpsc::UnboundedSender<SubscriberRequest>,
+    _stop: DropGuard,
 }
 
-/// Keep a subscription to the election's events channel, resubscribing
-/// after any disconnect, until `stop` is cancelled. `first` is a
-/// subscription opened by the caller, used before any new one.
-async fn subscribe_loop(
-    target: RedisTarget,
+enum SubscriberRequest {
+    Subscribe {
+        channel: String,
+        reply: oneshot::Sender<Result<watch::Receiver<Notices>>>,
+    },
+    Unsubscribe {
+        channel: String,
+    },
+}
+
+/// An election's subscription to its channel; ends when dropped.
+pub(crate) struct Subscription {
     channel: String,
-    mut first: Option<redis::aio::PubSub>,
-    notices: watch::Sender<Notices>,
+    requests: mpsc::UnboundedSender<SubscriberRequest>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let _ = self.requests.send(SubscriberRequest::Unsubscribe {
+            channel: std::mem::take(&mut self.channel),
+        });
+    }
+}
+
+impl Subscriber {
+    /// Start the subscriber task (it connects when the first channel is
+    /// subscribed).
+    pub fn start(target: RedisTarget) -> Self {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        tokio::spawn(subscriber_loop(target, receiver, stop.clone()));
+        Subscriber {
+            requests,
+            _stop: stop.drop_guard(),
+        }
+    }
+
+    /// Subscribe to `channel`; fails as the SUBSCRIBE did (a missing
+    /// permission, an unreachable server).
+    pub async fn subscribe(
+        &self,
+        channel: &str,
+    ) -> Result<(watch::Receiver<Notices>, Subscription)> {
+        let (reply, answer) = oneshot::channel();
+        let request = SubscriberRequest::Subscribe {
+            channel: channel.to_string(),
+            reply,
+        };
+        let gone = || Error::Redis("the subscriber task has stopped".into());
+        self.requests.send(request).map_err(|_| gone())?;
+        let notices = answer.await.map_err(|_| gone())??;
+        Ok((
+            notices,
+            Subscription {
+                channel: channel.to_string(),
+                requests: self.requests.clone(),
+            },
+        ))
+    }
+}
+
+/// The channels subscribed, each with its notices and how many
+/// subscriptions share it.
+type Channels = HashMap<String, (watch::Sender<Notices>, usize)>;
+
+async fn subscriber_loop(
+    target: RedisTarget,
+    mut requests: mpsc::UnboundedReceiver<SubscriberRequest>,
     stop: CancellationToken,
 ) {
+    let mut channels: Channels = HashMap::new();
     let mut backoff = Duration::from_millis(50);
     let mut warned = false;
     loop {
-        let session = async {
-            let mut pubsub = match first.take() {
-                Some(pubsub) => pubsub,
-                None => open_pubsub(&target, &channel).await?,
-            };
-            tracing::debug!(channel = %channel, "subscribed to lease events");
-            // A release may have happened while we were not subscribed.
-            notices.send_modify(|n| n.released += 1);
-            let mut messages = pubsub.on_message();
-            while let Some(message) = messages.next().await {
-                let payload: Vec<u8> = message.get_payload_bytes().to_vec();
-                if payload.starts_with(b"released:") {
-                    notices.send_modify(|n| n.released += 1);
-                } else if payload.starts_with(b"acquired:") {
-                    notices.send_modify(|n| n.acquired += 1);
-                } else if let Some(ttl_ms) = renewed_ttl_ms(&payload) {
-                    notices.send_modify(|n| {
-                        n.renewed += 1;
-                        n.renewed_ttl_ms = ttl_ms;
-                    });
+        let opened = tokio::select! {
+            _ = stop.cancelled() => return,
+            opened = open_pubsub(&target) => opened,
+        };
+        let failure = match opened {
+            Ok(pubsub) => {
+                let (mut sink, mut stream) = pubsub.split();
+                let session = async {
+                    for channel in channels.keys() {
+                        sink.subscribe(channel)
+                            .await
+                            .map_err(|e| target.classify(e))?;
+                    }
+                    // A release may have happened while we were not subscribed.
+                    for (notices, _) in channels.values() {
+                        notices.send_modify(|n| n.released += 1);
+                    }
+                    if !channels.is_empty() {
+                        tracing::debug!(channels = channels.len(), "subscribed to lease events");
+                    }
+                    backoff = Duration::from_millis(50);
+                    warned = false;
+                    loop {
+                        tokio::select! {
+                            message = stream.next() => match message {
+                                Some(message) => deliver(&channels, &message),
+                                None => return Ok::<(), Error>(()),
+                            },
+                            request = requests.recv() => match request {
+                                None => return Ok(()),
+                                Some(SubscriberRequest::Subscribe { channel, reply }) => {
+                                    if let Some((notices, count)) = channels.get_mut(&channel) {
+                                        *count += 1;
+                                        let _ = reply.send(Ok(notices.subscribe()));
+                                        continue;
+                                    }
+                                    match sink.subscribe(&channel).await {
+                                        Ok(()) => {
+                                            let (notices, receiver) = watch::channel(Notices::default());
+                                            channels.insert(channel, (notices, 1));
+                                            let _ = reply.send(Ok(receiver));
+                                        }
+                                        Err(err) => {
+                                            let dropped = err.is_connection_dropped() || err.is_io_error();
+                                            let _ = reply.send(Err(target.classify(err)));
+                                            if dropped {
+                                                return Ok(());
+                                            }
+                                        }
+                                    }
+                                }
+                                Some(SubscriberRequest::Unsubscribe { channel }) => {
+                                    unsubscribe(&mut channels, &channel);
+                                    if !channels.contains_key(&channel) {
+                                        let _ = sink.unsubscribe(&channel).await;
+                                    }
+                                }
+                            },
+                        }
+                    }
+                };
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    ended = session => ended.err(),
                 }
             }
-            Ok::<(), Error>(())
+            Err(err) => Some(err),
         };
-        let outcome = tokio::select! {
-            _ = stop.cancelled() => return,
-            outcome = session => outcome,
-        };
-        match outcome {
-            Ok(()) => {
-                tracing::debug!(channel = %channel, "lease event subscription closed; resubscribing");
-                backoff = Duration::from_millis(50);
-                warned = false;
-            }
-            Err(err) => {
+        if requests.is_closed() && channels.is_empty() {
+            return;
+        }
+        match failure {
+            None => tracing::debug!("lease event subscription closed; resubscribing"),
+            Some(err) => {
                 if !warned {
-                    tracing::warn!(channel = %channel, error = %err, "lease event subscription failed; retrying (handover falls back to lease expiry meanwhile)");
+                    tracing::warn!(error = %err, "lease event subscription failed; retrying (handover falls back to lease expiry meanwhile)");
                     warned = true;
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+        // Until the next connection, answer new subscriptions with the
+        // failure: an election being built must not wait for an outage.
+        let retry = tokio::time::sleep(backoff);
+        tokio::pin!(retry);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = &mut retry => break,
+                request = requests.recv() => match request {
+                    None => return,
+                    Some(SubscriberRequest::Subscribe { reply, .. }) => {
+                        let _ = reply.send(Err(Error::Unreachable {
+                            url: target.redacted(),
+                            detail: "the pub/sub connection is down".into(),
+                        }));
+                    }
+                    Some(SubscriberRequest::Unsubscribe { channel }) => {
+                        unsubscribe(&mut channels, &channel);
+                    }
+                },
+            }
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn unsubscribe(channels: &mut Channels, channel: &str) {
+    if let Some((_, count)) = channels.get_mut(channel) {
+        *count -= 1;
+        if *count == 0 {
+            channels.remove(channel);
         }
     }
+}
+
+/// Hand one message to its channel's notices.
+fn deliver(channels: &Channels, message: &redis::Msg) {
+    let Some((notices, _)) = channels.get(message.get_channel_name()) else {
+        return;
+    };
+    let payload = message.get_payload_bytes();
+    if payload.starts_with(b"released:") {
+        notices.send_modify(|n| n.released += 1);
+    } else if payload.starts_with(b"acquired:") {
+        notices.send_modify(|n| n.acquired += 1);
+    } else if let Some(ttl_ms) = renewed_ttl_ms(payload) {
+        notices.send_modify(|n| {
+            n.renewed += 1;
+            n.renewed_ttl_ms = ttl_ms;
+        });
+    }
+}
+
+/// Open a pub/sub connection.
+async fn open_pubsub(target: &RedisTarget) -> Result<redis::aio::PubSub> {
+    let client = target.client()?;
+    let limit = Duration::from_secs(5);
+    tokio::time::timeout(limit, client.get_async_pubsub())
+        .await
+        .map_err(|_| Error::Timeout(limit))?
+        .map_err(|e| target.classify(e))
 }
 
 /// The ttl of a `renewed:TOKEN:TTL` announcement.
