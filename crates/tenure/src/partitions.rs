@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::{interval, timeout, Instant, MissedTickBehavior};
+use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 
 use crate::backend::redis::{RedisStore, RedisTarget, StoreChecks};
 use crate::backend::{Op, Reply, Store};
@@ -361,12 +361,18 @@ impl PartitionSet {
         let mut ticker = interval(self.timing.renew_every);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut retry: Option<Instant> = None;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
                 Some(command) = commands.recv() => self.serve(command, &mut held).await,
                 _ = ticker.tick() => {
-                    self.cycle(&mut held, &mut retry_at, &mut work, &commands_tx).await?;
+                    retry = self.cycle(&mut held, &mut retry_at, &mut work, &commands_tx).await?;
+                }
+                // A failed renewal batch is tried again soon, like a single
+                // election's renewal, not only at the next tick.
+                _ = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {
+                    retry = self.cycle(&mut held, &mut retry_at, &mut work, &commands_tx).await?;
                 }
             }
             self.publish(&held);
@@ -424,14 +430,15 @@ impl PartitionSet {
     }
 
     /// One cycle: heartbeat and renewals (one round trip), then releases
-    /// and acquisitions if the target changed.
+    /// and acquisitions if the target changed. Returns when to try again
+    /// if the renewals failed.
     async fn cycle<F, Fut>(
         &self,
         held: &mut BTreeMap<usize, Held>,
         retry_at: &mut [Instant],
         work: &mut F,
         commands: &mpsc::Sender<Command>,
-    ) -> Result<()>
+    ) -> Result<Option<Instant>>
     where
         F: FnMut(String, Leadership) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
@@ -450,6 +457,7 @@ impl PartitionSet {
         // handle checks the clock), and the others keep their renewal.
         let results = self.send(&ops, timing.call_timeout).await;
         let now = Instant::now();
+        let retry = (results.is_none() && !held.is_empty()).then(|| now + timing.retry_every);
         let mut results = results.map(Vec::into_iter);
         let members = match results.as_mut().and_then(Iterator::next) {
             Some(Ok(reply)) => {
@@ -487,7 +495,7 @@ impl PartitionSet {
         }
 
         let Some(members) = members else {
-            return Ok(());
+            return Ok(retry);
         };
         *self
             .observed
@@ -521,7 +529,7 @@ impl PartitionSet {
             .filter(|i| !held.contains_key(i) && retry_at[*i] <= now)
             .collect();
         if wanted.is_empty() {
-            return Ok(());
+            return Ok(retry);
         }
         let attempts: Vec<String> = wanted.iter().map(|i| self.attempt(*i)).collect();
         let ops: Vec<Op<'_>> = wanted
@@ -543,7 +551,7 @@ impl PartitionSet {
         let results = self.send(&ops, timing.call_timeout).await;
         let now = Instant::now();
         let Some(results) = results else {
-            return Ok(());
+            return Ok(retry);
         };
         for (index, result) in wanted.into_iter().zip(results) {
             let reply = match result.and_then(Reply::into_acquire) {
@@ -570,7 +578,7 @@ impl PartitionSet {
                 retry_at[index] = now;
             }
         }
-        Ok(())
+        Ok(retry)
     }
 
     /// Release these partitions in one round trip.

@@ -254,3 +254,31 @@ async fn a_steady_member_costs_one_round_trip_per_renew_interval() {
     assert_eq!(store.calls(GROUP).heartbeat - heartbeats, trips);
     a.leave().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_renewal_batch_is_retried_before_the_deadline_not_at_the_next_tick() {
+    let store = MemoryStore::new();
+    let journal = Journal::default();
+    let n = 2;
+    let a = Member::join(&store, "a", n, &journal, Duration::ZERO, None).await;
+    until(TTL * 5, || a.observer.owned().len() == n).await;
+    let tokens: Vec<Option<u64>> = partitions(n)
+        .iter()
+        .map(|p| store.holder(p).map(|h| h.token))
+        .collect();
+    // The store fails for a little over 1.5 renew intervals: the next two
+    // ticks fail, and the tick after them would come after the deadline
+    // (ttl - margin = 2.7 s after the last renewal).
+    sleep(Duration::from_millis(500)).await;
+    store.set_fault(tenure::Fault::Fail);
+    sleep(Duration::from_millis(1550)).await;
+    store.set_fault(tenure::Fault::None);
+    sleep(TTL).await;
+    let after: Vec<Option<u64>> = partitions(n)
+        .iter()
+        .map(|p| store.holder(p).map(|h| h.token))
+        .collect();
+    assert_eq!(tokens, after, "a term was lost and taken again");
+    assert!(journal.returned.lock().unwrap().is_empty(), "a term ended");
+    a.leave().await;
+}
