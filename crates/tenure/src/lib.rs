@@ -86,6 +86,12 @@
 //!   seen on; a new epoch means leases may have been lost or rolled back.
 //! - **grace period** (start-up grace): no lease is granted for the largest
 //!   ttl in use after a new epoch begins.
+//! - **keeper**: the task that renews a term and ends it (one per term of an
+//!   election; one for all the partitions of a partition-set member).
+//! - **store**: where leases are kept (Redis, or [`MemoryStore`]); a
+//!   [`Store`] is one shared by many elections of a process.
+//! - **group**, **member**, **partition**: a partition set is a group of
+//!   members sharing partitions, each partition an election of its own.
 //! - **deadline**: the local instant a term ends unless renewed: send time of
 //!   the last successful acquire/renew + ttl − margin.
 //! - **margin**: the safety allowance for clock-rate differences.

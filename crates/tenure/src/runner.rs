@@ -1,8 +1,8 @@
 //! The callback style: campaign forever, do the leader's work while leader,
 //! and hand over cleanly on shutdown.
 //!
-//! The loop is the seed documents' `on_elected` / `on_revoked` /
-//! `on_follower` pattern, with the two things they leave out: after losing
+//! The loop is the familiar `on_elected` / `on_revoked` / `on_follower`
+//! pattern, with the two things it usually leaves out: after losing
 //! leadership the runner campaigns again by itself (no "zombie standby"),
 //! and on shutdown it first stops the work and only then releases the lease,
 //! so the next leader never overlaps with this one's last actions.
@@ -38,7 +38,7 @@ enum Work {
 ///     .on_revoked(|reason| println!("revoked: {reason}"))
 ///     .on_follower(|leader| println!("following {}", leader.id))
 ///     .every(Duration::from_secs(5), |term| async move {
-///         // the seed's scheduler: check due jobs, fenced by term.token()
+///         // a scheduler: check due jobs, fenced by term.token()
 ///         let _ = term.token();
 ///     })
 ///     // In a service: .run_until_signal() waits for SIGTERM/SIGINT.
