@@ -35,7 +35,7 @@ pub enum LostReason {
     /// The local deadline passed without a successful renewal: this instance
     /// cannot know that it still holds the lease, so it must stop.
     DeadlinePassed,
-    /// [`Leadership::resign`] was called (or every handle was dropped).
+    /// [`crate::Leadership::resign`] was called (or every handle was dropped).
     Resigned,
     /// The process is shutting down; the lease is released once the work stopped.
     Shutdown,
