@@ -118,6 +118,14 @@ fn owners(store: &MemoryStore, n: usize) -> BTreeMap<String, Option<String>> {
         .collect()
 }
 
+/// The token of every partition's lease, as the store says.
+fn tokens(store: &MemoryStore, n: usize) -> Vec<Option<u64>> {
+    partitions(n)
+        .iter()
+        .map(|p| store.holder(p).map(|h| h.token))
+        .collect()
+}
+
 /// Advance paused time in small steps until `done`, failing after `limit`.
 async fn until(limit: Duration, mut done: impl FnMut() -> bool) {
     let give_up = Instant::now() + limit;
@@ -262,10 +270,7 @@ async fn a_failed_renewal_batch_is_retried_before_the_deadline_not_at_the_next_t
     let n = 2;
     let a = Member::join(&store, "a", n, &journal, Duration::ZERO, None).await;
     until(TTL * 5, || a.observer.owned().len() == n).await;
-    let tokens: Vec<Option<u64>> = partitions(n)
-        .iter()
-        .map(|p| store.holder(p).map(|h| h.token))
-        .collect();
+    let before = tokens(&store, n);
     // The store fails for a little over 1.5 renew intervals: the next two
     // ticks fail, and the tick after them would come after the deadline
     // (ttl - margin = 2.7 s after the last renewal).
@@ -274,11 +279,8 @@ async fn a_failed_renewal_batch_is_retried_before_the_deadline_not_at_the_next_t
     sleep(Duration::from_millis(1550)).await;
     store.set_fault(tenure::Fault::None);
     sleep(TTL).await;
-    let after: Vec<Option<u64>> = partitions(n)
-        .iter()
-        .map(|p| store.holder(p).map(|h| h.token))
-        .collect();
-    assert_eq!(tokens, after, "a term was lost and taken again");
+    let after = tokens(&store, n);
+    assert_eq!(before, after, "a term was lost and taken again");
     assert!(journal.returned.lock().unwrap().is_empty(), "a term ended");
     a.leave().await;
 }
