@@ -282,7 +282,7 @@ impl Job {
                         // Cannot happen for our own child; treat it as a dead
                         // guardian so that the job is killed all the same.
                         tracing::error!(error = %err, "cannot wait for the guardian");
-                        self.kill().await;
+                        self.kill_all().await;
                         return self.finish(Ended::GuardianDied(0));
                     }
                 }
@@ -297,6 +297,9 @@ impl Job {
             (_, _, Some(code)) => Ended::Exited(code),
             (Some(code), _, None) => Ended::Exited(code),
             (None, Some(signal), None) if self.killed => Ended::Exited(128 + signal),
+            // Not `kill()`: its mark would make a wait() interrupted during
+            // this clean-up and called again take the death for our kill,
+            // and skip the rest of the clean-up.
             (None, signal, None) => {
                 let signal = signal.unwrap_or(0);
                 tracing::error!(
@@ -304,7 +307,7 @@ impl Job {
                     signal,
                     "the guardian of the command died; killing what is left of the command"
                 );
-                self.kill().await;
+                self.kill_all().await;
                 Ended::GuardianDied(signal)
             }
         };
@@ -386,10 +389,16 @@ impl Job {
         self.wait().await
     }
 
-    /// SIGKILL the guardian and everything below this process until nothing
-    /// runs, and reap the guardian.
+    /// Our kill of the job: what [`Job::kill_all`] does, marked as ours so
+    /// that the guardian's death by SIGKILL is not taken for a failure.
     async fn kill(&mut self) {
         self.killed = true;
+        self.kill_all().await;
+    }
+
+    /// SIGKILL the guardian and everything below this process until nothing
+    /// runs, and reap the guardian.
+    async fn kill_all(&mut self) {
         kill_descendants_of(std::process::id() as i32).await;
         if self.status.is_none() {
             if let Ok(status) = self.guardian.wait().await {
