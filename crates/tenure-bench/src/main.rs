@@ -9,6 +9,7 @@
 //! nothing here is a test assertion.
 #![forbid(unsafe_code)]
 
+mod cli_handover;
 mod measure;
 mod naive;
 mod report;
@@ -32,6 +33,11 @@ struct Cli {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+
+    /// The `tenure` binary for the CLI hand-over row (default: `tenure`
+    /// next to this binary; the row is left out if there is none).
+    #[arg(long)]
+    tenure: Option<PathBuf>,
 
     #[command(subcommand)]
     child: Option<Child>,
@@ -83,7 +89,7 @@ fn main() {
                     1
                 }
             },
-            None => match measure::all(cli.quick).await {
+            None => match measure::all(cli.quick, cli.tenure).await {
                 Ok(report) => {
                     print!("{}", report.table());
                     if let Some(path) = cli.json {

@@ -1,6 +1,7 @@
 //! Every measurement, tenure and the naive baseline side by side, on one
 //! private redis-server started for the run.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -8,6 +9,7 @@ use redis_process::RedisServer;
 use tenure::{Election, Leadership};
 use tokio::time::Instant;
 
+use crate::cli_handover;
 use crate::naive::NaiveElection;
 use crate::report::{Machine, Report, Row};
 use crate::scale;
@@ -24,6 +26,8 @@ struct Plan {
     load_terms: u32,
     handovers: usize,
     naive_handovers: usize,
+    /// Rounds of two real `tenure run` processes.
+    cli_handovers: usize,
     crashes: usize,
     load_ttl: Duration,
     scales: Vec<usize>,
@@ -40,6 +44,7 @@ impl Plan {
                 load_terms: 2,
                 handovers: 20,
                 naive_handovers: 3,
+                cli_handovers: 20,
                 crashes: 2,
                 load_ttl: Duration::from_secs(1),
                 scales: vec![1_000, 10_000],
@@ -53,6 +58,7 @@ impl Plan {
                 load_terms: 4,
                 handovers: 100,
                 naive_handovers: 20,
+                cli_handovers: 100,
                 crashes: 10,
                 load_ttl: Duration::from_secs(3),
                 scales: vec![1_000, 10_000, 100_000],
@@ -63,7 +69,7 @@ impl Plan {
     }
 }
 
-pub async fn all(quick: bool) -> Result<Report> {
+pub async fn all(quick: bool, tenure_binary: Option<PathBuf>) -> Result<Report> {
     let plan = Plan::new(quick);
     // Read the library's own renewal latencies from its metrics.
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
@@ -158,6 +164,35 @@ pub async fn all(quick: bool) -> Result<Report> {
         "p99 <= 10 ms",
         handover.p99() <= 10.0,
     ));
+
+    match tenure_binary.or_else(cli_handover::default_binary) {
+        Some(binary) => {
+            eprintln!("  handover through the CLI ({}) ...", binary.display());
+            let cli = cli_handover::measure(&binary, &url, plan.cli_handovers).await?;
+            report.push(Row::latency(
+                "floor: fork/exec of `date +%s%N` until it prints",
+                &cli.floor,
+                None,
+            ));
+            report.push(Row::percentiles(
+                "CLI: SIGTERM of the leader's `tenure run` → the next leader's CMD (`date`) prints",
+                &cli.handover,
+                "p50 <= 5, p99 <= 10 ms",
+                Some(cli.handover.p50() <= 5.0 && cli.handover.p99() <= 10.0),
+            ));
+            let floor = Duration::from_secs_f64(cli.floor.p50() / 1000.0);
+            report.push(Row::percentiles(
+                "CLI: the same, less the fork/exec floor p50",
+                &cli.handover.less(floor),
+                "",
+                None,
+            ));
+        }
+        None => eprintln!(
+            "  handover through the CLI: left out, no `tenure` binary next to this one \
+             (cargo build --release -p tenure-cli, or --tenure PATH)"
+        ),
+    }
 
     eprintln!("  takeover after a crash ...");
     let takeover = takeovers(&url, plan.crashes).await?;
@@ -450,11 +485,13 @@ async fn keeper_renewals(
     snapshotter: &metrics_util::debugging::Snapshotter,
     n: usize,
 ) -> Result<Samples> {
-    // A short ttl so that renewals come often; nothing else runs meanwhile.
-    let ttl = Duration::from_millis(60);
+    // The shortest ttl allowed and a renewal every 20 ms, so that renewals
+    // come often; nothing else runs meanwhile.
+    let ttl = Duration::from_millis(100);
     let e = Election::builder("bench-keeper")
         .redis(url)
         .ttl(ttl)
+        .renew_every(Duration::from_millis(20))
         .margin(Duration::from_millis(10))
         .id("keeper")
         .build()

@@ -90,6 +90,26 @@ impl Row {
         row
     }
 
+    /// p50 / p90 / p99 latencies in ms, tenure only, with a target met or
+    /// not; the value is the p99.
+    pub fn percentiles(figure: &str, tenure: &Samples, target: &str, met: Option<bool>) -> Row {
+        Row {
+            figure: format!("{figure}, p50 / p90 / p99 ms"),
+            tenure: format!(
+                "{:.3} / {:.3} / {:.3}",
+                tenure.p50(),
+                tenure.p90(),
+                tenure.p99()
+            ),
+            baseline: "-".into(),
+            ratio: None,
+            target: target.into(),
+            met,
+            tenure_value: tenure.p99(),
+            baseline_value: None,
+        }
+    }
+
     /// A ratio to the floor, tenure's and the baseline's.
     pub fn ratio(
         figure: &str,

@@ -6,6 +6,11 @@ use std::time::Duration;
 pub struct Samples(Vec<Duration>);
 
 impl Samples {
+    /// Every sample less `d` (none below zero).
+    pub fn less(&self, d: Duration) -> Samples {
+        Samples(self.0.iter().map(|s| s.saturating_sub(d)).collect())
+    }
+
     pub fn push(&mut self, d: Duration) {
         self.0.push(d);
     }
@@ -25,6 +30,10 @@ impl Samples {
         self.quantile_ms(0.50)
     }
 
+    pub fn p90(&self) -> f64 {
+        self.quantile_ms(0.90)
+    }
+
     pub fn p99(&self) -> f64 {
         self.quantile_ms(0.99)
     }
@@ -41,6 +50,7 @@ mod tests {
             s.push(Duration::from_millis(ms));
         }
         assert_eq!(s.p50(), 50.0);
+        assert_eq!(s.p90(), 90.0);
         assert_eq!(s.p99(), 99.0);
         assert!(Samples::default().p50().is_nan());
     }

@@ -9,6 +9,17 @@
 //!   its process's exit, whichever is first). Two terms of different
 //!   instances whose acting intervals intersect, and that both wrote inside
 //!   the intersection, acted as leaders at the same time.
+//!   One kind of overlap is reported apart, as *fenced*: in CLI mode (the
+//!   older term's writer is a command under `tenure run` and knows no
+//!   deadline), its writes inside the intersection were all rejected by
+//!   fencing and each came within [`RESUME_SLACK`] after a whole-instance
+//!   `pause` of its instance that began before the intersection. That is a
+//!   pause of the whole host (tenure, guardian and command stopped
+//!   together): on resuming, the command's next write can race the
+//!   guardian's overdue kill, and only fencing covers it. Anything else stays
+//!   an overlap: a late write accepted, or later than that, or after
+//!   `pause-tenure-only` (the guardian's job), or by a library instance,
+//!   which checks its own deadline before every write.
 //! - Rejected stale writes are counted separately: they are fencing
 //!   working, expected under pauses.
 //!
@@ -21,6 +32,11 @@ use std::collections::{BTreeMap, HashMap};
 use serde::Serialize;
 
 use crate::log::Event;
+
+/// How soon after a whole-instance pause ends the command under a resumed
+/// `tenure run` may still write once: its timer and the guardian's overdue
+/// kill fire together on resuming, and the kill lands within milliseconds.
+const RESUME_SLACK: u64 = 50_000_000;
 
 /// A fault window during which no instance could be healthy: Redis is
 /// down, paused, or restarted (`rollback` and `mixed-ttl` restart it too).
@@ -37,6 +53,10 @@ pub struct Report {
     pub stale_writes_accepted: u64,
     pub overlaps: u64,
     pub overlap_ms: f64,
+    /// Overlaps after a whole-instance pause whose late writes fencing
+    /// rejected (see the module docs); not safety violations.
+    pub fenced_overlaps: u64,
+    pub fenced_overlap_ms: f64,
     pub longest_gap_ms: f64,
     pub longest_gap_outside_redis_faults_ms: f64,
     pub recovery_ms: BTreeMap<String, Recovery>,
@@ -65,6 +85,9 @@ pub struct Term {
     /// First write .. end of belief, if the term wrote at all.
     pub acting: Option<(u64, u64)>,
     pub writes: Vec<(u64, bool)>,
+    /// Its writer knew no deadline (every write logged `until == t`): a
+    /// command under `tenure run`, in CLI mode.
+    pub blind: bool,
 }
 
 /// Group the events into terms. A term starts at an `elected` event (or
@@ -92,6 +115,7 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
             end: u64::MAX,
             acting: None,
             writes: Vec::new(),
+            blind: true,
         });
         open.insert(
             (inst.to_string(), token),
@@ -134,6 +158,7 @@ pub fn terms(events: &[Event]) -> Vec<Term> {
                 }
                 if let Some(segment) = open.get_mut(&key) {
                     terms[segment.index].writes.push((*t, *ok));
+                    terms[segment.index].blind &= until == t;
                     segment.max_until = segment.max_until.max(*until);
                 }
             }
@@ -210,6 +235,19 @@ pub fn check(
         highest = highest.max(token);
     }
 
+    // Whole-instance pauses: (instance, from, until).
+    let pauses: Vec<(&str, u64, u64)> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Fault {
+                kind,
+                target,
+                t,
+                until,
+            } if kind == "pause" => Some((target.as_str(), *t, *until)),
+            _ => None,
+        })
+        .collect();
     for (i, a) in terms.iter().enumerate() {
         for b in &terms[i + 1..] {
             if a.inst == b.inst {
@@ -224,7 +262,14 @@ pub fn check(
             }
             let wrote_inside =
                 |term: &Term| term.writes.iter().any(|(t, _)| (from..=to).contains(t));
-            if wrote_inside(a) && wrote_inside(b) {
+            if !(wrote_inside(a) && wrote_inside(b)) {
+                continue;
+            }
+            let older = if a.token < b.token { a } else { b };
+            if late_after_whole_pause(older, (from, to), &pauses) {
+                report.fenced_overlaps += 1;
+                report.fenced_overlap_ms += (to - from) as f64 / 1e6;
+            } else {
                 report.overlaps += 1;
                 report.overlap_ms += (to - from) as f64 / 1e6;
             }
@@ -305,6 +350,30 @@ pub fn check(
     report
 }
 
+/// Whether `older` is a command under `tenure run` whose writes inside
+/// `overlap` were all rejected by fencing and came within [`RESUME_SLACK`]
+/// after a whole-instance pause of its instance that began before the
+/// overlap: its last breath on resuming, before the guardian's kill landed.
+fn late_after_whole_pause(
+    older: &Term,
+    (from, to): (u64, u64),
+    pauses: &[(&str, u64, u64)],
+) -> bool {
+    older.blind
+        && older
+            .writes
+            .iter()
+            .filter(|(t, _)| (from..=to).contains(t))
+            .all(|&(t, ok)| {
+                !ok && pauses.iter().any(|&(inst, began, resumed)| {
+                    inst == older.inst
+                        && began < from
+                        && resumed <= t
+                        && t <= resumed + RESUME_SLACK
+                })
+            })
+}
+
 impl Report {
     /// A table for people.
     pub fn table(&self) -> String {
@@ -347,6 +416,14 @@ impl Report {
             &mut out,
             "overlapping leaders (must be 0)",
             format!("{} ({:.1} ms)", self.overlaps, self.overlap_ms),
+        );
+        row(
+            &mut out,
+            "overlaps after a whole-instance pause, late writes all rejected by fencing",
+            format!(
+                "{} ({:.1} ms)",
+                self.fenced_overlaps, self.fenced_overlap_ms
+            ),
         );
         row(
             &mut out,
@@ -457,6 +534,94 @@ mod tests {
         assert_eq!(report.overlaps, 1);
         assert!(!report.safe);
         assert_eq!(report.writes_rejected, 1);
+    }
+
+    fn pause(inst: &str, from: u64, until: u64) -> Event {
+        Event::Fault {
+            kind: "pause".into(),
+            target: inst.into(),
+            t: from * MS,
+            until: until * MS,
+        }
+    }
+
+    /// CLI mode (writers know no deadline): a leads and is paused whole at
+    /// 100 ms until 2000 ms; b leads from 1100 ms; a's command writes once
+    /// more on resuming, at `late` ms.
+    fn whole_pause_then_late_write(late: u64, ok: bool, fault: Event) -> Vec<Event> {
+        let mut events = vec![
+            elected("a", 1, 0),
+            write("a", 1, 10, 10, true),
+            write("a", 1, 90, 90, true),
+            fault,
+            elected("b", 2, 1100),
+            write("b", 2, 1110, 1110, true),
+            write("b", 2, 1990, 1990, true),
+            write("b", 2, late + 50, late + 50, true),
+            write("a", 1, late, late, ok),
+        ];
+        events.sort_by_key(Event::t);
+        events
+    }
+
+    #[test]
+    fn a_rejected_last_write_after_a_whole_instance_pause_is_fenced_not_an_overlap() {
+        let events = whole_pause_then_late_write(2005, false, pause("a", 100, 2000));
+        let report = check(
+            &events,
+            "1 a\n1 a\n2 b\n2 b\n2 b\n",
+            1000,
+            vec![],
+            vec![],
+            0,
+        );
+        assert_eq!(report.overlaps, 0, "{report:?}");
+        assert_eq!(report.fenced_overlaps, 1, "{report:?}");
+        assert!(report.safe, "{report:?}");
+    }
+
+    #[test]
+    fn late_writes_are_real_overlaps_unless_fenced_right_after_a_whole_pause() {
+        let real = |events: Vec<Event>, why: &str| {
+            let report = check(&events, "", 1000, vec![], vec![], 0);
+            assert_eq!(report.overlaps, 1, "{why}: {report:?}");
+            assert_eq!(report.fenced_overlaps, 0, "{why}: {report:?}");
+            assert!(!report.safe, "{why}");
+        };
+        real(
+            whole_pause_then_late_write(2005, true, pause("a", 100, 2000)),
+            "the late write was accepted",
+        );
+        let tenure_only = Event::Fault {
+            kind: "pause-tenure-only".into(),
+            target: "a".into(),
+            t: 100 * MS,
+            until: 2000 * MS,
+        };
+        real(
+            whole_pause_then_late_write(2005, false, tenure_only),
+            "only tenure was paused: the guardian should have stopped the command",
+        );
+        real(
+            whole_pause_then_late_write(2100, false, pause("a", 100, 2000)),
+            "the command still wrote 100 ms after the pause ended",
+        );
+        let mut library = whole_pause_then_late_write(2005, false, pause("a", 100, 2000));
+        for event in &mut library {
+            if let Event::Write { inst, until, .. } = event {
+                if inst == "a" {
+                    *until = u64::MAX;
+                }
+            }
+        }
+        real(
+            library,
+            "a library instance checks its deadline before every write",
+        );
+        real(
+            whole_pause_then_late_write(2005, false, pause("b", 100, 2000)),
+            "another instance was paused",
+        );
     }
 
     #[test]

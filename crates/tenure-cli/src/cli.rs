@@ -165,10 +165,6 @@ pub struct GuardianArgs {
     #[arg(long)]
     pub channel: String,
 
-    /// Kill CMD at this CLOCK_MONOTONIC instant (ns) unless extended.
-    #[arg(long)]
-    pub kill_at: u64,
-
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
 }

@@ -6,24 +6,31 @@
 //! acting on it alone), wedged, or killed. It runs in its own process group
 //! and
 //!
+//! - is started **before** the term it serves, while tenure still
+//!   campaigns, and waits on the channel (see [`crate::supervisor`]) for
+//!   `start`: the term's first kill instant and its fencing token. So the
+//!   only process start left between winning the lease and CMD running is
+//!   CMD's own. Should the channel close before `start`, it exits without
+//!   running anything;
 //! - is a **child subreaper**, so everything CMD starts, including processes
 //!   that escape CMD's process group with `setsid` or a double fork, stays
 //!   below it, where it can find and kill them;
-//! - keeps the **kill instant** tenure last sent over the channel (see
-//!   [`crate::supervisor`]) and, when it comes without an extension,
-//!   SIGKILLs CMD's whole tree on its own and tells tenure so;
+//! - keeps the **kill instant** tenure last sent over the channel and, when
+//!   it comes without an extension, SIGKILLs CMD's whole tree on its own and
+//!   tells tenure so;
 //! - treats the **channel closing** as tenure's death: nobody renews the
 //!   lease any more, so it kills the tree at once;
-//! - when CMD exits, kills whatever CMD left behind before it exits with
-//!   CMD's status, so tenure never resigns while part of the job still runs.
+//! - when CMD exits, kills whatever CMD left behind, then tells tenure that
+//!   the tree is gone (so that tenure can resign without waiting for this
+//!   process to exit) and exits with CMD's status.
 //!
 //! It ignores SIGTERM, SIGINT and SIGHUP: what to do on those is CMD's
 //! decision (tenure signals CMD's processes directly), and the guardian must
 //! stay until CMD's tree is gone. Only SIGKILL ends it early, and tenure
 //! handles that (see [`crate::supervisor::Ended::GuardianDied`]).
 //!
-//! It runs a single-threaded runtime and no logging, and starts CMD as soon
-//! as it is connected: its start-up is part of every hand-over.
+//! It runs a single-threaded runtime and no logging: it is on the path of
+//! every hand-over.
 
 use std::time::Duration;
 
@@ -32,14 +39,19 @@ use tokio::process::Command;
 use tokio::time::{sleep_until, Instant};
 
 use crate::supervisor::{
-    connect, exit_code, instant_of, kill_descendants_of, reap_orphans, DEADLINE_MESSAGE,
+    children_left, connect, exit_code, instant_of, kill_descendants_of, reap_orphans,
+    DEADLINE_MESSAGE, EXITED_MESSAGE,
 };
 
 /// Exit status when the guardian killed CMD (as if CMD got SIGKILL).
 const KILLED: i32 = 128 + 9;
 
+/// Exit status when tenure let go of the guardian before its term began:
+/// CMD never ran.
+const NOT_STARTED: i32 = 0;
+
 /// The guardian's whole life; returns its exit status.
-pub fn main(channel: &str, kill_at: u64, command: &[String]) -> i32 {
+pub fn main(channel: &str, command: &[String]) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -50,10 +62,10 @@ pub fn main(channel: &str, kill_at: u64, command: &[String]) -> i32 {
             return 1;
         }
     };
-    runtime.block_on(guard(channel, kill_at, command))
+    runtime.block_on(guard(channel, command))
 }
 
-async fn guard(channel: &str, kill_at: u64, command: &[String]) -> i32 {
+async fn guard(channel: &str, command: &[String]) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     // Handlers before anything else, so none of these signals can end the
     // guardian while it is responsible for a job.
@@ -73,10 +85,26 @@ async fn guard(channel: &str, kill_at: u64, command: &[String]) -> i32 {
     }
     // tenure may be gone already; then there is nobody to run CMD for.
     let Ok(channel) = connect(channel) else {
-        return KILLED;
+        return NOT_STARTED;
     };
     let (reader, mut writer) = channel.into_split();
     let mut messages = BufReader::new(reader).lines();
+    // Standby until tenure wins a term, or lets go of this guardian.
+    let (kill_at, token) = loop {
+        tokio::select! {
+            message = messages.next_line() => match message {
+                Ok(Some(line)) => {
+                    if let Some(start) = parse_start(&line) {
+                        break start;
+                    }
+                }
+                Ok(None) | Err(_) => return NOT_STARTED,
+            },
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
+        }
+    };
     let mut kill_at = instant_of(kill_at);
     if Instant::now() >= kill_at {
         let _ = writer
@@ -87,7 +115,11 @@ async fn guard(channel: &str, kill_at: u64, command: &[String]) -> i32 {
     let Some((program, args)) = command.split_first() else {
         return 2;
     };
-    let mut child = match Command::new(program).args(args).spawn() {
+    let spawned = Command::new(program)
+        .args(args)
+        .env("TENURE_TOKEN", token.to_string())
+        .spawn();
+    let mut child = match spawned {
         Ok(child) => child,
         Err(err) => {
             crate::output::err_line(&format!("tenure: cannot start {program:?}: {err}"));
@@ -104,12 +136,26 @@ async fn guard(channel: &str, kill_at: u64, command: &[String]) -> i32 {
     loop {
         tokio::select! {
             status = child.wait() => {
-                kill_descendants_of(me).await;
-                reap_orphans();
-                return match status {
+                // CMD is reaped; anything it left behind is a child of
+                // ours now (we are its subreaper). Usually nothing is, and
+                // then there is nothing to look for in /proc.
+                if children_left() {
+                    kill_descendants_of(me).await;
+                    reap_orphans();
+                }
+                let code = match status {
                     Ok(status) => exit_code(status),
                     Err(_) => 1,
                 };
+                // The tree is gone: tenure may resign before this process
+                // has finished exiting.
+                let message = format!("{EXITED_MESSAGE} {code}\n");
+                let _ = tokio::time::timeout(
+                    Duration::from_millis(100),
+                    writer.write_all(message.as_bytes()),
+                )
+                .await;
+                return code;
             }
             message = messages.next_line() => match message {
                 Ok(Some(line)) => {
@@ -146,6 +192,12 @@ async fn guard(channel: &str, kill_at: u64, command: &[String]) -> i32 {
     }
 }
 
+/// `start NS TOKEN` → (NS, TOKEN).
+fn parse_start(line: &str) -> Option<(u64, u64)> {
+    let (at, token) = line.strip_prefix("start ")?.trim().split_once(' ')?;
+    Some((at.parse().ok()?, token.parse().ok()?))
+}
+
 /// `kill-at NS` → NS.
 fn parse_kill_at(line: &str) -> Option<u64> {
     line.strip_prefix("kill-at ")?.trim().parse().ok()
@@ -160,5 +212,13 @@ mod tests {
         assert_eq!(parse_kill_at("kill-at 123456789"), Some(123_456_789));
         assert_eq!(parse_kill_at("kill-at -1"), None);
         assert_eq!(parse_kill_at("deadline"), None);
+    }
+
+    #[test]
+    fn a_term_starts_only_with_a_kill_instant_and_a_token() {
+        assert_eq!(parse_start("start 123456789 42"), Some((123_456_789, 42)));
+        assert_eq!(parse_start("start 123456789"), None);
+        assert_eq!(parse_start("start x 42"), None);
+        assert_eq!(parse_start("kill-at 123456789"), None);
     }
 }

@@ -24,7 +24,7 @@ use crate::complain;
 use crate::exit::{self, Failure};
 use crate::http::{self, Health, Phase};
 use crate::marker::Marker;
-use crate::supervisor::{Ended, Job};
+use crate::supervisor::{Ended, Job, Standby};
 
 /// Time allowed between SIGKILL and the job being gone, kept free before the
 /// deadline (less with a margin below it, so tiny ttls still work).
@@ -85,8 +85,17 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
     };
     let name = election.name().to_string();
     let mut backoff = RestartBackoff::new(election.ttl(), election.renew_every());
+    let env = [
+        ("TENURE_ELECTION", name.clone()),
+        ("TENURE_ID", election.id().to_string()),
+    ];
     loop {
         health.set(Phase::Campaigning);
+        // The next term's guardian starts while we campaign, so that
+        // winning costs only CMD's own start (see `crate::guardian`).
+        let standby = Standby::spawn(&args.command, &env)
+            .await
+            .map_err(cannot_start)?;
         let term = if args.no_wait {
             match election.try_campaign().await? {
                 Some(term) => term,
@@ -115,7 +124,16 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         };
         health.set(Phase::Leading { term: term.clone() });
         let began = Instant::now();
-        let led = lead(&args, &election, &term, marker.as_mut(), limits, &shutdown).await;
+        let led = lead(
+            (&args.command, &env),
+            standby,
+            &election,
+            &term,
+            marker.as_mut(),
+            limits,
+            &shutdown,
+        )
+        .await;
         gauge!("tenure_child_running", "election" => name.clone()).set(0.0);
         health.set(Phase::Campaigning);
         // Every way out of a term ends here, and CMD is gone by now: release
@@ -215,7 +233,8 @@ impl RestartBackoff {
 /// One term: run CMD (unless `--at-most-every` says skip) and supervise it
 /// until it ends. On return CMD's whole tree is gone; the caller resigns.
 async fn lead(
-    args: &RunArgs,
+    (command, env): (&[String], &[(&str, String)]),
+    standby: Standby,
     election: &Election,
     term: &Leadership,
     marker: Option<&mut Marker>,
@@ -230,19 +249,17 @@ async fn lead(
             return Ok(Outcome::Skipped);
         }
     }
-    let env = [
-        ("TENURE_ELECTION", name.clone()),
-        ("TENURE_ID", election.id().to_string()),
-        ("TENURE_TOKEN", term.token().to_string()),
-    ];
-    let mut job = Job::start(&args.command, &env, limits.kill_at(term))
-        .await
-        .map_err(|e| {
-            Failure::new(
-                exit::INTERNAL,
-                format!("cannot start the command supervisor: {e}"),
-            )
-        })?;
+    let started = match standby.start(term.token(), limits.kill_at(term)).await {
+        Ok(job) => Ok(job),
+        Err(err) => {
+            tracing::warn!(error = %err, "the waiting guardian is gone; starting another");
+            match Standby::spawn(command, env).await {
+                Ok(standby) => standby.start(term.token(), limits.kill_at(term)).await,
+                Err(err) => Err(err),
+            }
+        }
+    };
+    let mut job = started.map_err(cannot_start)?;
     tracing::info!(election = %name, token = term.token(), group = job.group(), "started command as leader");
     gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
     counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
@@ -251,6 +268,13 @@ async fn lead(
         marker.record_run(term.token()).await;
     }
     Ok(outcome)
+}
+
+fn cannot_start(err: std::io::Error) -> Failure {
+    Failure::new(
+        exit::INTERNAL,
+        format!("cannot start the command's guardian: {err}"),
+    )
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGHUP: each asks `tenure run` to stop CMD

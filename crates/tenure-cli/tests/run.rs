@@ -809,3 +809,65 @@ fn sighup_stops_the_command_and_releases_the_lease() {
     assert!(!alive(cmd));
     assert!(!lease_exists(&server, "sighup"));
 }
+
+#[test]
+fn a_followers_waiting_guardian_runs_nothing_and_dies_with_tenure() {
+    let server = redis();
+    let scratch = Scratch::new("standby");
+    let a = Instance::start(&server.url(), "standby", "a", &[], LONG_JOB, &scratch);
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let b = Instance::start(&server.url(), "standby", "b", &[], LONG_JOB, &scratch);
+    let below_b = || tenure_procs::descendants(&tenure_procs::all(), b.pid().as_raw());
+    eventually("b's guardian waits for a term", || !below_b().is_empty());
+    let waiting = below_b();
+    assert_eq!(
+        waiting.len(),
+        1,
+        "only the guardian, no command: {waiting:?}"
+    );
+    let guardian = waiting[0].pid;
+    assert_eq!(parent_of(guardian), Some(b.pid().as_raw()));
+    // tenure alone: the guardian is in a process group of its own.
+    b.kill_group();
+    eventually("b's waiting guardian leaves with b", || !alive(guardian));
+    assert!(child_pid(&scratch, "b").is_none(), "b's command never ran");
+    drop(a);
+}
+
+#[test]
+fn a_killed_waiting_guardian_is_replaced_when_the_term_begins() {
+    let server = redis();
+    let scratch = Scratch::new("standby-killed");
+    let mut a = Instance::start(
+        &server.url(),
+        "standby-killed",
+        "a",
+        &[],
+        LONG_JOB,
+        &scratch,
+    );
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let b = Instance::start(
+        &server.url(),
+        "standby-killed",
+        "b",
+        &[],
+        LONG_JOB,
+        &scratch,
+    );
+    let below_b = || tenure_procs::descendants(&tenure_procs::all(), b.pid().as_raw());
+    eventually("b's guardian waits for a term", || !below_b().is_empty());
+    let guardian = below_b()[0].pid;
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(guardian), Signal::SIGKILL);
+    eventually("b's guardian is dead", || !alive(guardian));
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(), 0, "clean shutdown; log:\n{}", a.log());
+    eventually("b's command starts all the same", || {
+        child_pid(&scratch, "b").is_some()
+    });
+    let cmd = child_pid(&scratch, "b").unwrap();
+    let new_guardian = parent_of(cmd).expect("b's command runs");
+    assert_ne!(new_guardian, guardian);
+    assert_eq!(parent_of(new_guardian), Some(b.pid().as_raw()));
+    assert!(b.log().contains("starting another"), "log:\n{}", b.log());
+}

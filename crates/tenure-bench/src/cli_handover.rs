@@ -1,0 +1,180 @@
+//! The graceful hand-over through the CLI, measured from outside as an
+//! operator sees it: SIGTERM to the leader's `tenure run` → the next
+//! leader's CMD running its first instruction.
+//!
+//! Two real `tenure run` processes per round on the bench's private Redis.
+//! The leader runs `sleep`; the follower's CMD is `date +%s%N`, whose first
+//! useful instruction prints the time (CLOCK_REALTIME, the clock this
+//! process reads too). Starting `date` costs something on its own: the
+//! floor, a fork/exec of the same `date` from this process, is measured in
+//! the same rounds, and the figure is reported with and without it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use redis::aio::ConnectionManager;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::stats::Samples;
+
+type Result<T> = std::result::Result<T, String>;
+
+const ELECTION: &str = "bench-cli-handover";
+
+/// Raw hand-overs (CMD's start included) and the fork/exec floor.
+pub struct CliHandovers {
+    pub handover: Samples,
+    pub floor: Samples,
+}
+
+/// The `tenure` binary next to this one (`target/release/tenure` for
+/// `target/release/tenure-bench`), if it was built.
+pub fn default_binary() -> Option<PathBuf> {
+    let path = std::env::current_exe().ok()?.with_file_name("tenure");
+    path.is_file().then_some(path)
+}
+
+pub async fn measure(tenure: &Path, url: &str, rounds: usize) -> Result<CliHandovers> {
+    let mut admin = tenure::admin::connect(url, None, Duration::from_secs(2))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = CliHandovers {
+        handover: Samples::default(),
+        floor: Samples::default(),
+    };
+    for round in 0..rounds {
+        let leader_id = format!("a{round}");
+        let mut leader = run(tenure, url, &leader_id, &["sleep", "1000"], Stdio::null())?;
+        wait_for(&mut admin, "the leader's election", |id| {
+            id == Some(&leader_id)
+        })
+        .await?;
+        let mut follower = run(
+            tenure,
+            url,
+            &format!("b{round}"),
+            &["date", "+%s%N"],
+            Stdio::piped(),
+        )?;
+        let stdout = follower.stdout.take().ok_or("no stdout")?;
+        wait_until_following(&mut admin, &follower).await?;
+        let sent = now_ns();
+        signal(&leader, Signal::SIGTERM);
+        let mut line = String::new();
+        let mut stdout = BufReader::new(stdout);
+        let read = stdout.read_line(&mut line);
+        tokio::time::timeout(Duration::from_secs(10), read)
+            .await
+            .map_err(|_| "the follower's command did not start within 10 s")?
+            .map_err(|e| e.to_string())?;
+        let started: u128 = line
+            .trim()
+            .parse()
+            .map_err(|_| format!("unexpected output of the follower's command: {line:?}"))?;
+        out.handover
+            .push(Duration::from_nanos(started.saturating_sub(sent) as u64));
+        for (child, what) in [(&mut leader, "leader"), (&mut follower, "follower")] {
+            let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+            if !matches!(status, Ok(Ok(s)) if s.success()) {
+                signal(child, Signal::SIGKILL);
+                return Err(format!(
+                    "the {what}'s tenure run did not exit cleanly: {status:?}"
+                ));
+            }
+        }
+        out.floor.push(fork_exec_floor().await?);
+    }
+    Ok(out)
+}
+
+/// `tenure run` of this election, logs off.
+fn run(tenure: &Path, url: &str, id: &str, command: &[&str], stdout: Stdio) -> Result<Child> {
+    Command::new(tenure)
+        .args(["run", "--election", ELECTION, "--redis", url, "--ttl", "2s"])
+        .args(["--id", id, "--"])
+        .args(command)
+        .env("TENURE_LOG", "off")
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", tenure.display()))
+}
+
+/// Poll the lease until `holds` says yes about its owner's id.
+async fn wait_for(
+    admin: &mut ConnectionManager,
+    what: &str,
+    holds: impl Fn(Option<&String>) -> bool,
+) -> Result<()> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let leader = tenure::admin::leader_of(admin, tenure::DEFAULT_PREFIX, ELECTION)
+            .await
+            .map_err(|e| e.to_string())?;
+        if holds(leader.as_ref().map(|l| &l.id)) {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > until {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Until the follower has subscribed to the election's announcements (both
+/// instances listen) and has had time to look at the lease and go idle.
+async fn wait_until_following(admin: &mut ConnectionManager, follower: &Child) -> Result<()> {
+    let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let reply: (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query_async(admin)
+            .await
+            .map_err(|e| e.to_string())?;
+        if reply.1 >= 2 {
+            break;
+        }
+        if tokio::time::Instant::now() > until || follower.id().is_none() {
+            return Err("the follower never subscribed".into());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    Ok(())
+}
+
+/// A fork/exec of `date +%s%N` from here until the time it prints.
+async fn fork_exec_floor() -> Result<Duration> {
+    let sent = now_ns();
+    let output = Command::new("date")
+        .arg("+%s%N")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run date: {e}"))?;
+    let printed: u128 = String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| "date +%s%N printed no nanoseconds")?;
+    Ok(Duration::from_nanos(printed.saturating_sub(sent) as u64))
+}
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+fn signal(child: &Child, signal: Signal) {
+    if let Some(pid) = child.id() {
+        let _ = kill(Pid::from_raw(pid as i32), signal);
+    }
+}
