@@ -53,6 +53,12 @@ use crate::machine::{
 use crate::store::StoreKind;
 use crate::{metrics, Error, Leadership, LostReason, MemoryStore, Result};
 
+/// The most acquisitions sent in one round trip.
+const ACQUIRE_CHUNK: usize = 1_000;
+
+/// The most renewals (and the heartbeat) sent in one round trip.
+const RENEW_CHUNK: usize = 20_001;
+
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
 /// them and connects.
 #[must_use]
@@ -455,11 +461,23 @@ impl PartitionSet {
         // The whole call timeout, whatever the deadlines: a partition whose
         // deadline passes meanwhile ends at its deadline by itself (its
         // handle checks the clock), and the others keep their renewal.
-        let results = self.send(&ops, timing.call_timeout).await;
+        // Very large sets renew in several round trips, so that no batch
+        // outgrows the call timeout; a failed one fails only its own.
+        let mut replies: Vec<Option<Result<Reply>>> = Vec::with_capacity(ops.len());
+        let mut failed = false;
+        for chunk in ops.chunks(RENEW_CHUNK) {
+            match self.send(chunk, timing.call_timeout).await {
+                Some(chunk_replies) => replies.extend(chunk_replies.into_iter().map(Some)),
+                None => {
+                    failed = true;
+                    replies.extend(chunk.iter().map(|_| None));
+                }
+            }
+        }
         let now = Instant::now();
-        let retry = (results.is_none() && !held.is_empty()).then(|| now + timing.retry_every);
-        let mut results = results.map(Vec::into_iter);
-        let members = match results.as_mut().and_then(Iterator::next) {
+        let retry = (failed && !held.is_empty()).then(|| now + timing.retry_every);
+        let mut results = replies.into_iter();
+        let members = match results.next().flatten() {
             Some(Ok(reply)) => {
                 let (members, phantoms) = reply.into_members()?;
                 if phantoms > 0 {
@@ -473,7 +491,7 @@ impl PartitionSet {
         };
         let indexes: Vec<usize> = held.keys().copied().collect();
         for index in indexes {
-            let reply = match results.as_mut().and_then(Iterator::next) {
+            let reply = match results.next().flatten() {
                 Some(Ok(reply)) => reply.into_renew().ok(),
                 _ => None,
             };
@@ -531,51 +549,55 @@ impl PartitionSet {
         if wanted.is_empty() {
             return Ok(retry);
         }
-        let attempts: Vec<String> = wanted.iter().map(|i| self.attempt(*i)).collect();
-        let ops: Vec<Op<'_>> = wanted
-            .iter()
-            .zip(&attempts)
-            .map(|(index, attempt)| Op::Acquire {
-                name: &self.partitions[*index],
-                keys: &self.keys[*index],
-                request: AcquireRequest {
-                    id: &self.id,
-                    attempt,
-                    ttl_ms,
-                    grace_ms: self.grace_ms,
-                },
-            })
-            .collect();
-        let sent = Instant::now();
-        let suspended = crate::clock::suspended();
-        let results = self.send(&ops, timing.call_timeout).await;
-        let now = Instant::now();
-        let Some(results) = results else {
-            return Ok(retry);
-        };
-        for (index, result) in wanted.into_iter().zip(results) {
-            let reply = match result.and_then(Reply::into_acquire) {
-                Ok(reply) => reply,
-                Err(err) if !err.is_transient() => return Err(err),
-                Err(_) => continue,
+        // Many partitions at once (a member starting alone in a large set)
+        // go in several round trips, each with the whole call timeout.
+        for chunk in wanted.chunks(ACQUIRE_CHUNK) {
+            let attempts: Vec<String> = chunk.iter().map(|i| self.attempt(*i)).collect();
+            let ops: Vec<Op<'_>> = chunk
+                .iter()
+                .zip(&attempts)
+                .map(|(index, attempt)| Op::Acquire {
+                    name: &self.partitions[*index],
+                    keys: &self.keys[*index],
+                    request: AcquireRequest {
+                        id: &self.id,
+                        attempt,
+                        ttl_ms,
+                        grace_ms: self.grace_ms,
+                    },
+                })
+                .collect();
+            let sent = Instant::now();
+            let suspended = crate::clock::suspended();
+            let results = self.send(&ops, timing.call_timeout).await;
+            let now = Instant::now();
+            let Some(results) = results else {
+                break;
             };
-            match after_acquire(timing, sent, now, Some(reply.clone()), Duration::ZERO, 0) {
-                CandidateStep::Elected(state) => {
-                    self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
-                    let name = self.partitions[index].clone();
-                    let h = start(&self.id, &name, state, suspended, commands, work);
-                    held.insert(index, h);
+            for (index, result) in chunk.iter().copied().zip(results) {
+                let reply = match result.and_then(Reply::into_acquire) {
+                    Ok(reply) => reply,
+                    Err(err) if !err.is_transient() => return Err(err),
+                    Err(_) => continue,
+                };
+                match after_acquire(timing, sent, now, Some(reply.clone()), Duration::ZERO, 0) {
+                    CandidateStep::Elected(state) => {
+                        self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
+                        let name = self.partitions[index].clone();
+                        let h = start(&self.id, &name, state, suspended, commands, work);
+                        held.insert(index, h);
+                    }
+                    CandidateStep::Follow { holder, .. } => {
+                        // The holder releases it soon if it is a live member
+                        // outside its target; else its lease has to expire.
+                        retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
+                    }
+                    CandidateStep::Grace { until, .. } => retry_at[index] = until,
+                    CandidateStep::Retry { at } => retry_at[index] = at,
                 }
-                CandidateStep::Follow { holder, .. } => {
-                    // The holder releases it soon if it is a live member
-                    // outside its target; else its lease has to expire.
-                    retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
+                if let AcquireReply::Won { .. } = reply {
+                    retry_at[index] = now;
                 }
-                CandidateStep::Grace { until, .. } => retry_at[index] = until,
-                CandidateStep::Retry { at } => retry_at[index] = at,
-            }
-            if let AcquireReply::Won { .. } = reply {
-                retry_at[index] = now;
             }
         }
         Ok(retry)
