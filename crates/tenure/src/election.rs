@@ -333,9 +333,10 @@ struct Inner {
 /// the same id) is held by someone else, so a new term always gets a new
 /// token and can never be ended by an older term's release.
 struct Attempts {
-    /// Random, so two processes (or two `Election` values) with one id never
-    /// share attempts.
-    nonce: u64,
+    /// Every attempt name starts with it: `NONCE.` with a random nonce, so
+    /// two processes (or two `Election` values) with one id never share
+    /// attempts.
+    prefix: String,
     state: Mutex<AttemptState>,
 }
 
@@ -351,7 +352,7 @@ struct AttemptState {
 impl Attempts {
     fn new() -> Self {
         Attempts {
-            nonce: rand::random(),
+            prefix: format!("{:016x}.", rand::random::<u64>()),
             state: Mutex::new(AttemptState::default()),
         }
     }
@@ -371,16 +372,14 @@ impl Attempts {
         Attempt {
             attempts: self,
             number,
-            name: format!("{:016x}.{number}", self.nonce),
+            name: format!("{}{number}", self.prefix),
             won: false,
         }
     }
 
     /// Whether an attempt name is one of ours.
     fn is_ours(&self, attempt: &str) -> bool {
-        attempt
-            .strip_prefix(&format!("{:016x}.", self.nonce))
-            .is_some()
+        attempt.starts_with(&self.prefix)
     }
 }
 
