@@ -18,16 +18,13 @@ fn evicting_redis() -> RedisServer {
 fn a_redis_that_may_evict_leases_is_refused_with_exit_69_unless_allowed() {
     let server = evicting_redis();
     let url = server.url();
-    let refused = tenure_output(&[
-        "run",
-        "--redis",
-        &url,
-        "--election",
-        "evict",
-        "--once",
-        "--",
-        "true",
-    ]);
+    let run_once = |extra: &[&str]| {
+        let mut args = vec!["run", "--redis", &url, "--election", "evict", "--once"];
+        args.extend(extra);
+        args.extend(["--", "true"]);
+        tenure_output(&args)
+    };
+    let refused = run_once(&[]);
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(69), "{stderr}");
     assert!(
@@ -40,17 +37,7 @@ fn a_redis_that_may_evict_leases_is_refused_with_exit_69_unless_allowed() {
         "one line of error: {stderr}"
     );
 
-    let allowed = tenure_output(&[
-        "run",
-        "--redis",
-        &url,
-        "--election",
-        "evict",
-        "--once",
-        "--allow-eviction",
-        "--",
-        "true",
-    ]);
+    let allowed = run_once(&["--allow-eviction"]);
     let stderr = String::from_utf8_lossy(&allowed.stderr);
     assert_eq!(allowed.status.code(), Some(0), "{stderr}");
 }
