@@ -117,9 +117,26 @@ pub struct RunArgs {
     #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_duration, requires = "once")]
     pub at_most_every: Option<Duration>,
 
+    /// Put CMD in a cgroup v2 of its own, so `cgroup.kill` stops its whole
+    /// tree at once: `auto` where the cgroup is writable (root, or systemd's
+    /// Delegate=yes), `require` to refuse to run without one, `off`.
+    #[arg(long, env = "TENURE_CGROUP", value_enum, default_value_t = CgroupMode::Auto)]
+    pub cgroup: CgroupMode,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Whether `tenure run` puts CMD in a cgroup of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CgroupMode {
+    /// Where a writable cgroup v2 is available.
+    Auto,
+    /// Always; exit 70 if there is no usable cgroup.
+    Require,
+    /// Never: only process groups and subreapers contain CMD.
+    Off,
 }
 
 #[derive(Debug, Args)]
@@ -164,6 +181,14 @@ pub struct GuardianArgs {
     /// Abstract Unix socket name the `tenure run` that started this guardian listens on.
     #[arg(long)]
     pub channel: String,
+
+    /// The cgroup CMD starts in (made by `tenure run`).
+    #[arg(long)]
+    pub cgroup: Option<std::path::PathBuf>,
+
+    /// Refuse to start CMD if it cannot be put in `--cgroup`.
+    #[arg(long, requires = "cgroup")]
+    pub cgroup_required: bool,
 
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -6,7 +6,7 @@
 //! | 2 | invalid flags or configuration |
 //! | 3 | `--once`: leadership was lost while CMD ran; CMD was stopped |
 //! | 69 | Redis unusable: unreachable, credentials, TLS, ACL, foreign data |
-//! | 70 | internal failure while leading (the guardian died or could not start); CMD was killed, the lease released |
+//! | 70 | internal failure while leading (the guardian died or could not start); CMD was killed, the lease released; `--cgroup require` without a usable cgroup |
 //! | 75 | `--no-wait`: another instance leads |
 //! | 126/127 | CMD could not be executed / was not found |
 //! | 128+N | CMD was ended by signal N |

@@ -15,6 +15,11 @@
 //! - is a **child subreaper**, so everything CMD starts, including processes
 //!   that escape CMD's process group with `setsid` or a double fork, stays
 //!   below it, where it can find and kill them;
+//! - starts CMD in `tenure run`'s **cgroup** when there is one: it steps into
+//!   the cgroup, forks CMD, and steps back out (a child is born in its
+//!   parent's cgroup, and the guardian itself must stay out of the reach of
+//!   `cgroup.kill`). Every kill below then starts with `cgroup.kill`, which
+//!   takes the whole tree at once, forks in flight included;
 //! - keeps the **kill instant** tenure last sent over the channel and, when
 //!   it comes without an extension, SIGKILLs CMD's whole tree on its own and
 //!   tells tenure so;
@@ -38,9 +43,12 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 use tokio::time::{sleep_until, Instant};
 
+use tenure_procs::cgroup::Cgroup;
+
+use crate::cli::GuardianArgs;
 use crate::supervisor::{
-    children_left, connect, exit_code, instant_of, kill_descendants_of, reap_orphans,
-    DEADLINE_MESSAGE, EXITED_MESSAGE,
+    children_left, connect, exit_code, instant_of, kill_job, reap_orphans, DEADLINE_MESSAGE,
+    EXITED_MESSAGE,
 };
 
 /// Exit status when the guardian killed CMD (as if CMD got SIGKILL).
@@ -50,8 +58,11 @@ const KILLED: i32 = 128 + 9;
 /// CMD never ran.
 const NOT_STARTED: i32 = 0;
 
+/// Exit status when CMD could not be started (as shells report it).
+const CANNOT_EXECUTE: i32 = 126;
+
 /// The guardian's whole life; returns its exit status.
-pub fn main(channel: &str, command: &[String]) -> i32 {
+pub fn main(args: &GuardianArgs) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -62,10 +73,14 @@ pub fn main(channel: &str, command: &[String]) -> i32 {
             return 1;
         }
     };
-    runtime.block_on(guard(channel, command))
+    let cgroup = args
+        .cgroup
+        .as_ref()
+        .map(|dir| (Cgroup::at(dir), args.cgroup_required));
+    runtime.block_on(guard(&args.channel, &args.command, cgroup))
 }
 
-async fn guard(channel: &str, command: &[String]) -> i32 {
+async fn guard(channel: &str, command: &[String], cgroup: Option<(Cgroup, bool)>) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     // Handlers before anything else, so none of these signals can end the
     // guardian while it is responsible for a job.
@@ -115,10 +130,42 @@ async fn guard(channel: &str, command: &[String]) -> i32 {
     let Some((program, args)) = command.split_first() else {
         return 2;
     };
+    // Into the cgroup for the fork only (see the module docs).
+    let mut entered = None;
+    if let Some((group, required)) = cgroup {
+        match group.enter() {
+            Ok(()) => entered = Some(group),
+            Err(err) if required => {
+                crate::output::err_line(&format!(
+                    "tenure: cannot put the command in cgroup {}: {err}",
+                    group.dir().display()
+                ));
+                return CANNOT_EXECUTE;
+            }
+            // `--cgroup auto`: the subreaper still holds the tree.
+            Err(_) => {}
+        }
+    }
     let spawned = Command::new(program)
         .args(args)
         .env("TENURE_TOKEN", token.to_string())
         .spawn();
+    if let Some(group) = &entered {
+        if let Err(err) = group.leave() {
+            // Still inside, a kill of the cgroup would take this process
+            // too: give up on this term rather than guard it from inside.
+            crate::output::err_line(&format!(
+                "tenure guardian: cannot leave cgroup {}: {err}",
+                group.dir().display()
+            ));
+            if let Ok(mut child) = spawned {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+            return CANNOT_EXECUTE;
+        }
+    }
+    let cgroup = entered;
     let mut child = match spawned {
         Ok(child) => child,
         Err(err) => {
@@ -126,7 +173,7 @@ async fn guard(channel: &str, command: &[String]) -> i32 {
             return if err.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
-                126
+                CANNOT_EXECUTE
             };
         }
     };
@@ -139,8 +186,8 @@ async fn guard(channel: &str, command: &[String]) -> i32 {
                 // CMD is reaped; anything it left behind is a child of
                 // ours now (we are its subreaper). Usually nothing is, and
                 // then there is nothing to look for in /proc.
-                if children_left() {
-                    kill_descendants_of(me).await;
+                if children_left() || cgroup.as_ref().is_some_and(Cgroup::populated) {
+                    kill_job(me, cgroup.as_ref()).await;
                     reap_orphans();
                 }
                 let code = match status {
@@ -167,14 +214,14 @@ async fn guard(channel: &str, command: &[String]) -> i32 {
                 // tenure is gone (or broke the channel): nobody renews the
                 // lease any more.
                 Ok(None) | Err(_) => {
-                    kill_descendants_of(me).await;
+                    kill_job(me, cgroup.as_ref()).await;
                     let _ = child.wait().await;
                     reap_orphans();
                     return KILLED;
                 }
             },
             () = &mut deadline => {
-                kill_descendants_of(me).await;
+                kill_job(me, cgroup.as_ref()).await;
                 let message = format!("{DEADLINE_MESSAGE}\n");
                 let _ = tokio::time::timeout(
                     Duration::from_millis(100),

@@ -27,7 +27,7 @@ fn main() {
     if let Command::Guardian(args) = &cli.command {
         // The guardian must not start a multi-threaded runtime or logging:
         // it starts CMD as fast as it can and then only watches.
-        std::process::exit(guardian::main(&args.channel, &args.command));
+        std::process::exit(guardian::main(args));
     }
     let default_log = if matches!(cli.command, Command::Demo(_)) {
         "warn"

@@ -19,12 +19,12 @@ use tenure::{Election, Leadership, LostReason};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::RunArgs;
+use crate::cli::{CgroupMode, RunArgs};
 use crate::complain;
 use crate::exit::{self, Failure};
 use crate::http::{self, Health, Phase};
 use crate::marker::Marker;
-use crate::supervisor::{Ended, Job, Standby};
+use crate::supervisor::{Ended, Job, JobCgroup, Standby};
 
 /// Time allowed between SIGKILL and the job being gone, kept free before the
 /// deadline (less with a margin below it, so tiny ttls still work).
@@ -54,6 +54,8 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         None => None,
     };
     let election = build_election(&args).await?;
+    let cgroup = CmdCgroup::create(args.cgroup)?;
+    let cgroup = cgroup.as_ref().map(|c| &c.0);
     if let Some((addr, handle)) = recorder {
         http::serve(
             addr,
@@ -93,7 +95,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         health.set(Phase::Campaigning);
         // The next term's guardian starts while we campaign, so that
         // winning costs only CMD's own start (see `crate::guardian`).
-        let standby = Standby::spawn(&args.command, &env)
+        let standby = Standby::spawn(&args.command, &env, cgroup)
             .await
             .map_err(cannot_start)?;
         let term = if args.no_wait {
@@ -125,7 +127,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         health.set(Phase::Leading { term: term.clone() });
         let began = Instant::now();
         let led = lead(
-            (&args.command, &env),
+            (&args.command, &env, cgroup),
             standby,
             &election,
             &term,
@@ -233,7 +235,7 @@ impl RestartBackoff {
 /// One term: run CMD (unless `--at-most-every` says skip) and supervise it
 /// until it ends. On return CMD's whole tree is gone; the caller resigns.
 async fn lead(
-    (command, env): (&[String], &[(&str, String)]),
+    (command, env, cgroup): (&[String], &[(&str, String)], Option<&JobCgroup>),
     standby: Standby,
     election: &Election,
     term: &Leadership,
@@ -253,7 +255,7 @@ async fn lead(
         Ok(job) => Ok(job),
         Err(err) => {
             tracing::warn!(error = %err, "the waiting guardian is gone; starting another");
-            match Standby::spawn(command, env).await {
+            match Standby::spawn(command, env, cgroup).await {
                 Ok(standby) => standby.start(term.token(), limits.kill_at(term)).await,
                 Err(err) => Err(err),
             }
@@ -263,11 +265,66 @@ async fn lead(
     tracing::info!(election = %name, token = term.token(), group = job.group(), "started command as leader");
     gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
     counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
-    let outcome = supervise(term, &mut job, limits, shutdown).await?;
+    let outcome = supervise(term, &mut job, limits, shutdown).await;
+    job.ensure_gone().await;
+    let outcome = outcome?;
     if let (Outcome::Exited(0), Some(marker)) = (&outcome, marker) {
         marker.record_run(term.token()).await;
     }
     Ok(outcome)
+}
+
+/// The cgroup of this `tenure run`'s commands, removed when it ends.
+struct CmdCgroup(JobCgroup);
+
+impl CmdCgroup {
+    fn create(mode: CgroupMode) -> Result<Option<CmdCgroup>, Failure> {
+        if mode == CgroupMode::Off {
+            return Ok(None);
+        }
+        match tenure_procs::cgroup::Cgroup::create() {
+            Ok((cgroup, created)) => {
+                for (dir, processes) in created.killed_leftovers {
+                    tracing::warn!(
+                        cgroup = %dir.display(),
+                        processes,
+                        "killed processes left by a tenure run that died together with its guardian"
+                    );
+                }
+                tracing::info!(cgroup = %cgroup.dir().display(), "the command runs in a cgroup of its own");
+                Ok(Some(CmdCgroup(JobCgroup {
+                    cgroup,
+                    required: mode == CgroupMode::Require,
+                })))
+            }
+            Err(reason) if mode == CgroupMode::Require => Err(Failure::new(
+                exit::INTERNAL,
+                format!("no cgroup for the command (--cgroup require): {reason}"),
+            )),
+            Err(reason) => {
+                tracing::info!(%reason, "no cgroup for the command; process groups and subreapers contain it");
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Drop for CmdCgroup {
+    fn drop(&mut self) {
+        // Every job is gone by now; should something still be in there,
+        // this is the last chance to stop it.
+        let cgroup = &self.0.cgroup;
+        if cgroup.populated() {
+            let _ = cgroup.kill();
+            let start = std::time::Instant::now();
+            while cgroup.populated() && start.elapsed() < Duration::from_secs(1) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        if let Err(err) = cgroup.remove() {
+            tracing::warn!(cgroup = %cgroup.dir().display(), error = %err, "cannot remove the command's cgroup");
+        }
+    }
 }
 
 fn cannot_start(err: std::io::Error) -> Failure {

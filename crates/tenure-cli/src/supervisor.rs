@@ -26,8 +26,16 @@
 //! links ([`tenure_procs`]), and killing "every descendant, again until none
 //! is left running" misses nothing that started below CMD. What this cannot
 //! cover: a process re-parented to PID 1 because tenure *and* the guardian
-//! died at the same instant (both SIGKILLed, the OOM killer taking both);
-//! only a cgroup holds on to those, see the README.
+//! died at the same instant (both SIGKILLed, the OOM killer taking both).
+//!
+//! **The cgroup.** Where a writable cgroup v2 is available, CMD also runs in
+//! a cgroup of its own ([`JobCgroup`], see [`tenure_procs::cgroup`]), and
+//! every kill starts with `cgroup.kill`: one write that SIGKILLs the whole
+//! tree, forks in flight included, without the race between reading `/proc`
+//! and signalling a PID. A job has ended only once the cgroup is empty. The
+//! cgroup also holds on to the processes of a tenure killed together with its
+//! guardian: the service manager (systemd kills the unit's whole cgroup) or
+//! the next `tenure run` on this host kills them.
 //!
 //! **The guardian starts before its term.** While tenure campaigns it keeps
 //! a [`Standby`]: a guardian already started and connected, waiting for the
@@ -57,6 +65,7 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
+use tenure_procs::cgroup::Cgroup;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -89,12 +98,21 @@ pub enum Ended {
     GuardianDied(i32),
 }
 
+/// The cgroup CMD runs in.
+#[derive(Debug, Clone)]
+pub struct JobCgroup {
+    pub cgroup: Cgroup,
+    /// The guardian refuses to start CMD outside it (`--cgroup require`).
+    pub required: bool,
+}
+
 /// A guardian started and connected ahead of its term, CMD not started.
 /// Dropping it lets the guardian go: it exits without running CMD.
 pub struct Standby {
     guardian: Child,
     pid: Pid,
     channel: UnixStream,
+    cgroup: Option<Cgroup>,
 }
 
 impl Standby {
@@ -104,14 +122,22 @@ impl Standby {
     ///
     /// tenure must have no other children while a standby or a [`Job`]
     /// exists: a job's clean-up kills and reaps every child of tenure.
-    pub async fn spawn(command: &[String], env: &[(&str, String)]) -> std::io::Result<Standby> {
+    pub async fn spawn(
+        command: &[String],
+        env: &[(&str, String)],
+        cgroup: Option<&JobCgroup>,
+    ) -> std::io::Result<Standby> {
         let (listener, name) = listen()?;
         let exe = std::env::current_exe()?;
         let mut guardian = Command::new(exe);
+        guardian.arg("__guardian").arg("--channel").arg(&name);
+        if let Some(JobCgroup { cgroup, required }) = cgroup {
+            guardian.arg("--cgroup").arg(cgroup.dir());
+            if *required {
+                guardian.arg("--cgroup-required");
+            }
+        }
         guardian
-            .arg("__guardian")
-            .arg("--channel")
-            .arg(&name)
             .arg("--")
             .args(command)
             .env_clear()
@@ -156,6 +182,7 @@ impl Standby {
                 guardian,
                 pid,
                 channel,
+                cgroup: cgroup.map(|c| c.cgroup.clone()),
             }),
             Err(err) => {
                 // It has not started CMD: it alone is to be killed.
@@ -193,6 +220,7 @@ impl Standby {
             status: None,
             killed: false,
             ended: None,
+            cgroup: self.cgroup,
         })
     }
 }
@@ -213,6 +241,7 @@ pub struct Job {
     /// SIGKILL is then ours, not a failure.
     killed: bool,
     ended: Option<Ended>,
+    cgroup: Option<Cgroup>,
 }
 
 /// The variables of tenure's own configuration that CMD may see: its term.
@@ -337,6 +366,21 @@ impl Job {
         ended
     }
 
+    /// Make sure nothing of the job runs any more: the guardian reports the
+    /// tree gone, and this checks its cgroup (if any) too, killing what is
+    /// in it. Call before the lease is released.
+    pub async fn ensure_gone(&mut self) {
+        if let Some(cgroup) = &self.cgroup {
+            if cgroup.populated() {
+                tracing::error!(
+                    cgroup = %cgroup.dir().display(),
+                    "processes of the command outlived its guardian's clean-up; killing them"
+                );
+                kill_job(std::process::id() as i32, Some(cgroup)).await;
+            }
+        }
+    }
+
     /// Read what the guardian still had to say. Called once it has exited,
     /// so the channel holds all it will ever say and then reads as closed.
     ///
@@ -376,17 +420,25 @@ impl Job {
             let _ = killpg(self.pid, Signal::SIGTERM);
             let group = self.pid.as_raw();
             let ended = Arc::new(Mutex::new(false));
+            let cgroup = self.cgroup.clone();
             tokio::task::spawn_blocking({
                 let ended = ended.clone();
                 move || {
                     let found = tenure_procs::descendants(&tenure_procs::all(), group);
+                    // The cgroup's list is exact and cheap; /proc finds what
+                    // is outside it (no cgroup, or CMD moved something out).
+                    let in_cgroup = cgroup.map(|c| c.pids()).unwrap_or_default();
                     // Once the job has ended, these PIDs are not ours to
                     // signal any more (they may be reused): the lock makes
                     // "ended" and a round of signals exclude each other.
                     let ended = ended.lock().unwrap_or_else(PoisonError::into_inner);
                     if !*ended {
-                        for p in found.iter().filter(|p| !p.zombie && p.pgrp != group) {
-                            signal(p.pid, Signal::SIGTERM);
+                        let outside_group = found
+                            .iter()
+                            .filter(|p| !p.zombie && p.pgrp != group)
+                            .map(|p| p.pid);
+                        for pid in outside_group.chain(in_cgroup) {
+                            signal(pid, Signal::SIGTERM);
                         }
                     }
                 }
@@ -416,7 +468,7 @@ impl Job {
     /// SIGKILL the guardian and everything below this process until nothing
     /// runs, and reap the guardian.
     async fn kill_all(&mut self) {
-        kill_descendants_of(std::process::id() as i32).await;
+        kill_job(std::process::id() as i32, self.cgroup.as_ref()).await;
         if self.status.is_none() {
             if let Ok(status) = self.guardian.wait().await {
                 self.status = Some(status);
@@ -431,6 +483,9 @@ impl Drop for Job {
         // Dropping the channel tells the guardian to kill the job; in case
         // it cannot, one pass of SIGKILL from here too.
         if self.ended.is_none() {
+            if let Some(cgroup) = &self.cgroup {
+                let _ = cgroup.kill();
+            }
             for p in tenure_procs::descendants(&tenure_procs::all(), std::process::id() as i32) {
                 signal(p.pid, Signal::SIGKILL);
             }
@@ -541,12 +596,28 @@ pub fn instant_of(monotonic_ns: u64) -> Instant {
     }
 }
 
+/// SIGKILL the job: its cgroup (if any) at once, then every descendant of
+/// `root` (`root` itself excepted) until none runs, then wait until the
+/// cgroup is empty too.
+pub async fn kill_job(root: i32, cgroup: Option<&Cgroup>) {
+    if let Some(cgroup) = cgroup {
+        let _ = cgroup.kill();
+    }
+    kill_descendants_of(root).await;
+    if let Some(cgroup) = cgroup {
+        while cgroup.populated() {
+            let _ = cgroup.kill();
+            tokio::time::sleep(KILL_POLL).await;
+        }
+    }
+}
+
 /// SIGKILL every descendant of `root` (not `root` itself), again and again,
 /// until none is left running. Killing a parent re-parents its children to
 /// the nearest subreaper (`root`, or the guardian below it), so the next
 /// look at `/proc` finds them; "running" means not yet a zombie, so a
 /// process that returns here can no longer execute anything.
-pub async fn kill_descendants_of(root: i32) {
+async fn kill_descendants_of(root: i32) {
     loop {
         let running: Vec<i32> = tenure_procs::descendants(&tenure_procs::all(), root)
             .into_iter()

@@ -546,38 +546,6 @@ fn the_demo_runs_on_its_own_private_redis() {
     }
 }
 
-/// Kills leftovers of a test that failed, so that they do not outlive it.
-struct Reap(Vec<i32>);
-
-impl Drop for Reap {
-    fn drop(&mut self) {
-        for pid in &self.0 {
-            if alive(*pid) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), Signal::SIGKILL);
-            }
-        }
-    }
-}
-
-/// CMD runs [`ESCAPE`], records its PID and token, then sleeps.
-fn escaping_job() -> String {
-    format!(
-        r#"echo $$ > "$DIR/pid-$ME"; echo "$TENURE_TOKEN" >> "$DIR/tokens-$ME"
-{ESCAPE}exec sleep 1000"#
-    )
-}
-
-fn wait_for_escapes(scratch: &Scratch, id: &str) -> [i32; 3] {
-    let mut pids = None;
-    eventually("CMD and both escapees record their PIDs", || {
-        pids = escaped_pids(scratch, id);
-        pids.is_some()
-    });
-    let pids = pids.unwrap();
-    assert!(pids.iter().all(|pid| alive(*pid)), "{pids:?}");
-    pids
-}
-
 #[test]
 fn kill_9_of_the_guardian_kills_the_whole_command_before_the_lease_is_released() {
     let server = redis();

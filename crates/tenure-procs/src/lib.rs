@@ -15,6 +15,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cgroup;
+
 /// One process, from `/proc/PID/stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Proc {

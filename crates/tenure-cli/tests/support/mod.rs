@@ -263,3 +263,36 @@ pub fn http_get(addr: &str, path: &str) -> (u16, String) {
         .unwrap_or_default();
     (status, body)
 }
+
+/// Kills leftovers of a test that failed, so that they do not outlive it.
+pub struct Reap(pub Vec<i32>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            if alive(*pid) {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// CMD runs [`ESCAPE`], records its PID and token, then sleeps.
+pub fn escaping_job() -> String {
+    format!(
+        r#"echo $$ > "$DIR/pid-$ME"; echo "$TENURE_TOKEN" >> "$DIR/tokens-$ME"
+{ESCAPE}exec sleep 1000"#
+    )
+}
+
+/// CMD's PID and its escapees' once [`escaping_job`] recorded them all.
+pub fn wait_for_escapes(scratch: &Scratch, id: &str) -> [i32; 3] {
+    let mut pids = None;
+    eventually("CMD and both escapees record their PIDs", || {
+        pids = escaped_pids(scratch, id);
+        pids.is_some()
+    });
+    let pids = pids.unwrap();
+    assert!(pids.iter().all(|pid| alive(*pid)), "{pids:?}");
+    pids
+}
