@@ -18,6 +18,7 @@ use tokio::time::{sleep_until, timeout, Instant};
 
 use crate::backend::redis::{RedisShared, RedisTarget, StoreChecks};
 use crate::backend::{Backend, Notices};
+use crate::keeper::{Keeper, Report};
 use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
@@ -627,20 +628,16 @@ impl Election {
     }
 
     /// Start the term that an acquire sent when the suspend time read
-    /// `suspended` won.
+    /// `suspended` won, with a keeper of its own.
     fn start_term(&self, state: LeaderState, suspended: Duration) -> Leadership {
-        let shared = Arc::new(TermShared::new(
-            self.inner.name.clone(),
-            self.inner.id.clone(),
-            state.token,
-            state.deadline,
-            suspended,
-        ));
         let (commands_tx, commands_rx) = mpsc::channel(8);
-        tracing::info!(election = %self.inner.name, id = %self.inner.id, token = state.token, "elected leader");
-        metrics::elected(&self.inner.name, state.token);
-        tokio::spawn(keep(self.clone(), shared.clone(), state, commands_rx));
-        Leadership::new(shared, commands_tx)
+        let mut keeper = Keeper::new(&self.inner.id, &commands_tx, Report::PerTerm, true);
+        let term = keeper.begin(TERM, &self.inner.name, state, suspended, ());
+        // From now on the term's handles hold the only senders: the keeper
+        // hears when the last one is dropped.
+        drop(commands_tx);
+        tokio::spawn(keep(self.clone(), keeper, commands_rx));
+        term
     }
 
     /// Who leads now, read from the store (`None` when nobody does).
@@ -823,118 +820,107 @@ impl Pace {
     }
 }
 
-/// The keeper of one term: renews on schedule, answers confirm and resign
-/// requests, and ends the term on loss or when every handle is dropped.
-async fn keep(
-    election: Election,
-    shared: Arc<TermShared>,
-    mut state: LeaderState,
-    mut commands: mpsc::Receiver<Command>,
-) {
+/// An election's keeper keeps one term, in this slot.
+const TERM: usize = 0;
+
+/// The task that keeps an election's one term: renews on schedule, answers
+/// confirm and resign requests, and ends the term on loss or when every
+/// handle is dropped. The term itself begins and ends in the [`Keeper`].
+async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Receiver<Command>) {
     let inner = &election.inner;
-    let reason = loop {
-        let wake = state.next_renewal.min(state.deadline);
+    let Some(shared) = keeper.get(TERM).map(|kept| kept.shared.clone()) else {
+        return;
+    };
+    loop {
+        let Some(wake) = keeper
+            .get(TERM)
+            .map(|kept| kept.state.next_renewal.min(kept.state.deadline))
+        else {
+            // Ended by its last renewal.
+            return;
+        };
         let command = tokio::select! {
             command = commands.recv() => command,
             _ = sleep_until(wake) => {
-                match renew_once(&election, &shared, &mut state).await {
-                    LeaderStep::RenewAt(_) => continue,
-                    LeaderStep::Lost(reason) => break reason,
-                }
+                renew_once(&election, &mut keeper).await;
+                continue;
             }
         };
         match command {
-            Some(Command::Confirm { reply, .. }) => {
-                let step = renew_once(&election, &shared, &mut state).await;
-                let outcome = match &step {
+            Some(Command::Confirm { token, reply, .. }) => {
+                if keeper.slot_of(Some(TERM), token).is_none() {
+                    let _ = reply.send(Err(Error::NotLeader(
+                        shared.lost_reason().unwrap_or(LostReason::Resigned),
+                    )));
+                    continue;
+                }
+                let outcome = match renew_once(&election, &mut keeper).await {
                     LeaderStep::RenewAt(_) if shared.lost_reason().is_none() => {
-                        Ok(state.deadline.saturating_duration_since(Instant::now()))
+                        Ok(shared.deadline().saturating_duration_since(Instant::now()))
                     }
                     LeaderStep::RenewAt(_) => Err(Error::NotLeader(
                         shared.lost_reason().unwrap_or(LostReason::Shutdown),
                     )),
-                    LeaderStep::Lost(reason) => Err(Error::NotLeader(reason.clone())),
+                    LeaderStep::Lost(reason) => Err(Error::NotLeader(reason)),
                 };
                 let _ = reply.send(outcome);
-                if let LeaderStep::Lost(reason) = step {
-                    break reason;
-                }
             }
-            Some(Command::Resign { reason, reply, .. }) => {
-                end_term(inner, &shared, reason);
+            Some(Command::Resign {
+                token,
+                reason,
+                reply,
+                ..
+            }) => {
+                if keeper.slot_of(Some(TERM), token).is_none() {
+                    let _ = reply.send(Ok(()));
+                    continue;
+                }
+                keeper.end(TERM, reason);
                 let _ = reply.send(release(&election, &shared).await);
-                shared.ended.cancel();
                 return;
             }
             None => {
                 // Every handle is gone: nobody can act on this term.
-                end_term(inner, &shared, LostReason::Resigned);
+                keeper.end(TERM, LostReason::Resigned);
                 if let Err(err) = release(&election, &shared).await {
                     tracing::warn!(election = %inner.name, error = %err, "could not release the lease of a dropped term; it lapses at its ttl");
                 }
-                shared.ended.cancel();
                 return;
             }
         }
-    };
-    end_term(inner, &shared, reason);
-    shared.ended.cancel();
+    }
 }
 
-/// One renewal round trip, applied to the state machine.
-async fn renew_once(
-    election: &Election,
-    shared: &TermShared,
-    state: &mut LeaderState,
-) -> LeaderStep {
+/// One renewal round trip, applied by the keeper (which ends the term if
+/// the renewal says so).
+async fn renew_once(election: &Election, keeper: &mut Keeper<()>) -> LeaderStep {
     let inner = &election.inner;
     let timing = &inner.timing;
+    let Some(kept) = keeper.get(TERM) else {
+        return LeaderStep::Lost(LostReason::Resigned);
+    };
+    let (token, deadline) = (kept.state.token, kept.shared.deadline());
     let sent = Instant::now();
     let suspended = clock::suspended();
     // The shared deadline also counts time the host spent suspended.
-    let deadline = shared.deadline();
     if sent >= deadline {
+        keeper.end(TERM, LostReason::DeadlinePassed);
         return LeaderStep::Lost(LostReason::DeadlinePassed);
     }
-    let renew = inner.backend.renew(&inner.id, state.token, timing.ttl_ms());
+    let renew = inner.backend.renew(&inner.id, token, timing.ttl_ms());
     let limit = timing.call_timeout_before(sent, deadline);
     let reply = match inner.call(limit, renew).await {
-        Ok(reply) => {
-            metrics::renewed(&inner.name, sent.elapsed());
-            Some(reply)
-        }
+        Ok(reply) => Some(reply),
         Err(err) => {
             // A timed-out renewal may have run, but its outcome is unknown,
             // so it does not move the deadline.
-            metrics::renewal_failed(&inner.name);
-            tracing::warn!(election = %inner.name, error = %err, time_left = ?state.deadline.saturating_duration_since(Instant::now()), "renewal failed");
+            tracing::warn!(election = %inner.name, error = %err, time_left = ?deadline.saturating_duration_since(Instant::now()), "renewal failed");
             None
         }
     };
-    let step = state.after_renew(timing, sent, Instant::now(), reply);
-    shared.set_deadline(state.deadline, suspended);
-    match step {
-        LeaderStep::RenewAt(_) if Instant::now() >= shared.deadline() => {
-            LeaderStep::Lost(LostReason::DeadlinePassed)
-        }
-        step => step,
-    }
-}
-
-fn end_term(inner: &Inner, shared: &TermShared, reason: LostReason) {
-    shared.mark_lost(reason.clone());
-    // Clamp the deadline so no clone can believe in the term any more.
-    shared.clamp_deadline();
-    let reason = shared.lost_reason().unwrap_or(reason);
-    match reason {
-        LostReason::Resigned | LostReason::Shutdown => {
-            tracing::info!(election = %inner.name, token = shared.token, reason = %reason, "leadership ended")
-        }
-        _ => {
-            tracing::warn!(election = %inner.name, token = shared.token, reason = %reason, "leadership lost")
-        }
-    }
-    metrics::lost(&inner.name, &reason);
+    keeper
+        .renewed(TERM, timing, sent, suspended, reply)
+        .unwrap_or(LeaderStep::Lost(LostReason::Resigned))
 }
 
 /// Delete the lease if this term still owns it, and announce the release.

@@ -28,7 +28,7 @@ pub(crate) struct TermShared {
     /// suspend time ([`crate::clock::suspended`]) when its renewal was sent.
     pub deadline: Mutex<(Instant, Duration)>,
     pub lost: watch::Sender<Option<LostReason>>,
-    /// Cancelled when the keeper has finished: no more renewals will happen.
+    /// Cancelled when the term has ended: no more renewals will happen.
     pub ended: CancellationToken,
 }
 

@@ -144,6 +144,7 @@ mod clock;
 mod election;
 mod error;
 pub mod fence;
+mod keeper;
 mod keys;
 mod leadership;
 mod machine;

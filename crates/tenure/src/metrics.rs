@@ -11,8 +11,17 @@
 //! | `leader_election_renewal_failure_total`     | counter   | `name`           |
 //! | `leader_election_renew_duration_seconds`    | histogram | `name`           |
 //!
+//! | `leader_election_partitions_held`           | gauge     | `name`           |
+//!
 //! `reason` is one of [`LostReason::label`](crate::LostReason::label):
 //! `taken`, `expired`, `deadline`, `resigned`, `shutdown`.
+//!
+//! An election's series are labelled with its name. A partition set's are
+//! labelled with its group name, counting every partition's terms together,
+//! plus `leader_election_partitions_held`, so that the number of series does
+//! not grow with the number of partitions; its renewal figures count batches.
+//! [`PartitionSetBuilder::per_partition_metrics`](crate::PartitionSetBuilder::per_partition_metrics)
+//! labels them by partition instead (one series per partition and metric).
 
 use std::time::Duration;
 
@@ -51,6 +60,10 @@ pub fn describe_metrics() {
         "leader_election_phantom_members",
         "Partition-set member entries ignored because their heartbeat expires more than 2 ttl ahead"
     );
+    describe_gauge!(
+        "leader_election_partitions_held",
+        "Partitions of the set this member holds now"
+    );
     describe_histogram!(
         "leader_election_renew_duration_seconds",
         Unit::Seconds,
@@ -72,6 +85,17 @@ pub(crate) fn lost(name: &str, reason: &LostReason) {
     gauge!("leader_election_is_leader", "name" => name.to_string()).set(0.0);
     counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
         .increment(1);
+}
+
+pub(crate) fn group_elected(group: &str, held: usize) {
+    counter!("leader_election_acquired_total", "name" => group.to_string()).increment(1);
+    gauge!("leader_election_partitions_held", "name" => group.to_string()).set(held as f64);
+}
+
+pub(crate) fn group_lost(group: &str, reason: &LostReason, held: usize) {
+    counter!("leader_election_lost_total", "name" => group.to_string(), "reason" => reason.label())
+        .increment(1);
+    gauge!("leader_election_partitions_held", "name" => group.to_string()).set(held as f64);
 }
 
 pub(crate) fn renewed(name: &str, latency: Duration) {

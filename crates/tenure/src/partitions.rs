@@ -30,13 +30,14 @@
 //! Partition sets use the same store seam as elections: Redis, or a
 //! [`MemoryStore`] for deterministic tests under tokio's paused clock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
@@ -44,11 +45,11 @@ use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 use crate::backend::redis::{RedisStore, RedisTarget, StoreChecks};
 use crate::backend::{Op, Reply, Store};
 use crate::election::{Settings, StoreSpec};
+use crate::keeper::{Keeper, Report};
 use crate::keys::{validate_name, Keys};
-use crate::leadership::{Command, TermShared};
+use crate::leadership::Command;
 use crate::machine::{
-    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep,
-    RenewReply, Timing,
+    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderStep, RenewReply, Timing,
 };
 use crate::store::StoreKind;
 use crate::{metrics, Error, Leadership, LostReason, MemoryStore, Result};
@@ -67,9 +68,29 @@ pub struct PartitionSetBuilder {
     partitions: Vec<String>,
     store: Option<StoreSpec>,
     settings: Settings,
+    per_partition_metrics: bool,
 }
 
 impl PartitionSetBuilder {
+    /// Label metrics by partition (one series per partition and metric)
+    /// instead of by group (the default, whose number of series does not
+    /// grow with the partitions; see the metrics table in the crate docs).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .memory(&store)
+    ///     .per_partition_metrics(true)
+    ///     .build()
+    ///     .await?;
+    /// # drop(set); Ok(()) }
+    /// ```
+    pub fn per_partition_metrics(mut self, on: bool) -> Self {
+        self.per_partition_metrics = on;
+        self
+    }
+
     /// Use Redis at `url` (see [`crate::ElectionBuilder::redis`]).
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.store = Some(StoreSpec::Redis(url.into()));
@@ -202,7 +223,15 @@ impl PartitionSetBuilder {
             .map(|p| Keys::new(&self.settings.prefix, p))
             .collect();
         let keys_len = self.partitions.len();
+        let slots = self
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(index, name)| (name.clone(), index))
+            .collect();
         Ok(PartitionSet {
+            slots,
+            per_partition_metrics: self.per_partition_metrics,
             keys,
             group_keys,
             group: self.group,
@@ -292,6 +321,8 @@ impl PartitionObserver {
 pub struct PartitionSet {
     group: String,
     partitions: Vec<String>,
+    /// Partition name -> index, to address commands from handles.
+    slots: HashMap<String, usize>,
     keys: Vec<Keys>,
     /// The group's keys: its member set, and the store checks' probe.
     group_keys: Keys,
@@ -304,18 +335,46 @@ pub struct PartitionSet {
     attempts: Mutex<Vec<u64>>,
     nonce: u64,
     grace_ms: u64,
+    per_partition_metrics: bool,
     observed: Arc<Observed>,
 }
 
-/// One partition this member holds.
-struct Held {
-    state: LeaderState,
-    shared: Arc<TermShared>,
-    work: JoinHandle<()>,
+/// What the set keeps beside each term it holds.
+#[derive(Default)]
+struct Work {
+    /// The work task for this term.
+    task: Option<JoinHandle<()>>,
     /// When its work was told to stop; the lease is resigned once the work
     /// has returned, or after one ttl if the work ignores `lost()` (it may
     /// no longer act: its `is_leader()` is false).
     releasing: Option<Instant>,
+}
+
+impl Work {
+    fn is_finished(&self) -> bool {
+        self.task.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+}
+
+/// The state of a running set, owned by its run loop.
+struct Running {
+    keeper: Keeper<Work>,
+    /// Per partition, when it may be tried for again.
+    retry_at: Vec<Instant>,
+    /// The live members last seen, and this member's target among them
+    /// (computed again only when the members change).
+    members: Vec<String>,
+    mine: BTreeSet<usize>,
+    /// Partitions whose acquisition is in flight.
+    acquiring: BTreeSet<usize>,
+}
+
+/// The outcome of one round trip of acquisitions.
+struct Acquired {
+    chunk: Vec<usize>,
+    sent: Instant,
+    suspended: Duration,
+    results: Option<Vec<Result<Reply>>>,
 }
 
 impl PartitionSet {
@@ -330,6 +389,7 @@ impl PartitionSet {
             partitions: partitions.into_iter().map(Into::into).collect(),
             store: None,
             settings: Settings::default(),
+            per_partition_metrics: false,
         }
     }
 
@@ -352,6 +412,10 @@ impl PartitionSet {
     /// `work` should run until `term.lost()` fires; it is spawned as a task
     /// per partition and term.
     ///
+    /// Renewals run once per renew interval, whatever else is going on:
+    /// acquisitions are in flight beside them (one round trip of up to
+    /// 1,000 at a time), never in their way.
+    ///
     /// # Cancel safety
     /// Not cancel safe: dropping it leaves the work tasks to stop at their
     /// deadlines and the leases to lapse after one ttl. Complete `shutdown`
@@ -361,29 +425,48 @@ impl PartitionSet {
         F: FnMut(String, Leadership) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let mut held: BTreeMap<usize, Held> = BTreeMap::new();
-        let mut retry_at = vec![Instant::now(); self.partitions.len()];
         let (commands_tx, mut commands) = mpsc::channel(64);
+        let report = if self.per_partition_metrics {
+            Report::PerTerm
+        } else {
+            Report::Group(self.group.clone())
+        };
+        let mut running = Running {
+            keeper: Keeper::new(&self.id, &commands_tx, report, false),
+            retry_at: vec![Instant::now(); self.partitions.len()],
+            members: Vec::new(),
+            mine: BTreeSet::new(),
+            acquiring: BTreeSet::new(),
+        };
         let mut ticker = interval(self.timing.renew_every);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut shutdown = std::pin::pin!(shutdown);
         let mut retry: Option<Instant> = None;
+        let mut acquisition: Option<BoxFuture<'_, Acquired>> = None;
         loop {
             tokio::select! {
                 _ = &mut shutdown => break,
-                Some(command) = commands.recv() => self.serve(command, &mut held).await,
+                Some(command) = commands.recv() => self.serve(command, &mut running.keeper).await,
                 _ = ticker.tick() => {
-                    retry = self.cycle(&mut held, &mut retry_at, &mut work, &commands_tx).await?;
+                    retry = self.cycle(&mut running).await?;
                 }
                 // A failed renewal batch is tried again soon, like a single
                 // election's renewal, not only at the next tick.
                 _ = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {
-                    retry = self.cycle(&mut held, &mut retry_at, &mut work, &commands_tx).await?;
+                    retry = self.cycle(&mut running).await?;
+                }
+                acquired = async { acquisition.as_mut().expect("guarded by is_some").await }, if acquisition.is_some() => {
+                    acquisition = None;
+                    self.acquired(acquired, &mut running, &mut work)?;
                 }
             }
-            self.publish(&held);
+            if acquisition.is_none() {
+                acquisition = self.next_acquisition(&mut running);
+            }
+            self.publish(&running.keeper);
         }
-        self.stop(held).await;
+        drop(acquisition);
+        self.stop(running.keeper).await;
         Ok(())
     }
 
@@ -435,28 +518,24 @@ impl PartitionSet {
         format!("{:016x}.{index}.{number}", self.nonce)
     }
 
-    /// One cycle: heartbeat and renewals (one round trip), then releases
-    /// and acquisitions if the target changed. Returns when to try again
-    /// if the renewals failed.
-    async fn cycle<F, Fut>(
-        &self,
-        held: &mut BTreeMap<usize, Held>,
-        retry_at: &mut [Instant],
-        work: &mut F,
-        commands: &mpsc::Sender<Command>,
-    ) -> Result<Option<Instant>>
-    where
-        F: FnMut(String, Leadership) -> Fut,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+    /// One cycle: heartbeat and renewals (one round trip), then the target
+    /// from the members, and releases of what left it. Returns when to try
+    /// again if the renewals failed. Acquisitions are not made here (see
+    /// [`PartitionSet::next_acquisition`]).
+    async fn cycle(&self, running: &mut Running) -> Result<Option<Instant>> {
         let timing = &self.timing;
-        let ttl_ms = timing.ttl_ms();
         let sent = Instant::now();
         let suspended = crate::clock::suspended();
-        let mut ops = vec![self.heartbeat(true)];
+        let keeper = &mut running.keeper;
+        let held: Vec<(usize, u64)> = keeper
+            .iter()
+            .map(|(index, kept)| (index, kept.state.token))
+            .collect();
+        let mut ops = Vec::with_capacity(held.len() + 1);
+        ops.push(self.heartbeat(true));
         ops.extend(
             held.iter()
-                .map(|(index, h)| self.renewal(*index, h.state.token)),
+                .map(|(index, token)| self.renewal(*index, *token)),
         );
         // The whole call timeout, whatever the deadlines: a partition whose
         // deadline passes meanwhile ends at its deadline by itself (its
@@ -466,14 +545,20 @@ impl PartitionSet {
         let mut replies: Vec<Option<Result<Reply>>> = Vec::with_capacity(ops.len());
         let mut failed = false;
         for chunk in ops.chunks(RENEW_CHUNK) {
+            let chunk_sent = Instant::now();
             match self.send(chunk, timing.call_timeout).await {
-                Some(chunk_replies) => replies.extend(chunk_replies.into_iter().map(Some)),
+                Some(chunk_replies) => {
+                    keeper.batch_renewed(chunk_sent.elapsed(), false);
+                    replies.extend(chunk_replies.into_iter().map(Some));
+                }
                 None => {
+                    keeper.batch_renewed(chunk_sent.elapsed(), true);
                     failed = true;
                     replies.extend(chunk.iter().map(|_| None));
                 }
             }
         }
+        drop(ops);
         let now = Instant::now();
         let retry = (failed && !held.is_empty()).then(|| now + timing.retry_every);
         let mut results = replies.into_iter();
@@ -489,70 +574,66 @@ impl PartitionSet {
             Some(Err(err)) if !err.is_transient() => return Err(err),
             Some(Err(_)) | None => None,
         };
-        let indexes: Vec<usize> = held.keys().copied().collect();
-        for index in indexes {
-            let reply = match results.next().flatten() {
+        for ((index, _), result) in held.iter().zip(results) {
+            let reply = match result {
                 Some(Ok(reply)) => reply.into_renew().ok(),
                 _ => None,
             };
-            let name = &self.partitions[index];
-            match reply {
-                Some(_) => metrics::renewed(name, now - sent),
-                None => metrics::renewal_failed(name),
-            }
-            let Some(h) = held.get_mut(&index) else {
-                continue;
-            };
-            let step = h.state.after_renew(timing, sent, now, reply);
-            h.shared.set_deadline(h.state.deadline, suspended);
-            if let LeaderStep::Lost(reason) = step {
-                if let Some(h) = held.remove(&index) {
-                    end(&h.shared, reason, name);
-                }
-            }
+            // Ends the term if the renewal says so.
+            keeper.renewed(*index, timing, sent, suspended, reply);
         }
 
         let Some(members) = members else {
             return Ok(retry);
         };
-        *self
-            .observed
-            .members
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = members.clone();
-        let target = assign(&self.partitions, &members);
-        let mine: BTreeSet<usize> = target.get(self.id.as_str()).cloned().unwrap_or_default();
+        if members != running.members {
+            *self
+                .observed
+                .members
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = members.clone();
+            let target = assign(&self.partitions, &members);
+            running.mine = target.get(self.id.as_str()).cloned().unwrap_or_default();
+            running.members = members;
+        }
 
         // Tell work outside the target to stop; resign what has stopped.
         let mut resign = Vec::new();
-        for (index, h) in held.iter_mut() {
-            if !mine.contains(index) && h.releasing.is_none() {
-                h.releasing = Some(now);
-                h.shared.mark_lost(LostReason::Resigned);
+        for (index, kept) in keeper.iter_mut() {
+            if !running.mine.contains(&index) && kept.extra.releasing.is_none() {
+                kept.extra.releasing = Some(now);
+                kept.shared.mark_lost(LostReason::Resigned);
             }
-            if let Some(since) = h.releasing {
-                if h.work.is_finished() || now >= since + timing.ttl {
-                    resign.push(*index);
+            if let Some(since) = kept.extra.releasing {
+                if kept.extra.is_finished() || now >= since + timing.ttl {
+                    resign.push(index);
                 }
             }
         }
         if !resign.is_empty() {
-            self.resign_all(held, &resign).await;
+            self.resign_all(keeper, &resign).await;
         }
+        Ok(retry)
+    }
 
-        // Try for target partitions not held.
-        let wanted: Vec<usize> = mine
+    /// The next round trip of acquisitions: target partitions not held, not
+    /// in flight and not waiting for a retry, up to [`ACQUIRE_CHUNK`].
+    fn next_acquisition(&self, running: &mut Running) -> Option<BoxFuture<'_, Acquired>> {
+        let now = Instant::now();
+        let chunk: Vec<usize> = running
+            .mine
             .iter()
             .copied()
-            .filter(|i| !held.contains_key(i) && retry_at[*i] <= now)
+            .filter(|i| !running.keeper.contains(*i) && running.retry_at[*i] <= now)
+            .take(ACQUIRE_CHUNK)
             .collect();
-        if wanted.is_empty() {
-            return Ok(retry);
+        if chunk.is_empty() {
+            return None;
         }
-        // Many partitions at once (a member starting alone in a large set)
-        // go in several round trips, each with the whole call timeout.
-        for chunk in wanted.chunks(ACQUIRE_CHUNK) {
-            let attempts: Vec<String> = chunk.iter().map(|i| self.attempt(*i)).collect();
+        running.acquiring = chunk.iter().copied().collect();
+        let attempts: Vec<String> = chunk.iter().map(|i| self.attempt(*i)).collect();
+        Some(Box::pin(async move {
+            let ttl_ms = self.timing.ttl_ms();
             let ops: Vec<Op<'_>> = chunk
                 .iter()
                 .zip(&attempts)
@@ -569,49 +650,87 @@ impl PartitionSet {
                 .collect();
             let sent = Instant::now();
             let suspended = crate::clock::suspended();
-            let results = self.send(&ops, timing.call_timeout).await;
-            let now = Instant::now();
-            let Some(results) = results else {
-                break;
-            };
-            for (index, result) in chunk.iter().copied().zip(results) {
-                let reply = match result.and_then(Reply::into_acquire) {
-                    Ok(reply) => reply,
-                    Err(err) if !err.is_transient() => return Err(err),
-                    Err(_) => continue,
-                };
-                match after_acquire(timing, sent, now, Some(reply.clone()), Duration::ZERO, 0) {
-                    CandidateStep::Elected(state) => {
-                        self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
-                        let name = self.partitions[index].clone();
-                        let h = start(&self.id, &name, state, suspended, commands, work);
-                        held.insert(index, h);
-                    }
-                    CandidateStep::Follow { holder, .. } => {
-                        // The holder releases it soon if it is a live member
-                        // outside its target; else its lease has to expire.
-                        retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
-                    }
-                    CandidateStep::Grace { until, .. } => retry_at[index] = until,
-                    CandidateStep::Retry { at } => retry_at[index] = at,
-                }
-                if let AcquireReply::Won { .. } = reply {
-                    retry_at[index] = now;
-                }
+            let results = self.send(&ops, self.timing.call_timeout).await;
+            drop(ops);
+            Acquired {
+                chunk,
+                sent,
+                suspended,
+                results,
             }
-        }
-        Ok(retry)
+        }))
     }
 
-    /// Release these partitions in one round trip.
-    async fn resign_all(&self, held: &mut BTreeMap<usize, Held>, indexes: &[usize]) {
-        let mut ended = Vec::new();
-        for index in indexes {
-            if let Some(h) = held.remove(index) {
-                end(&h.shared, LostReason::Resigned, &self.partitions[*index]);
-                ended.push((*index, h.state.token));
+    /// Begin the terms a round trip of acquisitions won.
+    fn acquired<F, Fut>(
+        &self,
+        acquired: Acquired,
+        running: &mut Running,
+        work: &mut F,
+    ) -> Result<()>
+    where
+        F: FnMut(String, Leadership) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let timing = &self.timing;
+        let now = Instant::now();
+        running.acquiring.clear();
+        let Some(results) = acquired.results else {
+            // Unknown outcome: the next attempt of each adopts what won.
+            for index in &acquired.chunk {
+                running.retry_at[*index] = now + timing.retry_every;
+            }
+            return Ok(());
+        };
+        for (index, result) in acquired.chunk.iter().copied().zip(results) {
+            let reply = match result.and_then(Reply::into_acquire) {
+                Ok(reply) => reply,
+                Err(err) if !err.is_transient() => return Err(err),
+                Err(_) => continue,
+            };
+            match after_acquire(
+                timing,
+                acquired.sent,
+                now,
+                Some(reply.clone()),
+                Duration::ZERO,
+                0,
+            ) {
+                CandidateStep::Elected(state) => {
+                    self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
+                    let name = &self.partitions[index];
+                    let keeper = &mut running.keeper;
+                    let term =
+                        keeper.begin(index, name, state, acquired.suspended, Work::default());
+                    let task = tokio::spawn(work(name.clone(), term));
+                    if let Some(kept) = keeper.get_mut(index) {
+                        kept.extra.task = Some(task);
+                    }
+                }
+                CandidateStep::Follow { holder, .. } => {
+                    // The holder releases it soon if it is a live member
+                    // outside its target; else its lease has to expire.
+                    running.retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
+                }
+                CandidateStep::Grace { until, .. } => running.retry_at[index] = until,
+                CandidateStep::Retry { at } => running.retry_at[index] = at,
+            }
+            if let AcquireReply::Won { .. } = reply {
+                running.retry_at[index] = now;
             }
         }
+        Ok(())
+    }
+
+    /// End these terms and release their leases in one round trip.
+    async fn resign_all(&self, keeper: &mut Keeper<Work>, indexes: &[usize]) {
+        let ended: Vec<(usize, u64)> = indexes
+            .iter()
+            .filter_map(|index| {
+                let kept = keeper.end(*index, LostReason::Resigned)?;
+                Some((*index, kept.state.token))
+            })
+            .collect();
         let ops: Vec<Op<'_>> = ended
             .iter()
             .map(|(index, token)| Op::Resign {
@@ -621,15 +740,15 @@ impl PartitionSet {
                 token: *token,
             })
             .collect();
-        if !ops.is_empty() {
-            self.send(&ops, self.timing.call_timeout).await;
+        for chunk in ops.chunks(ACQUIRE_CHUNK) {
+            self.send(chunk, self.timing.call_timeout).await;
         }
     }
 
     /// Requests from a partition's [`Leadership`], addressed by (partition,
     /// token): a handle of an earlier term of the partition never reaches a
     /// later one.
-    async fn serve(&self, command: Command, held: &mut BTreeMap<usize, Held>) {
+    async fn serve(&self, command: Command, keeper: &mut Keeper<Work>) {
         let (election, token) = match &command {
             Command::Confirm {
                 election, token, ..
@@ -638,12 +757,7 @@ impl PartitionSet {
                 election, token, ..
             } => (election.as_str(), *token),
         };
-        let index = self
-            .partitions
-            .iter()
-            .position(|p| p == election)
-            .filter(|i| held.get(i).is_some_and(|h| h.state.token == token));
-        let Some(index) = index else {
+        let Some(index) = keeper.slot_of(self.slots.get(election).copied(), token) else {
             // A term that is over (this member's later term of the same
             // partition, if any, is not this handle's).
             match command {
@@ -658,10 +772,10 @@ impl PartitionSet {
         };
         let reply = match command {
             Command::Resign { reason, reply, .. } => {
-                if let Some(h) = held.get(&index) {
-                    h.shared.mark_lost(reason);
+                if let Some(kept) = keeper.get(index) {
+                    kept.shared.mark_lost(reason);
                 }
-                self.resign_all(held, &[index]).await;
+                self.resign_all(keeper, &[index]).await;
                 let _ = reply.send(Ok(()));
                 return;
             }
@@ -675,106 +789,58 @@ impl PartitionSet {
             .await
             .and_then(|mut replies| replies.pop())
             .and_then(|reply| reply.and_then(Reply::into_renew).ok());
-        let Some(h) = held.get_mut(&index) else {
-            return;
-        };
-        let step = h
-            .state
-            .after_renew(&self.timing, sent, Instant::now(), renewed);
-        h.shared.set_deadline(h.state.deadline, suspended);
-        match step {
-            LeaderStep::RenewAt(_) if h.shared.lost_reason().is_none() => {
-                let _ = reply.send(Ok(h
+        let outcome = match keeper.renewed(index, &self.timing, sent, suspended, renewed) {
+            Some(LeaderStep::Lost(reason)) => Err(Error::NotLeader(reason)),
+            _ => match keeper.get(index) {
+                Some(kept) if kept.shared.lost_reason().is_none() => Ok(kept
                     .shared
                     .deadline()
-                    .saturating_duration_since(Instant::now())));
-            }
-            LeaderStep::RenewAt(_) => {
-                let _ = reply.send(Err(Error::NotLeader(
-                    h.shared.lost_reason().unwrap_or(LostReason::Resigned),
-                )));
-            }
-            LeaderStep::Lost(reason) => {
-                let _ = reply.send(Err(Error::NotLeader(reason.clone())));
-                if let Some(h) = held.remove(&index) {
-                    end(&h.shared, reason, &self.partitions[index]);
-                }
-            }
-        }
+                    .saturating_duration_since(Instant::now())),
+                Some(kept) => Err(Error::NotLeader(
+                    kept.shared.lost_reason().unwrap_or(LostReason::Resigned),
+                )),
+                None => Err(Error::NotLeader(LostReason::Resigned)),
+            },
+        };
+        let _ = reply.send(outcome);
     }
 
     /// Stop all work, then release everything and leave the group.
-    async fn stop(&self, mut held: BTreeMap<usize, Held>) {
-        for h in held.values() {
-            h.shared.mark_lost(LostReason::Shutdown);
+    async fn stop(&self, mut keeper: Keeper<Work>) {
+        for (_, kept) in keeper.iter() {
+            kept.shared.mark_lost(LostReason::Shutdown);
         }
         // The leases stay ours while the work winds down, at most until the
         // earliest deadline.
-        let earliest = held.values().map(|h| h.state.deadline).min();
+        let earliest = keeper.iter().map(|(_, kept)| kept.shared.deadline()).min();
         if let Some(deadline) = earliest {
             let all_done = async {
-                for h in held.values_mut() {
-                    let _ = (&mut h.work).await;
+                for (_, kept) in keeper.iter_mut() {
+                    if let Some(task) = kept.extra.task.as_mut() {
+                        let _ = task.await;
+                    }
                 }
             };
             let _ = tokio::time::timeout_at(deadline, all_done).await;
         }
-        let indexes: Vec<usize> = held.keys().copied().collect();
-        self.resign_all(&mut held, &indexes).await;
+        let indexes = keeper.slots();
+        self.resign_all(&mut keeper, &indexes).await;
         self.send(&[self.heartbeat(false)], self.timing.call_timeout)
             .await;
-        self.publish(&held);
+        self.publish(&keeper);
     }
 
-    fn publish(&self, held: &BTreeMap<usize, Held>) {
-        let owned = held.keys().map(|i| self.partitions[*i].clone()).collect();
+    fn publish(&self, keeper: &Keeper<Work>) {
+        let owned = keeper
+            .iter()
+            .map(|(index, _)| self.partitions[index].clone())
+            .collect();
         *self
             .observed
             .owned
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = owned;
     }
-}
-
-/// Begin a term on one partition and spawn its work.
-fn start<F, Fut>(
-    id: &str,
-    partition: &str,
-    state: LeaderState,
-    suspended: Duration,
-    commands: &mpsc::Sender<Command>,
-    work: &mut F,
-) -> Held
-where
-    F: FnMut(String, Leadership) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let shared = Arc::new(TermShared::new(
-        partition.to_string(),
-        id.to_string(),
-        state.token,
-        state.deadline,
-        suspended,
-    ));
-    metrics::elected(partition, state.token);
-    tracing::debug!(partition, token = state.token, "partition acquired");
-    let term = Leadership::new(shared.clone(), commands.clone());
-    let work = tokio::spawn(work(partition.to_string(), term));
-    Held {
-        state,
-        shared,
-        work,
-        releasing: None,
-    }
-}
-
-fn end(shared: &TermShared, reason: LostReason, partition: &str) {
-    shared.mark_lost(reason.clone());
-    shared.clamp_deadline();
-    shared.ended.cancel();
-    let reason = shared.lost_reason().unwrap_or(reason);
-    tracing::debug!(partition, token = shared.token, %reason, "partition released");
-    metrics::lost(partition, &reason);
 }
 
 /// The target owner of every partition: rendezvous hashing with a cap of

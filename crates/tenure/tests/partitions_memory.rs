@@ -284,3 +284,48 @@ async fn a_failed_renewal_batch_is_retried_before_the_deadline_not_at_the_next_t
     assert!(journal.returned.lock().unwrap().is_empty(), "a term ended");
     a.leave().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn acquisitions_in_flight_never_hold_up_the_renewals_of_what_is_held() {
+    // 10,000 partitions take ten round trips of acquisitions; each round
+    // trip answers after 600 ms. Made one after another between renewals,
+    // they would keep the first partitions unrenewed for 6 s, past their
+    // deadline (ttl 3 s - margin).
+    let store = MemoryStore::new();
+    store.set_fault(tenure::Fault::Slow(Duration::from_millis(600)));
+    let journal = Journal::default();
+    let n = 10_000;
+    let a = Member::join(&store, "a", n, &journal, Duration::ZERO, None).await;
+    until(TTL * 10, || a.observer.owned().len() == n).await;
+    sleep(TTL * 2).await;
+    assert!(
+        journal.returned.lock().unwrap().is_empty(),
+        "terms ended while others were being acquired: {:?}",
+        &journal.returned.lock().unwrap()[..3.min(journal.returned.lock().unwrap().len())]
+    );
+    assert_eq!(
+        journal.started.lock().unwrap().len(),
+        n,
+        "each partition won once"
+    );
+    store.set_fault(tenure::Fault::None);
+    a.leave().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_renewal_batch_keeps_every_term_it_renews_in_time() {
+    // Each round trip answers after 800 ms (inside the 1 s call timeout):
+    // every renewal succeeds, late, and no term is lost or taken again.
+    let store = MemoryStore::new();
+    let journal = Journal::default();
+    let n = 4;
+    let a = Member::join(&store, "a", n, &journal, Duration::ZERO, None).await;
+    until(TTL * 5, || a.observer.owned().len() == n).await;
+    let before = tokens(&store, n);
+    store.set_fault(tenure::Fault::Slow(Duration::from_millis(800)));
+    sleep(TTL * 3).await;
+    store.set_fault(tenure::Fault::None);
+    assert_eq!(tokens(&store, n), before, "a term was lost and taken again");
+    assert!(journal.returned.lock().unwrap().is_empty(), "a term ended");
+    a.leave().await;
+}

@@ -52,6 +52,10 @@ pub enum Fault {
     /// [`Error::Unavailable`] after changing the store, as a request whose
     /// connection dropped after the server ran it.
     LoseReplies,
+    /// Calls are carried out at once, and each reply arrives after this
+    /// long (a slow link or a busy server); a reply later than the call
+    /// timeout is a timeout, as on Redis.
+    Slow(Duration),
 }
 
 /// An in-memory lease store shared by any number of elections, for tests.
@@ -307,17 +311,24 @@ impl MemoryStore {
             state.fault
         };
         match fault {
-            Fault::None | Fault::LoseReplies => {}
+            Fault::None | Fault::LoseReplies | Fault::Slow(_) => {}
             Fault::Fail => return Err(Error::Unavailable),
             Fault::Stall => std::future::pending().await,
         }
         let now = Instant::now();
-        let mut state = self.lock();
-        let replies = ops.iter().map(|op| Ok(state.apply(op, now))).collect();
-        match state.fault {
-            Fault::LoseReplies => Err(Error::Unavailable),
-            _ => Ok(replies),
+        let replies = {
+            let mut state = self.lock();
+            let replies: Vec<Result<Reply>> =
+                ops.iter().map(|op| Ok(state.apply(op, now))).collect();
+            if state.fault == Fault::LoseReplies {
+                return Err(Error::Unavailable);
+            }
+            replies
+        };
+        if let Fault::Slow(delay) = fault {
+            tokio::time::sleep(delay).await;
         }
+        Ok(replies)
     }
 }
 

@@ -1,0 +1,305 @@
+//! The keeper: the one place where terms begin, are renewed and end.
+//!
+//! An [`Election`](crate::Election) keeps one term at a time and a
+//! [`PartitionSet`](crate::PartitionSet) thousands, but every term needs the
+//! same things done the same way: its [`Leadership`] handles made, its
+//! deadline moved only by a renewal that succeeded (never revived), its end
+//! recorded once with the first reason, its handles told at once, and its
+//! metrics and logs written. The [`Keeper`] does all of that for any number
+//! of terms, so none of it is written twice. How and when renewals are sent
+//! stays with the owner: an election renews its one term on its own
+//! schedule, a partition set renews all of its terms in one batch per
+//! interval. Either way the replies come back here ([`Keeper::renewed`]).
+//!
+//! Handles reach their keeper through one channel per keeper, with
+//! commands addressed by term, (name, token): a handle of a term that has
+//! ended can never act on a later term of the same name
+//! ([`Keeper::slot_of`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::leadership::{Command, TermShared};
+use crate::machine::{LeaderState, LeaderStep, RenewReply, Timing};
+use crate::term::LostReason;
+use crate::{metrics, Leadership};
+
+/// How a keeper labels its metrics.
+#[derive(Debug, Clone)]
+pub(crate) enum Report {
+    /// One series per term's name (`name="ELECTION"`): elections, and
+    /// partition sets that asked for per-partition metrics.
+    PerTerm,
+    /// One series for the whole set (`name="GROUP"`), plus the number of
+    /// terms held: the default for partition sets, whose label count must
+    /// not grow with the number of partitions.
+    Group(String),
+}
+
+/// One term being kept, with what its owner keeps beside it.
+pub(crate) struct Kept<T> {
+    pub state: LeaderState,
+    pub shared: Arc<TermShared>,
+    pub extra: T,
+}
+
+/// The terms of one owner, by slot (an election has slot 0; a partition set
+/// uses the partition's index).
+pub(crate) struct Keeper<T> {
+    id: String,
+    terms: BTreeMap<usize, Kept<T>>,
+    /// Weak, so that the channel closes when the owner's handles (and its
+    /// own sender, if it keeps one) are gone: an election's keeper learns
+    /// that every handle of its term was dropped.
+    commands: mpsc::WeakSender<Command>,
+    report: Report,
+    /// Term starts and ends are logged at info (an election) or at debug
+    /// (thousands of partitions).
+    loud: bool,
+}
+
+impl<T> Keeper<T> {
+    /// A keeper for instance `id` whose handles send to `commands`.
+    pub fn new(id: &str, commands: &mpsc::Sender<Command>, report: Report, loud: bool) -> Self {
+        Keeper {
+            id: id.to_string(),
+            terms: BTreeMap::new(),
+            commands: commands.downgrade(),
+            report,
+            loud,
+        }
+    }
+
+    /// Begin a term: an acquire sent when the suspend time read `suspended`
+    /// won `state`. Returns its first handle.
+    pub fn begin(
+        &mut self,
+        slot: usize,
+        name: &str,
+        state: LeaderState,
+        suspended: Duration,
+        extra: T,
+    ) -> Leadership {
+        let shared = Arc::new(TermShared::new(
+            name.to_string(),
+            self.id.clone(),
+            state.token,
+            state.deadline,
+            suspended,
+        ));
+        if self.loud {
+            tracing::info!(election = %name, id = %self.id, token = state.token, "elected leader");
+        } else {
+            tracing::debug!(partition = %name, token = state.token, "partition acquired");
+        }
+        // With the channel closed (the owner is going away) the handle's
+        // requests fail as if the keeper had ended.
+        let commands = self
+            .commands
+            .upgrade()
+            .unwrap_or_else(|| mpsc::channel(1).0);
+        let term = Leadership::new(shared.clone(), commands);
+        let token = state.token;
+        // A slot holds one term: one still there (never the case when the
+        // owner follows the protocol) ends before the next begins.
+        self.end(slot, LostReason::Resigned);
+        self.terms.insert(
+            slot,
+            Kept {
+                state,
+                shared,
+                extra,
+            },
+        );
+        match &self.report {
+            Report::PerTerm => metrics::elected(name, token),
+            Report::Group(group) => metrics::group_elected(group, self.terms.len()),
+        }
+        term
+    }
+
+    /// End the term in `slot`, if any: record `reason` (unless one was
+    /// recorded before), take away its right to act now, and tell its
+    /// handles. Returns it, for the owner to release its lease.
+    pub fn end(&mut self, slot: usize, reason: LostReason) -> Option<Kept<T>> {
+        let kept = self.terms.remove(&slot)?;
+        let shared = &kept.shared;
+        shared.mark_lost(reason.clone());
+        // No clone of a handle may believe in the term any more.
+        shared.clamp_deadline();
+        shared.ended.cancel();
+        let reason = shared.lost_reason().unwrap_or(reason);
+        let name = &shared.election;
+        match (&reason, self.loud) {
+            (_, false) => {
+                tracing::debug!(partition = %name, token = shared.token, %reason, "partition released")
+            }
+            (LostReason::Resigned | LostReason::Shutdown, true) => {
+                tracing::info!(election = %name, token = shared.token, %reason, "leadership ended")
+            }
+            (_, true) => {
+                tracing::warn!(election = %name, token = shared.token, %reason, "leadership lost")
+            }
+        }
+        match &self.report {
+            Report::PerTerm => metrics::lost(name, &reason),
+            Report::Group(group) => metrics::group_lost(group, &reason, self.terms.len()),
+        }
+        Some(kept)
+    }
+
+    /// Apply the reply to a renewal of `slot`'s term sent at `sent` (when
+    /// the suspend time read `suspended`): `None` when it failed or timed
+    /// out. A renewal that keeps the term moves its deadline; one that ends
+    /// it (or leaves it past its deadline) ends it here.
+    pub fn renewed(
+        &mut self,
+        slot: usize,
+        timing: &Timing,
+        sent: Instant,
+        suspended: Duration,
+        reply: Option<RenewReply>,
+    ) -> Option<LeaderStep> {
+        let now = Instant::now();
+        let kept = self.terms.get_mut(&slot)?;
+        match (&self.report, reply.is_some()) {
+            (Report::PerTerm, true) => metrics::renewed(&kept.shared.election, now - sent),
+            (Report::PerTerm, false) => metrics::renewal_failed(&kept.shared.election),
+            // A set reports its batches, not every term in them.
+            (Report::Group(_), _) => {}
+        }
+        let step = kept.state.after_renew(timing, sent, now, reply);
+        kept.shared.set_deadline(kept.state.deadline, suspended);
+        let step = match step {
+            // The shared deadline also counts time the host was suspended.
+            LeaderStep::RenewAt(_) if Instant::now() >= kept.shared.deadline() => {
+                LeaderStep::Lost(LostReason::DeadlinePassed)
+            }
+            step => step,
+        };
+        if let LeaderStep::Lost(reason) = &step {
+            self.end(slot, reason.clone());
+        }
+        Some(step)
+    }
+
+    /// The slot of the term (`slot`, `token`) if it is still kept: a
+    /// command from a handle of an ended term finds nothing, even when a
+    /// later term of the same name is kept.
+    pub fn slot_of(&self, slot: Option<usize>, token: u64) -> Option<usize> {
+        let slot = slot?;
+        self.terms
+            .get(&slot)
+            .filter(|kept| kept.state.token == token)
+            .map(|_| slot)
+    }
+
+    pub fn get(&self, slot: usize) -> Option<&Kept<T>> {
+        self.terms.get(&slot)
+    }
+
+    pub fn get_mut(&mut self, slot: usize) -> Option<&mut Kept<T>> {
+        self.terms.get_mut(&slot)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &Kept<T>)> {
+        self.terms.iter().map(|(slot, kept)| (*slot, kept))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut Kept<T>)> {
+        self.terms.iter_mut().map(|(slot, kept)| (*slot, kept))
+    }
+
+    pub fn slots(&self) -> Vec<usize> {
+        self.terms.keys().copied().collect()
+    }
+
+    pub fn contains(&self, slot: usize) -> bool {
+        self.terms.contains_key(&slot)
+    }
+
+    /// Record a batch of renewals as a set's one measurement.
+    pub fn batch_renewed(&self, latency: Duration, failed: bool) {
+        if let Report::Group(group) = &self.report {
+            if failed {
+                metrics::renewal_failed(group);
+            } else {
+                metrics::renewed(group, latency);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::Timing;
+
+    fn timing() -> Timing {
+        Timing::new(Duration::from_secs(3), None, None, None).expect("valid timing")
+    }
+
+    fn state(token: u64) -> LeaderState {
+        let now = Instant::now();
+        LeaderState {
+            token,
+            deadline: now + Duration::from_secs(2),
+            next_renewal: now + Duration::from_secs(1),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_from_an_ended_term_never_reaches_a_later_term_of_the_name() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::PerTerm, false);
+        let first = keeper.begin(3, "p", state(10), Duration::ZERO, ());
+        keeper.end(3, LostReason::Resigned);
+        assert!(!first.is_leader());
+        let second = keeper.begin(3, "p", state(11), Duration::ZERO, ());
+        assert_eq!(keeper.slot_of(Some(3), first.token()), None);
+        assert_eq!(keeper.slot_of(Some(3), second.token()), Some(3));
+        assert!(second.is_leader());
+    }
+
+    #[tokio::test]
+    async fn a_term_ends_once_with_its_first_reason() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::Group("g".into()), true);
+        let term = keeper.begin(0, "e", state(1), Duration::ZERO, ());
+        term.shared().mark_lost(LostReason::Shutdown);
+        assert!(keeper.end(0, LostReason::DeadlinePassed).is_some());
+        assert!(keeper.end(0, LostReason::Resigned).is_none());
+        assert_eq!(term.lost_reason(), Some(LostReason::Shutdown));
+        assert!(term.shared().ended.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_failed_renewal_never_moves_the_deadline_and_a_late_one_ends_the_term() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::PerTerm, false);
+        let term = keeper.begin(0, "e", state(1), Duration::ZERO, ());
+        let deadline = term.deadline();
+        let step = keeper.renewed(0, &timing(), Instant::now(), Duration::ZERO, None);
+        assert!(matches!(step, Some(LeaderStep::RenewAt(_))));
+        assert_eq!(term.deadline(), deadline);
+        // A term past its deadline is over, whatever a reply says: even a
+        // success sent just now does not revive it.
+        let mut late = state(2);
+        late.deadline = Instant::now() - Duration::from_millis(1);
+        let term = keeper.begin(1, "f", late, Duration::ZERO, ());
+        let step = keeper.renewed(
+            1,
+            &timing(),
+            Instant::now(),
+            Duration::ZERO,
+            Some(RenewReply::Renewed),
+        );
+        assert_eq!(step, Some(LeaderStep::Lost(LostReason::DeadlinePassed)));
+        assert!(!term.is_leader());
+        assert!(!keeper.contains(1));
+    }
+}
