@@ -86,12 +86,12 @@ pub async fn child(
                 },
             ));
             wait_until(
-                || observer.owned().len() == elections,
+                || observer.owned_count() == elections,
                 TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
             )
             .await?;
             let figures = window(seconds, || observer.round_trips()).await;
-            held.store(observer.owned().len() as u64, Ordering::Relaxed);
+            held.store(observer.owned_count() as u64, Ordering::Relaxed);
             let _ = stop.0.send(());
             Ok(finish(
                 elections,

@@ -50,7 +50,7 @@ pub(crate) struct Kept<T> {
 /// The terms of one owner, by slot (an election has slot 0; a partition set
 /// uses the partition's index).
 pub(crate) struct Keeper<T> {
-    id: String,
+    id: Arc<str>,
     terms: BTreeMap<usize, Kept<T>>,
     /// Weak, so that the channel closes when the owner's handles (and its
     /// own sender, if it keeps one) are gone: an election's keeper learns
@@ -60,17 +60,20 @@ pub(crate) struct Keeper<T> {
     /// Term starts and ends are logged at info (an election) or at debug
     /// (thousands of partitions).
     loud: bool,
+    /// See [`Keeper::generation`]; starts at 1, so that 0 means "never seen".
+    generation: u64,
 }
 
 impl<T> Keeper<T> {
     /// A keeper for instance `id` whose handles send to `commands`.
     pub fn new(id: &str, commands: &mpsc::Sender<Command>, report: Report, loud: bool) -> Self {
         Keeper {
-            id: id.to_string(),
+            id: Arc::from(id),
             terms: BTreeMap::new(),
             commands: commands.downgrade(),
             report,
             loud,
+            generation: 1,
         }
     }
 
@@ -107,6 +110,7 @@ impl<T> Keeper<T> {
         // A slot holds one term: one still there (never the case when the
         // owner follows the protocol) ends before the next begins.
         self.end(slot, LostReason::Resigned);
+        self.generation += 1;
         self.terms.insert(
             slot,
             Kept {
@@ -127,6 +131,7 @@ impl<T> Keeper<T> {
     /// handles. Returns it, for the owner to release its lease.
     pub fn end(&mut self, slot: usize, reason: LostReason) -> Option<Kept<T>> {
         let kept = self.terms.remove(&slot)?;
+        self.generation += 1;
         let shared = &kept.shared;
         shared.mark_lost(reason.clone());
         // No clone of a handle may believe in the term any more.
@@ -216,6 +221,11 @@ impl<T> Keeper<T> {
 
     pub fn slots(&self) -> Vec<usize> {
         self.terms.keys().copied().collect()
+    }
+
+    /// Moves on whenever a term begins or ends.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn contains(&self, slot: usize) -> bool {

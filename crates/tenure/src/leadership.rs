@@ -22,7 +22,8 @@ use crate::{Error, Result};
 /// State shared by every clone of a [`Leadership`] and its keeper.
 pub(crate) struct TermShared {
     pub election: String,
-    pub id: String,
+    /// Shared by every term of one keeper.
+    pub id: Arc<str>,
     pub token: u64,
     /// The deadline as the monotonic clock counts it, and the host's
     /// suspend time ([`crate::clock::suspended`]) when its renewal was sent.
@@ -37,7 +38,7 @@ impl TermShared {
     /// a request sent when the host's suspend time read `suspended`.
     pub fn new(
         election: String,
-        id: String,
+        id: Arc<str>,
         token: u64,
         deadline: Instant,
         suspended: Duration,

@@ -30,7 +30,7 @@
 //! Partition sets use the same store seam as elections: Redis, or a
 //! [`MemoryStore`] for deterministic tests under tokio's paused clock.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 
 use crate::backend::redis::{RedisStore, RedisTarget, StoreChecks};
-use crate::backend::{Op, Reply, Store};
+use crate::backend::{Op, Reply, Store, RENEW_MANY};
 use crate::election::{Settings, StoreSpec};
 use crate::keeper::{Keeper, Report};
 use crate::keys::{validate_name, Keys};
@@ -57,8 +57,9 @@ use crate::{metrics, Error, Leadership, LostReason, MemoryStore, Result};
 /// The most acquisitions sent in one round trip.
 const ACQUIRE_CHUNK: usize = 1_000;
 
-/// The most renewals (and the heartbeat) sent in one round trip.
-const RENEW_CHUNK: usize = 20_001;
+/// The most renewals sent in one round trip (as [`RENEW_MANY`]-sized
+/// operations): a set of up to 100,000 partitions renews in one round trip.
+const RENEW_CHUNK: usize = 100_000;
 
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
 /// them and connects.
@@ -217,32 +218,35 @@ impl PartitionSetBuilder {
         };
         metrics::describe();
         let grace_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
-        let keys = self
+        let leases = self
             .partitions
             .iter()
-            .map(|p| Keys::new(&self.settings.prefix, p))
+            .map(|p| Keys::new(&self.settings.prefix, p).lease)
             .collect();
         let keys_len = self.partitions.len();
-        let slots = self
-            .partitions
-            .iter()
-            .enumerate()
-            .map(|(index, name)| (name.clone(), index))
-            .collect();
+        let mut slots: Vec<u32> = (0..keys_len as u32).collect();
+        slots.sort_unstable_by(|a, b| {
+            self.partitions[*a as usize].cmp(&self.partitions[*b as usize])
+        });
+        let partitions: Arc<[String]> = self.partitions.into();
         Ok(PartitionSet {
             slots,
             per_partition_metrics: self.per_partition_metrics,
-            keys,
+            leases,
+            prefix: self.settings.prefix.clone(),
             group_keys,
             group: self.group,
-            partitions: self.partitions,
+            partitions: partitions.clone(),
             id,
             timing,
             store,
             attempts: Mutex::new(vec![0; keys_len]),
             nonce: rand::random(),
             grace_ms,
-            observed: Arc::new(Observed::default()),
+            observed: Arc::new(Observed {
+                partitions,
+                ..Observed::default()
+            }),
         })
     }
 }
@@ -250,7 +254,11 @@ impl PartitionSetBuilder {
 /// What an observer of a running set can see.
 #[derive(Default)]
 struct Observed {
-    owned: Mutex<Vec<String>>,
+    partitions: Arc<[String]>,
+    /// Indexes of the partitions held, as of the last change.
+    owned: Mutex<Vec<usize>>,
+    /// The keeper's generation `owned` was taken at.
+    generation: AtomicU64,
     members: Mutex<Vec<String>>,
     round_trips: AtomicU64,
 }
@@ -263,13 +271,27 @@ pub struct PartitionObserver {
 }
 
 impl PartitionObserver {
-    /// Partitions this member owns now (sorted).
+    /// Partitions this member owns now, in the order they were given.
     pub fn owned(&self) -> Vec<String> {
+        let owned = self
+            .observed
+            .owned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        owned
+            .iter()
+            .filter_map(|index| self.observed.partitions.get(*index).cloned())
+            .collect()
+    }
+
+    /// How many partitions this member owns now (cheaper than
+    /// [`PartitionObserver::owned`] for large sets).
+    pub fn owned_count(&self) -> usize {
         self.observed
             .owned
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .len()
     }
 
     /// Live members as of the last heartbeat (sorted).
@@ -320,10 +342,14 @@ impl PartitionObserver {
 /// ```
 pub struct PartitionSet {
     group: String,
-    partitions: Vec<String>,
-    /// Partition name -> index, to address commands from handles.
-    slots: HashMap<String, usize>,
-    keys: Vec<Keys>,
+    partitions: Arc<[String]>,
+    /// Partition indexes sorted by name, to address commands from handles.
+    slots: Vec<u32>,
+    /// Each partition's lease key, for renewals; its other keys are made
+    /// when needed (acquire, resign), so that a large set keeps one string
+    /// per partition, not eight.
+    leases: Vec<String>,
+    prefix: String,
     /// The group's keys: its member set, and the store checks' probe.
     group_keys: Keys,
     id: String,
@@ -500,16 +526,9 @@ impl PartitionSet {
         }
     }
 
-    /// The renewal of partition `index`'s lease for the term `token`.
-    fn renewal(&self, index: usize, token: u64) -> Op<'_> {
-        Op::Renew {
-            name: &self.partitions[index],
-            keys: &self.keys[index],
-            id: &self.id,
-            token,
-            ttl_ms: self.timing.ttl_ms(),
-            announce: false,
-        }
+    /// All keys of partition `index` (only its lease key is kept).
+    fn keys(&self, index: usize) -> Keys {
+        Keys::new(&self.prefix, &self.partitions[index])
     }
 
     /// The name of the current campaign attempt for partition `index`.
@@ -531,57 +550,90 @@ impl PartitionSet {
             .iter()
             .map(|(index, kept)| (index, kept.state.token))
             .collect();
-        let mut ops = Vec::with_capacity(held.len() + 1);
-        ops.push(self.heartbeat(true));
-        ops.extend(
-            held.iter()
-                .map(|(index, token)| self.renewal(*index, *token)),
-        );
-        // The whole call timeout, whatever the deadlines: a partition whose
-        // deadline passes meanwhile ends at its deadline by itself (its
-        // handle checks the clock), and the others keep their renewal.
-        // Very large sets renew in several round trips, so that no batch
-        // outgrows the call timeout; a failed one fails only its own.
-        let mut replies: Vec<Option<Result<Reply>>> = Vec::with_capacity(ops.len());
+        let terms: Vec<(&str, &str, u64)> = held
+            .iter()
+            .map(|(index, token)| {
+                let (name, lease) = (&self.partitions[*index], &self.leases[*index]);
+                (name.as_str(), lease.as_str(), *token)
+            })
+            .collect();
+        // The heartbeat first, then the renewals, a thousand to an
+        // operation. The whole call timeout, whatever the deadlines: a
+        // partition whose deadline passes meanwhile ends at its deadline by
+        // itself (its handle checks the clock), and the others keep their
+        // renewal. Sets beyond RENEW_CHUNK partitions renew in several
+        // round trips, so that no batch outgrows the call timeout; a failed
+        // one fails only its own.
+        let mut members = None;
         let mut failed = false;
-        for chunk in ops.chunks(RENEW_CHUNK) {
+        let round_trips: Vec<&[(&str, &str, u64)]> = if terms.is_empty() {
+            vec![&[]]
+        } else {
+            terms.chunks(RENEW_CHUNK).collect()
+        };
+        // Position in `held` of the first term of the current operation.
+        let mut offset = 0;
+        for (round, round_terms) in round_trips.into_iter().enumerate() {
+            let mut ops = Vec::with_capacity(round_terms.len() / RENEW_MANY + 2);
+            if round == 0 {
+                ops.push(self.heartbeat(true));
+            }
+            ops.extend(round_terms.chunks(RENEW_MANY).map(|chunk| Op::RenewMany {
+                id: &self.id,
+                ttl_ms: timing.ttl_ms(),
+                terms: chunk,
+            }));
             let chunk_sent = Instant::now();
-            match self.send(chunk, timing.call_timeout).await {
-                Some(chunk_replies) => {
-                    keeper.batch_renewed(chunk_sent.elapsed(), false);
-                    replies.extend(chunk_replies.into_iter().map(Some));
-                }
-                None => {
-                    keeper.batch_renewed(chunk_sent.elapsed(), true);
-                    failed = true;
-                    replies.extend(chunk.iter().map(|_| None));
+            let results = self.send(&ops, timing.call_timeout).await;
+            keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());
+            let mut results = results.into_iter().flatten();
+            if round == 0 {
+                members = match results.next() {
+                    Some(Ok(reply)) => {
+                        let (members, phantoms) = reply.into_members()?;
+                        if phantoms > 0 {
+                            metrics::phantom_members(&self.group, phantoms);
+                            tracing::warn!(group = %self.group, key = %self.group_keys.members, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
+                        }
+                        Some(members)
+                    }
+                    Some(Err(err)) if !err.is_transient() => return Err(err),
+                    Some(Err(_)) | None => None,
+                };
+            }
+            for chunk in round_terms.chunks(RENEW_MANY) {
+                let slots = &held[offset..offset + chunk.len()];
+                offset += chunk.len();
+                let each = match results.next().map(|r| r.and_then(Reply::into_renew_many)) {
+                    Some(Ok(each)) if each.len() == slots.len() => each,
+                    Some(Err(err)) if !err.is_transient() => return Err(err),
+                    // No answer: the outcome is unknown, the deadlines stay.
+                    _ => {
+                        failed = true;
+                        for (index, _) in slots {
+                            keeper.renewed(*index, timing, sent, suspended, None);
+                        }
+                        continue;
+                    }
+                };
+                for ((index, _), reply) in slots.iter().zip(each) {
+                    let reply = match reply {
+                        Ok(reply) => Some(reply),
+                        // Foreign data in one lease: that term cannot be
+                        // renewed (it ends at its deadline); the rest go on.
+                        Err(err) => {
+                            tracing::error!(group = %self.group, partition = %self.partitions[*index], error = %err, "cannot renew the partition's lease");
+                            None
+                        }
+                    };
+                    // Ends the term if the renewal says so.
+                    keeper.renewed(*index, timing, sent, suspended, reply);
                 }
             }
         }
-        drop(ops);
+        drop(terms);
         let now = Instant::now();
         let retry = (failed && !held.is_empty()).then(|| now + timing.retry_every);
-        let mut results = replies.into_iter();
-        let members = match results.next().flatten() {
-            Some(Ok(reply)) => {
-                let (members, phantoms) = reply.into_members()?;
-                if phantoms > 0 {
-                    metrics::phantom_members(&self.group, phantoms);
-                    tracing::warn!(group = %self.group, key = %self.group_keys.members, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
-                }
-                Some(members)
-            }
-            Some(Err(err)) if !err.is_transient() => return Err(err),
-            Some(Err(_)) | None => None,
-        };
-        for ((index, _), result) in held.iter().zip(results) {
-            let reply = match result {
-                Some(Ok(reply)) => reply.into_renew().ok(),
-                _ => None,
-            };
-            // Ends the term if the renewal says so.
-            keeper.renewed(*index, timing, sent, suspended, reply);
-        }
 
         let Some(members) = members else {
             return Ok(retry);
@@ -634,12 +686,14 @@ impl PartitionSet {
         let attempts: Vec<String> = chunk.iter().map(|i| self.attempt(*i)).collect();
         Some(Box::pin(async move {
             let ttl_ms = self.timing.ttl_ms();
+            let keys: Vec<Keys> = chunk.iter().map(|index| self.keys(*index)).collect();
             let ops: Vec<Op<'_>> = chunk
                 .iter()
                 .zip(&attempts)
-                .map(|(index, attempt)| Op::Acquire {
+                .zip(&keys)
+                .map(|((index, attempt), keys)| Op::Acquire {
                     name: &self.partitions[*index],
-                    keys: &self.keys[*index],
+                    keys,
                     request: AcquireRequest {
                         id: &self.id,
                         attempt,
@@ -685,6 +739,13 @@ impl PartitionSet {
         for (index, result) in acquired.chunk.iter().copied().zip(results) {
             let reply = match result.and_then(Reply::into_acquire) {
                 Ok(reply) => reply,
+                // One stray key costs its own partition only: it is left
+                // alone and tried again a ttl later.
+                Err(err @ Error::ForeignData { .. }) => {
+                    tracing::error!(group = %self.group, partition = %self.partitions[index], error = %err, "cannot take the partition; trying again in one ttl");
+                    running.retry_at[index] = now + timing.ttl;
+                    continue;
+                }
                 Err(err) if !err.is_transient() => return Err(err),
                 Err(_) => continue,
             };
@@ -731,11 +792,13 @@ impl PartitionSet {
                 Some((*index, kept.state.token))
             })
             .collect();
+        let keys: Vec<Keys> = ended.iter().map(|(index, _)| self.keys(*index)).collect();
         let ops: Vec<Op<'_>> = ended
             .iter()
-            .map(|(index, token)| Op::Resign {
+            .zip(&keys)
+            .map(|((index, token), keys)| Op::Resign {
                 name: &self.partitions[*index],
-                keys: &self.keys[*index],
+                keys,
                 id: &self.id,
                 token: *token,
             })
@@ -757,7 +820,12 @@ impl PartitionSet {
                 election, token, ..
             } => (election.as_str(), *token),
         };
-        let Some(index) = keeper.slot_of(self.slots.get(election).copied(), token) else {
+        let slot = self
+            .slots
+            .binary_search_by(|i| self.partitions[*i as usize].as_str().cmp(election))
+            .ok()
+            .map(|found| self.slots[found] as usize);
+        let Some(index) = keeper.slot_of(slot, token) else {
             // A term that is over (this member's later term of the same
             // partition, if any, is not this handle's).
             match command {
@@ -783,12 +851,23 @@ impl PartitionSet {
         };
         let sent = Instant::now();
         let suspended = crate::clock::suspended();
-        let op = self.renewal(index, token);
+        let term = [(
+            self.partitions[index].as_str(),
+            self.leases[index].as_str(),
+            token,
+        )];
+        let op = Op::RenewMany {
+            id: &self.id,
+            ttl_ms: self.timing.ttl_ms(),
+            terms: &term,
+        };
         let renewed: Option<RenewReply> = self
             .send(&[op], self.timing.call_timeout)
             .await
             .and_then(|mut replies| replies.pop())
-            .and_then(|reply| reply.and_then(Reply::into_renew).ok());
+            .and_then(|reply| reply.and_then(Reply::into_renew_many).ok())
+            .and_then(|mut each| each.pop())
+            .and_then(Result::ok);
         let outcome = match keeper.renewed(index, &self.timing, sent, suspended, renewed) {
             Some(LeaderStep::Lost(reason)) => Err(Error::NotLeader(reason)),
             _ => match keeper.get(index) {
@@ -830,16 +909,19 @@ impl PartitionSet {
         self.publish(&keeper);
     }
 
+    /// Show observers what is held, if that changed.
     fn publish(&self, keeper: &Keeper<Work>) {
-        let owned = keeper
-            .iter()
-            .map(|(index, _)| self.partitions[index].clone())
-            .collect();
-        *self
+        let mut owned = self
             .observed
             .owned
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = owned;
+            .unwrap_or_else(|p| p.into_inner());
+        if self.observed.generation.load(Ordering::Relaxed) != keeper.generation() {
+            *owned = keeper.slots();
+            self.observed
+                .generation
+                .store(keeper.generation(), Ordering::Relaxed);
+        }
     }
 }
 

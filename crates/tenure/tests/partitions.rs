@@ -287,3 +287,39 @@ async fn shutting_a_member_down_hands_all_its_partitions_over() {
     assert!(owners(&url).await.values().all(|id| id == "staying"));
     assert_no_two_acting_owners(&journal);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_in_one_partitions_key_costs_that_partition_only() {
+    let server = redis();
+    let url = server.url();
+    let journal: Journal = Arc::default();
+    let member = Member::start(&url, "m1", &journal);
+    eventually("the member owns every partition", async || {
+        member.owned() == PARTITIONS
+    })
+    .await;
+    // Someone else's data where orders-3's lease was.
+    let key = "tenure:{orders-3}:lease";
+    server.command(&["SET", key, "not a lease"]).unwrap();
+    eventually(
+        "orders-3's term ends (its lease cannot be renewed)",
+        async || !member.observer.owned().contains(&"orders-3".to_string()),
+    )
+    .await;
+    // The other partitions keep their terms and the set keeps running,
+    // trying orders-3 again now and then without touching the data.
+    let before = journal.lock().unwrap().len();
+    eventually("the other partitions' work goes on", async || {
+        journal.lock().unwrap().len() > before + PARTITIONS
+    })
+    .await;
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(member.owned(), PARTITIONS - 1);
+    assert_eq!(server.command(&["GET", key]).unwrap(), "not a lease");
+    // Once the key is cleaned up, the partition is taken again.
+    server.command(&["DEL", key]).unwrap();
+    eventually("orders-3 is owned again", async || {
+        member.owned() == PARTITIONS
+    })
+    .await;
+}

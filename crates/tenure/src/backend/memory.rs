@@ -349,6 +349,12 @@ impl StoreState {
             Op::Heartbeat { group, .. } => (group, |c| c.heartbeat += 1),
             Op::Acquire { name, .. } => (name, |c| c.acquire += 1),
             Op::Renew { name, .. } => (name, |c| c.renew += 1),
+            Op::RenewMany { terms, .. } => {
+                for (name, _, _) in terms.iter() {
+                    self.calls.entry(name.to_string()).or_default().renew += 1;
+                }
+                return;
+            }
             Op::Resign { name, .. } => (name, |c| c.resign += 1),
             Op::Inspect { name, .. } => (name, |c| c.inspect += 1),
         };
@@ -385,6 +391,14 @@ impl StoreState {
                 announce,
                 ..
             } => Reply::Renew(self.renew(name, id, token, ttl_ms, announce, now)),
+            Op::RenewMany {
+                id, ttl_ms, terms, ..
+            } => Reply::RenewMany(
+                terms
+                    .iter()
+                    .map(|(name, _, token)| Ok(self.renew(name, id, *token, ttl_ms, false, now)))
+                    .collect(),
+            ),
             Op::Resign {
                 name, id, token, ..
             } => Reply::Resign(self.resign(name, id, token, now)),

@@ -22,6 +22,11 @@ use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::{Error, Result};
 
+/// The most terms one [`Op::RenewMany`] carries: large enough that a set
+/// of 100,000 partitions renews in 100 commands, small enough that one
+/// script call keeps Redis busy for only a few milliseconds.
+pub(crate) const RENEW_MANY: usize = 1_000;
+
 /// Counters of lease events seen on the notification channel. They are
 /// hints: a missed message costs at most one TTL of waiting, because the
 /// lease itself stays the source of truth.
@@ -68,6 +73,14 @@ pub(crate) enum Op<'a> {
         ttl_ms: u64,
         announce: bool,
     },
+    /// Renew many terms of instance `id` at once, each (name, lease key,
+    /// token), without announcements (partition sets): one operation per
+    /// up to [`RENEW_MANY`] terms instead of one per term.
+    RenewMany {
+        id: &'a str,
+        ttl_ms: u64,
+        terms: &'a [(&'a str, &'a str, u64)],
+    },
     Resign {
         name: &'a str,
         keys: &'a Keys,
@@ -81,11 +94,16 @@ pub(crate) enum Op<'a> {
 }
 
 /// The reply to one [`Op`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Reply {
-    Members { members: Vec<String>, phantoms: u64 },
+    Members {
+        members: Vec<String>,
+        phantoms: u64,
+    },
     Acquire(AcquireReply),
     Renew(RenewReply),
+    /// One result per term of a [`Op::RenewMany`], in its order.
+    RenewMany(Vec<Result<RenewReply>>),
     Resign(bool),
     Inspect(Option<Holder>),
 }
@@ -112,6 +130,13 @@ impl Reply {
     pub fn into_renew(self) -> Result<RenewReply> {
         match self {
             Reply::Renew(reply) => Ok(reply),
+            other => Err(other.mismatch()),
+        }
+    }
+
+    pub fn into_renew_many(self) -> Result<Vec<Result<RenewReply>>> {
+        match self {
+            Reply::RenewMany(replies) => Ok(replies),
             other => Err(other.mismatch()),
         }
     }

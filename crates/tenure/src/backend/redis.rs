@@ -39,6 +39,7 @@ macro_rules! script {
 
 pub(crate) static ACQUIRE: &str = script!("acquire.lua");
 pub(crate) static RENEW: &str = script!("renew.lua");
+pub(crate) static RENEW_MANY: &str = script!("renew_many.lua");
 pub(crate) static RESIGN: &str = script!("resign.lua");
 pub(crate) static INSPECT: &str = script!("inspect.lua");
 pub(crate) static MEMBERS: &str = script!("members.lua");
@@ -270,6 +271,7 @@ pub(crate) struct RedisStore {
 struct Scripts {
     acquire: Script,
     renew: Script,
+    renew_many: Script,
     resign: Script,
     inspect: Script,
     members: Script,
@@ -286,6 +288,7 @@ impl RedisStore {
             scripts: Scripts {
                 acquire: Script::new(ACQUIRE),
                 renew: Script::new(RENEW),
+                renew_many: Script::new(RENEW_MANY),
                 resign: Script::new(RESIGN),
                 inspect: Script::new(INSPECT),
                 members: Script::new(MEMBERS),
@@ -379,6 +382,20 @@ impl RedisStore {
                 }
                 cmd
             }
+            Op::RenewMany {
+                id, ttl_ms, terms, ..
+            } => {
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(self.scripts.renew_many.get_hash()).arg(terms.len());
+                for (_, lease, _) in terms {
+                    cmd.arg(lease);
+                }
+                cmd.arg(id).arg(ttl_ms);
+                for (_, _, token) in terms {
+                    cmd.arg(token);
+                }
+                cmd
+            }
             Op::Resign {
                 keys, id, token, ..
             } => {
@@ -400,6 +417,9 @@ impl RedisStore {
             }
             Op::Acquire { .. } => Reply::Acquire(parse_acquire(value, &url)?),
             Op::Renew { .. } => Reply::Renew(parse_renew(value, &url)?),
+            Op::RenewMany { terms, .. } => {
+                Reply::RenewMany(parse_renew_many(value, terms.len(), &url)?)
+            }
             Op::Resign { .. } => Reply::Resign(ReplyReader { url: &url }.int(&value)? == 1),
             Op::Inspect { .. } => Reply::Inspect(parse_inspect(value, &url)?),
         })
@@ -419,6 +439,7 @@ impl RedisStore {
             for script in [
                 &self.scripts.acquire,
                 &self.scripts.renew,
+                &self.scripts.renew_many,
                 &self.scripts.resign,
                 &self.scripts.inspect,
                 &self.scripts.members,
@@ -822,6 +843,43 @@ pub(crate) fn parse_renew(reply: Value, url: &str) -> Result<RenewReply> {
         attempt: String::new(),
         ttl: Duration::ZERO,
     })))
+}
+
+/// Parse the reply of `renew_many.lua`: one result per term, in order; an
+/// entry about foreign data becomes that term's [`Error::ForeignData`].
+pub(crate) fn parse_renew_many(
+    reply: Value,
+    terms: usize,
+    url: &str,
+) -> Result<Vec<Result<RenewReply>>> {
+    let r = ReplyReader { url };
+    let items = r.array(reply, terms)?;
+    if items.len() != terms {
+        return Err(r.unexpected(&format!("{} results for {terms} renewals", items.len())));
+    }
+    items
+        .into_iter()
+        .map(|item| {
+            let entry = match &item {
+                Value::Int(1) => return Ok(Ok(RenewReply::Renewed)),
+                Value::Int(0) => return Ok(Ok(RenewReply::NotOwner(None))),
+                Value::Array(entry) => entry,
+                other => {
+                    return Err(r.unexpected(&format!("{other:?} where a renewal was expected")))
+                }
+            };
+            match entry.first().map(|code| r.int(code)).transpose()? {
+                Some(-1) => {
+                    let text = |i: usize| entry.get(i).map(|v| r.text(v)).transpose();
+                    Ok(Err(Error::ForeignData {
+                        key: text(1)?.unwrap_or_default(),
+                        detail: text(2)?.unwrap_or_default(),
+                    }))
+                }
+                _ => Ok(Ok(parse_renew(item, url)?)),
+            }
+        })
+        .collect()
 }
 
 /// Parse the reply of `members.lua`: the live members and the number of
