@@ -3,7 +3,10 @@
 
 mod support;
 
-use support::tenure_output;
+use std::io::Read;
+use std::process::Stdio;
+
+use support::{tenure, tenure_output};
 
 #[test]
 fn help_explains_tenure_with_examples_and_exit_codes() {
@@ -71,4 +74,49 @@ fn json_logs_are_one_object_per_line() {
         assert!(entry["level"].is_string(), "{line}");
         assert!(entry["fields"]["message"].is_string(), "{line}");
     }
+}
+
+/// Stderr of `tenure run --once … -- true` on a terminal, with `no_color`
+/// as NO_COLOR (unset when `None`).
+fn logs_on_a_terminal(url: &str, no_color: Option<&str>) -> String {
+    let pty = nix::pty::openpty(None, None).expect("a pseudo-terminal");
+    let mut command = tenure();
+    command
+        .args(["run", "--redis", url, "--election", "colour", "--once"])
+        .args(["--", "true"])
+        .env_remove("NO_COLOR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(pty.slave));
+    if let Some(value) = no_color {
+        command.env("NO_COLOR", value);
+    }
+    let mut child = command.spawn().expect("tenure starts");
+    // Our copy of the terminal's end goes with `command`, so that reading
+    // ends (EIO) once tenure and its children have closed theirs.
+    drop(command);
+    let mut master = std::fs::File::from(pty.master);
+    let mut output = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = master.read(&mut chunk) {
+        output.extend_from_slice(&chunk[..n]);
+    }
+    let status = child.wait().expect("tenure exits");
+    let output = String::from_utf8_lossy(&output).into_owned();
+    assert_eq!(status.code(), Some(0), "{output}");
+    output
+}
+
+#[test]
+fn logs_on_a_terminal_are_coloured_unless_no_color_is_set() {
+    let server = support::redis();
+    let url = server.url();
+    let coloured = logs_on_a_terminal(&url, None);
+    assert!(coloured.contains("\u{1b}["), "no colour: {coloured:?}");
+    let plain = logs_on_a_terminal(&url, Some("1"));
+    assert!(plain.contains("started command as leader"), "{plain:?}");
+    assert!(
+        !plain.contains("\u{1b}["),
+        "colour despite NO_COLOR: {plain:?}"
+    );
 }
