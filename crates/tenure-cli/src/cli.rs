@@ -1,6 +1,7 @@
 //! Command-line syntax. Flag names are a contract: scripts and unit files
 //! depend on them. Every flag can also come from a `TENURE_*` variable.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -160,9 +161,10 @@ pub struct RunArgs {
     #[arg(long, env = "TENURE_CGROUP", value_enum, default_value_t = CgroupMode::Auto)]
     pub cgroup: CgroupMode,
 
-    /// The command and its arguments.
+    /// The command and its arguments, passed on as they are (they need
+    /// not be UTF-8).
     #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 /// Whether `tenure run` puts CMD in a cgroup of its own.
@@ -232,7 +234,7 @@ pub struct GuardianArgs {
     pub cgroup_required: bool,
 
     #[arg(last = true, required = true)]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 /// A tracing filter, checked: a typo must not silently mean `info`.

@@ -112,3 +112,36 @@ fn the_demo_ttl_is_bounded() {
         assert!(out.stdout.is_empty(), "{ttl}: the demo started");
     }
 }
+
+#[test]
+fn command_arguments_need_not_be_utf8() {
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+    let server = support::redis();
+    let scratch = support::Scratch::new("non-utf8");
+    let file = scratch.path("argument");
+    let argument = OsString::from_vec(b"caf\xe9-\xff\xfe".to_vec());
+    let out = tenure()
+        .args([
+            "run",
+            "--redis",
+            &server.url(),
+            "--election",
+            "bytes",
+            "--once",
+        ])
+        .args(["--", "sh", "-c", r#"printf '%s' "$1" > "$2""#, "sh"])
+        .arg(&argument)
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tenure runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let received = std::fs::read(&file).expect("CMD wrote its argument");
+    assert_eq!(received, argument.into_vec(), "CMD got other bytes");
+}
