@@ -1,23 +1,48 @@
 //! Command-line syntax. Flag names are a contract: scripts and unit files
 //! depend on them. Every flag can also come from a `TENURE_*` variable.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Leader election on Redis: run a command on exactly one host at a time.
 #[derive(Debug, Parser)]
-#[command(name = "tenure", version, about, long_about = None, propagate_version = true)]
+#[command(name = "tenure", version, propagate_version = true, after_help = after_help())]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 
     /// Log filter (tracing syntax, e.g. `info`, `debug`); logs go to stderr.
     /// Default: `info`, or `warn` for `demo`.
-    #[arg(long, global = true, env = "TENURE_LOG")]
+    #[arg(long, global = true, env = "TENURE_LOG", value_parser = parse_log_filter)]
     pub log: Option<String>,
+
+    /// Log lines as text, or as one JSON object per line for log shippers.
+    #[arg(long, global = true, env = "TENURE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How log lines are written (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  tenure run --election nightly-report --once -- ./report.sh
+  tenure run --election mailer --redis rediss://app@redis:6380 \\
+      --password-file /run/secrets/redis -- ./mailer
+  tenure status --json
+  tenure watch mailer";
+
+fn after_help() -> String {
+    format!("{EXAMPLES}\n\nExit status:\n{}", crate::exit::TABLE)
 }
 
 #[derive(Debug, Subcommand)]
@@ -31,6 +56,13 @@ pub enum Command {
     Watch(WatchArgs),
     /// Show tenure at work: elections, a crash, a handover, fencing tokens.
     Demo(DemoArgs),
+    /// Print a shell completion script (e.g. `tenure completions bash > /etc/bash_completion.d/tenure`).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `tenure man | man -l -`.
+    Man,
     /// Internal: the guardian `tenure run` puts around CMD.
     #[command(name = "__guardian", hide = true)]
     Guardian(GuardianArgs),
@@ -39,7 +71,8 @@ pub enum Command {
 /// Where Redis is and how keys are named.
 #[derive(Debug, Args, Clone)]
 pub struct RedisArgs {
-    /// Redis URL: redis://[user:password@]host[:port][/db], or rediss:// for TLS.
+    /// Redis URL: redis://[user[:password]@]host[:port][/db], rediss:// for
+    /// TLS, or redis+unix:///path/to/redis.sock[?db=N].
     #[arg(
         long = "redis",
         env = "TENURE_REDIS_URL",
@@ -47,6 +80,11 @@ pub struct RedisArgs {
         hide_env_values = true
     )]
     pub url: String,
+
+    /// Read the Redis password from this file (one trailing newline is
+    /// ignored) instead of putting it in the URL.
+    #[arg(long, env = "TENURE_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
 
     /// CA certificate (PEM) to verify a rediss:// server with, instead of the system's roots.
     #[arg(long, env = "TENURE_TLS_CA")]
@@ -59,7 +97,7 @@ pub struct RedisArgs {
     /// Accept a Redis whose maxmemory-policy may evict keys. An evicted lease
     /// lets a second leader in while the first still leads: allow it only if
     /// fencing tokens protect every write.
-    #[arg(long, env = "TENURE_ALLOW_EVICTION")]
+    #[arg(long, env = "TENURE_ALLOW_EVICTION", value_parser = BoolishValueParser::new())]
     pub allow_eviction: bool,
 }
 
@@ -73,22 +111,22 @@ pub struct RunArgs {
     pub redis: RedisArgs,
 
     /// Lease time-to-live.
-    #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,
 
     /// How often the leader renews (default: ttl/3).
-    #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration)]
+    #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration, allow_hyphen_values = true)]
     pub renew_every: Option<Duration>,
 
     /// The largest ttl any instance of this election uses (default: --ttl).
     /// After Redis lost or rolled back data, no lease is granted until this
     /// long after it came back; set it to the old ttl during a rolling
     /// change to a shorter one.
-    #[arg(long, env = "TENURE_MAX_TTL", value_parser = parse_duration)]
+    #[arg(long, env = "TENURE_MAX_TTL", value_parser = parse_duration, allow_hyphen_values = true)]
     pub max_ttl: Option<Duration>,
 
     /// Safety margin subtracted from the ttl for the local deadline (default: ttl/10, at most 2s).
-    #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration)]
+    #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration, allow_hyphen_values = true)]
     pub margin: Option<Duration>,
 
     /// This instance's id (default: hostname plus 128 random bits).
@@ -97,7 +135,7 @@ pub struct RunArgs {
 
     /// Time CMD gets between SIGTERM and SIGKILL; always capped so CMD is
     /// gone before the lease could pass to another instance.
-    #[arg(long, env = "TENURE_KILL_GRACE", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "TENURE_KILL_GRACE", default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub kill_grace: Duration,
 
     /// Serve /metrics, /healthz and /readyz on this address (a bare port binds 127.0.0.1).
@@ -105,16 +143,16 @@ pub struct RunArgs {
     pub metrics_addr: Option<SocketAddr>,
 
     /// Run CMD once if this instance becomes leader, then resign and exit with its status.
-    #[arg(long, env = "TENURE_ONCE")]
+    #[arg(long, env = "TENURE_ONCE", value_parser = BoolishValueParser::new())]
     pub once: bool,
 
     /// Exit at once (status 75) if another instance leads, instead of waiting.
-    #[arg(long, env = "TENURE_NO_WAIT")]
+    #[arg(long, env = "TENURE_NO_WAIT", value_parser = BoolishValueParser::new())]
     pub no_wait: bool,
 
     /// With --once: skip (exit 0) if CMD already succeeded within this period
     /// anywhere in the cluster.
-    #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_duration, requires = "once")]
+    #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_duration, allow_hyphen_values = true, requires = "once")]
     pub at_most_every: Option<Duration>,
 
     /// Put CMD in a cgroup v2 of its own, so `cgroup.kill` stops its whole
@@ -123,9 +161,10 @@ pub struct RunArgs {
     #[arg(long, env = "TENURE_CGROUP", value_enum, default_value_t = CgroupMode::Auto)]
     pub cgroup: CgroupMode,
 
-    /// The command and its arguments.
+    /// The command and its arguments, passed on as they are (they need
+    /// not be UTF-8).
     #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 /// Whether `tenure run` puts CMD in a cgroup of its own.
@@ -171,8 +210,12 @@ pub struct DemoArgs {
     #[arg(long = "redis", env = "TENURE_REDIS_URL", hide_env_values = true)]
     pub url: Option<String>,
 
-    /// Lease ttl the demo's candidates use.
-    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    /// Read the password of --redis from this file.
+    #[arg(long, env = "TENURE_PASSWORD_FILE")]
+    pub password_file: Option<PathBuf>,
+
+    /// Lease ttl the demo's candidates use (100ms to 60s).
+    #[arg(long, default_value = "2s", value_parser = parse_demo_ttl, allow_hyphen_values = true)]
     pub ttl: Duration,
 }
 
@@ -191,11 +234,84 @@ pub struct GuardianArgs {
     pub cgroup_required: bool,
 
     #[arg(last = true, required = true)]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
+}
+
+/// A tracing filter, checked: a typo must not silently mean `info`.
+pub fn parse_log_filter(text: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(|_| text.to_string())
+        .map_err(|err| format!("not a log filter ({err}); e.g. info, debug, tenure=debug,warn"))
+}
+
+/// When `err` is about a value that came from a `TENURE_*` variable rather
+/// than the command line `args`, a message that names the variable.
+pub fn invalid_variable(
+    command: &clap::Command,
+    err: &clap::Error,
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        err.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(flag)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let Some(ContextValue::String(value)) = err.get(ContextKind::InvalidValue) else {
+        return None;
+    };
+    // "--ttl <TTL>" -> "ttl"
+    let long = flag.split_whitespace().next()?.strip_prefix("--")?;
+    let variable = find_long(command, long)?.get_env()?.to_owned();
+    if std::env::var_os(&variable).as_deref() != Some(std::ffi::OsStr::new(value)) {
+        return None;
+    }
+    let on_command_line = args.into_iter().any(|arg| {
+        arg.to_str().is_some_and(|arg| {
+            arg.strip_prefix("--")
+                .is_some_and(|rest| rest == long || rest.starts_with(&format!("{long}=")))
+        })
+    });
+    if on_command_line {
+        return None;
+    }
+    let why = match (
+        std::error::Error::source(err),
+        err.get(ContextKind::ValidValue),
+    ) {
+        (Some(source), _) => source.to_string(),
+        (None, Some(ContextValue::Strings(valid))) => {
+            format!("expected one of {}", valid.join(", "))
+        }
+        (None, _) => "invalid value".to_string(),
+    };
+    Some(format!(
+        "invalid value {value:?} in {}: {why}",
+        variable.to_string_lossy()
+    ))
+}
+
+/// The argument with this long name, in `command` or any subcommand.
+fn find_long<'a>(command: &'a clap::Command, long: &str) -> Option<&'a clap::Arg> {
+    command
+        .get_arguments()
+        .find(|arg| arg.get_long() == Some(long))
+        .or_else(|| {
+            command
+                .get_subcommands()
+                .find_map(|sub| find_long(sub, long))
+        })
 }
 
 /// Parse `500ms`, `15s`, `2m`, `1h30m`, `24h`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text.trim().starts_with('-') {
+        return Err("must not be negative".into());
+    }
     let duration = humantime::parse_duration(text.trim())
         .map_err(|e| format!("{e} (use a unit, e.g. 500ms, 15s, 2m, 24h)"))?;
     if duration.is_zero() {
@@ -203,6 +319,23 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     Ok(duration)
 }
+
+/// The demo's ttl: long enough that its measurements mean something, short
+/// enough that it does not seem to hang.
+pub fn parse_demo_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_duration(text)?;
+    if !(DEMO_TTL_MIN..=DEMO_TTL_MAX).contains(&ttl) {
+        return Err(format!(
+            "the demo's ttl must be between {} and {}",
+            humantime::format_duration(DEMO_TTL_MIN),
+            humantime::format_duration(DEMO_TTL_MAX)
+        ));
+    }
+    Ok(ttl)
+}
+
+const DEMO_TTL_MIN: Duration = Duration::from_millis(100);
+const DEMO_TTL_MAX: Duration = Duration::from_secs(60);
 
 /// Parse `9090` (127.0.0.1:9090), `127.0.0.1:9090`, `0.0.0.0:9090`, `[::1]:9090`.
 pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
@@ -224,6 +357,15 @@ mod tests {
         assert!(parse_duration("15").is_err());
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("soon").is_err());
+        assert_eq!(parse_duration("-1s"), Err("must not be negative".into()));
+    }
+
+    #[test]
+    fn the_demo_ttl_is_bounded() {
+        assert_eq!(parse_demo_ttl("100ms"), Ok(Duration::from_millis(100)));
+        assert_eq!(parse_demo_ttl("60s"), Ok(Duration::from_secs(60)));
+        assert!(parse_demo_ttl("99ms").is_err());
+        assert!(parse_demo_ttl("61s").is_err());
     }
 
     #[test]

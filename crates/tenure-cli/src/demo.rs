@@ -6,6 +6,10 @@
 //! takeover after the leader crashes (at lease expiry), the handover after a
 //! graceful step-down (milliseconds), and the fencing tokens rising, with a
 //! stale write being refused.
+//!
+//! On a Redis of the user's (`--redis`), the demo deletes the keys of its
+//! own election when it ends, however it ends. `PREFIX:epoch` stays: every
+//! election under the prefix shares it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -109,10 +113,12 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
             (server.url(), Some(server))
         }
     };
-    let outcome = narrate(&url, args.ttl).await;
+    let name = format!("demo-{:08x}", rand_suffix());
+    let outcome = narrate(&url, &name, args.ttl).await;
     let stopped = if server.is_some() {
         "; the private redis-server was stopped"
     } else {
+        forget(&url, &name).await;
         ""
     };
     drop(server);
@@ -121,14 +127,13 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     Ok(exit::OK)
 }
 
-async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
-    let name = format!("demo-{:08x}", rand_suffix());
+async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let mut candidates = HashMap::new();
     let mut renew_every = Duration::ZERO;
     let campaign_started = Instant::now();
     for id in NAMES {
-        let election = Election::builder(&name)
+        let election = Election::builder(name)
             .redis(url)
             .ttl(ttl)
             .id(id)
@@ -154,7 +159,7 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
 
     let mut conn = admin::connect(url, None, Duration::from_secs(2)).await?;
     say!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
-    let ttl_left = admin::leader_of(&mut conn, "tenure", &name)
+    let ttl_left = admin::leader_of(&mut conn, tenure::DEFAULT_PREFIX, name)
         .await?
         .map_or(Duration::ZERO, |l| l.ttl_left);
     let crashed_at = Instant::now();
@@ -182,7 +187,7 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
     );
 
     say!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
-    let resource = FencedKey::new(format!("{name}:resource"));
+    let resource = FencedKey::new(resource_key(name));
     resource
         .set(&mut conn, token3, format!("written by {third}"))
         .await?;
@@ -194,12 +199,49 @@ async fn narrate(url: &str, ttl: Duration) -> Result<(), Failure> {
             return Err(Failure::new(1, "the stale write was accepted: fencing is broken"));
         }
     }
-    let _: redis::RedisResult<()> = redis::cmd("DEL")
-        .arg(resource.key())
-        .query_async(&mut conn)
-        .await;
     drop(candidates);
     Ok(())
+}
+
+fn resource_key(name: &str) -> String {
+    format!("{name}:resource")
+}
+
+/// Delete the keys the demo's election `name` and its fenced resource
+/// created in a shared Redis (the election's keys are laid out in the
+/// `tenure` crate's `keys` module). The candidates are gone by now: none
+/// renews or campaigns any more.
+async fn forget(url: &str, name: &str) {
+    let prefix = tenure::DEFAULT_PREFIX;
+    let keys = [
+        format!("{prefix}:{{{name}}}:lease"),
+        format!("{prefix}:{{{name}}}:token"),
+        format!("{prefix}:{{{name}}}:epoch"),
+        resource_key(name),
+    ];
+    let deleted = match admin::connect(url, None, Duration::from_secs(2)).await {
+        Ok(mut conn) => {
+            // One key per DEL: on a Redis Cluster the keys live in two slots.
+            let mut result = Ok(());
+            for key in &keys {
+                result = result.and(
+                    redis::cmd("DEL")
+                        .arg(key)
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .map_err(|err| err.to_string()),
+                );
+            }
+            result
+        }
+        Err(err) => Err(err.to_string()),
+    };
+    if let Err(err) = deleted {
+        crate::complain!(
+            "tenure: could not delete the demo's keys ({}): {err}",
+            keys.join(", ")
+        );
+    }
 }
 
 async fn next_elected(

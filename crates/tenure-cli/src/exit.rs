@@ -1,17 +1,20 @@
-//! Exit codes of the `tenure` command, and errors that carry one.
-//!
-//! | code | meaning |
-//! |---|---|
-//! | 0 | success; or CMD's own status when `tenure run` ends because CMD exited |
-//! | 2 | invalid flags or configuration |
-//! | 3 | `--once`: leadership was lost while CMD ran; CMD was stopped |
-//! | 69 | Redis unusable: unreachable, credentials, TLS, ACL, foreign data |
-//! | 70 | internal failure while leading (the guardian died or could not start); CMD was killed, the lease released; `--cgroup require` without a usable cgroup |
-//! | 75 | `--no-wait`: another instance leads |
-//! | 126/127 | CMD could not be executed / was not found |
-//! | 128+N | CMD was ended by signal N |
+//! Exit codes of the `tenure` command, and errors that carry one. The
+//! table is [`TABLE`], which `tenure --help` prints as it is.
 
 use std::fmt;
+
+/// What each exit code means; a contract for scripts and unit files.
+pub const TABLE: &str =
+    "  0        success; or CMD's own status when `tenure run` ends because CMD exited
+  2        invalid flags or configuration
+  3        run --once: leadership was lost while CMD ran; CMD was stopped
+  69       Redis unusable: unreachable, credentials, TLS, ACL, a read-only replica,
+           foreign data; status: some election could not be read (the rest is listed)
+  70       internal failure (the guardian died or could not start); CMD was killed,
+           the lease released; run --cgroup require without a usable cgroup
+  75       run --no-wait: another instance leads
+  126/127  CMD could not be executed / was not found
+  128+N    CMD was ended by signal N";
 
 pub const OK: i32 = 0;
 pub const USAGE: i32 = 2;

@@ -37,6 +37,7 @@
 //! It runs a single-threaded runtime and no logging: it is on the path of
 //! every hand-over.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -80,7 +81,7 @@ pub fn main(args: &GuardianArgs) -> i32 {
     runtime.block_on(guard(&args.channel, &args.command, cgroup))
 }
 
-async fn guard(channel: &str, command: &[String], cgroup: Option<(Cgroup, bool)>) -> i32 {
+async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool)>) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     // Handlers before anything else, so none of these signals can end the
     // guardian while it is responsible for a job.

@@ -4,7 +4,12 @@
 //!   process supervision in [`supervisor`] and [`guardian`] and the
 //!   operations endpoint in [`http`];
 //! - `status` and `watch` ([`observe`]) look at elections;
-//! - `demo` ([`demo`]) shows the whole thing on a private Redis.
+//! - `demo` ([`demo`]) shows the whole thing on a private Redis;
+//! - `completions` and `man` print what clap_complete and clap_mangen
+//!   make of the command line ([`cli`]), so they cannot drift from `--help`.
+//!
+//! A `--password-file` is read here, before anything else runs
+//! ([`password`]).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -15,26 +20,51 @@ mod http;
 mod marker;
 mod observe;
 mod output;
+mod password;
 mod run;
 mod supervisor;
 
-use clap::Parser;
+use std::ffi::OsStr;
 
-use cli::{Cli, Command};
+use clap::{CommandFactory, Parser};
+
+use cli::{Cli, Command, LogFormat};
 
 fn main() {
-    let cli = Cli::parse();
+    let mut cli = parse();
     if let Command::Guardian(args) = &cli.command {
         // The guardian must not start a multi-threaded runtime or logging:
         // it starts CMD as fast as it can and then only watches.
         std::process::exit(guardian::main(args));
+    }
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "tenure", &mut script);
+            output::text(&String::from_utf8_lossy(&script));
+            std::process::exit(exit::OK);
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            if let Err(err) = clap_mangen::Man::new(Cli::command()).render(&mut page) {
+                output::err_line(&format!("tenure: cannot render the manual page: {err}"));
+                std::process::exit(1);
+            }
+            output::text(&String::from_utf8_lossy(&page));
+            std::process::exit(exit::OK);
+        }
+        _ => {}
+    }
+    if let Err(failure) = read_password_file(&mut cli.command) {
+        output::err_line(&format!("tenure: {failure}"));
+        std::process::exit(failure.code);
     }
     let default_log = if matches!(cli.command, Command::Demo(_)) {
         "warn"
     } else {
         "info"
     };
-    init_logs(cli.log.as_deref().unwrap_or(default_log));
+    init_logs(cli.log.as_deref().unwrap_or(default_log), cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -51,7 +81,7 @@ fn main() {
             Command::Status(args) => observe::status(args).await,
             Command::Watch(args) => observe::watch(args).await,
             Command::Demo(args) => demo::demo(args).await,
-            Command::Guardian(_) => Ok(exit::OK),
+            Command::Guardian(_) | Command::Completions { .. } | Command::Man => Ok(exit::OK),
         }
     });
     // Background tasks (renewal keepers, subscribers) end with the runtime.
@@ -65,15 +95,77 @@ fn main() {
     }
 }
 
-fn init_logs(filter: &str) {
+/// Read the command line. An invalid value that came from a `TENURE_*`
+/// variable is reported under the variable's name: clap would name the
+/// flag, which the user never typed.
+fn parse() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            if let Some(message) = cli::invalid_variable(&Cli::command(), &err, std::env::args_os())
+            {
+                output::err_line(&format!("tenure: {message}"));
+                std::process::exit(exit::USAGE);
+            }
+            err.exit()
+        }
+    }
+}
+
+/// Put the password of `--password-file` into the URL it is for.
+fn read_password_file(command: &mut Command) -> Result<(), exit::Failure> {
+    let redis = match command {
+        Command::Run(args) => &mut args.redis,
+        Command::Status(args) => &mut args.redis,
+        Command::Watch(args) => &mut args.redis,
+        Command::Demo(args) => {
+            if let Some(url) = &args.url {
+                args.url = Some(password::apply(url, args.password_file.as_deref())?);
+            }
+            return Ok(());
+        }
+        Command::Guardian(_) | Command::Completions { .. } | Command::Man => return Ok(()),
+    };
+    redis.url = password::apply(&redis.url, redis.password_file.as_deref())?;
+    Ok(())
+}
+
+/// `filter` was checked when the command line was read (`cli::parse_log_filter`).
+fn init_logs(filter: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| output::Stderr)
         .log_internal_errors(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .compact()
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => logs
+            .with_ansi(colour(
+                std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .compact()
+            .try_init(),
+        LogFormat::Json => logs.with_ansi(false).json().try_init(),
+    };
+}
+
+/// Colour log lines on a terminal, unless `NO_COLOR` is set to anything
+/// but the empty string (<https://no-color.org>).
+fn colour(is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_color_turns_colour_off_unless_empty() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some(OsStr::new(""))));
+        assert!(!colour(true, Some(OsStr::new("1"))));
+        assert!(!colour(false, None));
+    }
 }

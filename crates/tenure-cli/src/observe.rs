@@ -1,4 +1,11 @@
 //! `tenure status` and `tenure watch`: looking at elections without taking part.
+//!
+//! `status` lists every election it can read. An entry it cannot read (a
+//! stray key such as `tenure:{bad name}:lease`, or a lease of a foreign
+//! type) does not hide the others: it is listed as unreadable, its reason
+//! goes to stderr, and the exit status is 69 once everything is printed, so
+//! that a monitoring script notices that someone else's data sits under
+//! tenure's prefix.
 
 use std::time::{Duration, SystemTime};
 
@@ -15,6 +22,9 @@ use crate::exit::{self, Failure};
 struct ElectionStatus {
     name: String,
     leader: Option<LeaderStatus>,
+    /// Why the election could not be read; `leader` is then null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -55,11 +65,21 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     };
     let mut rows = Vec::new();
     for name in names {
-        let leader = admin::leader_of(&mut conn, &args.redis.prefix, &name).await?;
-        rows.push(ElectionStatus {
-            name,
-            leader: leader.map(LeaderStatus::from),
-        });
+        let row = match admin::leader_of(&mut conn, &args.redis.prefix, &name).await {
+            Ok(leader) => ElectionStatus {
+                name,
+                leader: leader.map(LeaderStatus::from),
+                error: None,
+            },
+            // The connection is gone: every further entry would fail too.
+            Err(err) if err.is_transient() => return Err(err.into()),
+            Err(err) => ElectionStatus {
+                name,
+                leader: None,
+                error: Some(err.to_string()),
+            },
+        };
+        rows.push(row);
     }
     if args.json {
         let json = serde_json::json!({ "elections": rows });
@@ -72,7 +92,22 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     } else {
         crate::output::text(&table(&rows));
     }
-    Ok(exit::OK)
+    let mut unreadable = 0;
+    for row in &rows {
+        if let Some(error) = &row.error {
+            unreadable += 1;
+            complain!(
+                "tenure: election {:?} is unreadable: {}",
+                row.name,
+                printable(error)
+            );
+        }
+    }
+    Ok(if unreadable == 0 {
+        exit::OK
+    } else {
+        exit::UNAVAILABLE
+    })
 }
 
 fn table(rows: &[ElectionStatus]) -> String {
@@ -80,15 +115,22 @@ fn table(rows: &[ElectionStatus]) -> String {
     let cells: Vec<[String; 5]> = rows
         .iter()
         .map(|row| match &row.leader {
+            _ if row.error.is_some() => [
+                printable(&row.name),
+                "(unreadable)".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ],
             Some(l) => [
-                row.name.clone(),
+                printable(&row.name),
                 printable(&l.id),
                 l.token.to_string(),
                 l.held_since.clone().unwrap_or_else(|| "-".into()),
                 format!("{:.1}s", l.ttl_left_ms as f64 / 1000.0),
             ],
             None => [
-                row.name.clone(),
+                printable(&row.name),
                 "(none)".into(),
                 "-".into(),
                 "-".into(),
@@ -133,10 +175,12 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
     let election = builder.build().await?;
     let mut changes = Box::pin(election.watch());
     let mut interrupted = Box::pin(tenure::shutdown_signal());
+    let mut reader_gone = Box::pin(crate::output::stdout_closed());
     loop {
         let change = tokio::select! {
             change = changes.next() => change,
             _ = &mut interrupted => return Ok(exit::OK),
+            _ = &mut reader_gone => return Ok(exit::OK),
         };
         let Some(change) = change else {
             return Ok(exit::OK);
@@ -201,17 +245,25 @@ mod tests {
                     held_since: Some("2026-11-29T10:00:00.000Z".into()),
                     ttl_left_ms: 12_345,
                 }),
+                error: None,
             },
             ElectionStatus {
                 name: "cleanup-nightly".into(),
                 leader: None,
+                error: None,
+            },
+            ElectionStatus {
+                name: "stray".into(),
+                leader: None,
+                error: Some("key holds data tenure did not write".into()),
             },
         ];
         let text = table(&rows);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3);
+        assert_eq!(lines.len(), 4);
         assert!(lines[0].starts_with("ELECTION         LEADER"));
         assert!(lines[1].contains("host-a") && lines[1].ends_with("12.3s"));
         assert!(lines[2].starts_with("cleanup-nightly  (none)"));
+        assert!(lines[3].starts_with("stray            (unreadable)"));
     }
 }

@@ -18,6 +18,42 @@ pub fn text(text: &str) -> bool {
     write!(out, "{text}").and_then(|()| out.flush()).is_ok()
 }
 
+/// Resolves once stdout is a pipe whose reader has gone (`tenure watch |
+/// head -1`). A command that writes only when something happens would
+/// otherwise learn it at its next line, which may be hours away. The kernel
+/// flags the pipe's write end with an error as soon as the last reader
+/// closes it; this waits for that flag without writing. Never resolves when
+/// stdout is a file or a terminal, which have no reader to lose.
+pub async fn stdout_closed() {
+    let (closed, wait) = tokio::sync::oneshot::channel();
+    // A thread of its own that blocks in poll(2): it holds up neither the
+    // runtime nor its shutdown, and ends with the process.
+    let watcher = std::thread::Builder::new()
+        .name("stdout-watch".into())
+        .spawn(move || {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let stdout = std::io::stdout();
+            // No events asked for: poll reports only an error or a hang-up.
+            let mut fds = [PollFd::new(
+                std::os::fd::AsFd::as_fd(&stdout),
+                PollFlags::empty(),
+            )];
+            loop {
+                match poll(&mut fds, PollTimeout::NONE) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Ok(_) if fds[0].any() == Some(true) => break,
+                    // A file or terminal, or poll failing: never "closed".
+                    _ => return,
+                }
+            }
+            let _ = closed.send(());
+        });
+    if watcher.is_ok() && wait.await.is_ok() {
+        return;
+    }
+    std::future::pending::<()>().await;
+}
+
 /// Write `text` and a newline to stderr; a closed stderr is ignored.
 pub fn err_line(text: &str) {
     let mut err = std::io::stderr().lock();

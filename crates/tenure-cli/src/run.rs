@@ -12,6 +12,7 @@
 //! The lease is released on every way out that can run code: CMD exiting,
 //! SIGTERM, SIGINT, SIGHUP, an error while leading, the guardian dying.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use metrics::{counter, gauge};
@@ -235,7 +236,7 @@ impl RestartBackoff {
 /// One term: run CMD (unless `--at-most-every` says skip) and supervise it
 /// until it ends. On return CMD's whole tree is gone; the caller resigns.
 async fn lead(
-    (command, env, cgroup): (&[String], &[(&str, String)], Option<&JobCgroup>),
+    (command, env, cgroup): (&[OsString], &[(&str, String)], Option<&JobCgroup>),
     standby: Standby,
     election: &Election,
     term: &Leadership,

@@ -53,6 +53,7 @@
 //! one line: `deadline` if it killed CMD because no extension came, or
 //! `exited CODE` once CMD exited and nothing it started runs any more.
 
+use std::ffi::OsString;
 use std::io::ErrorKind;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::process::ExitStatusExt;
@@ -123,7 +124,7 @@ impl Standby {
     /// tenure must have no other children while a standby or a [`Job`]
     /// exists: a job's clean-up kills and reaps every child of tenure.
     pub async fn spawn(
-        command: &[String],
+        command: &[OsString],
         env: &[(&str, String)],
         cgroup: Option<&JobCgroup>,
     ) -> std::io::Result<Standby> {

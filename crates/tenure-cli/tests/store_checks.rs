@@ -66,3 +66,30 @@ fn a_ttl_or_id_out_of_bounds_is_a_usage_error() {
         assert!(stderr.contains(expected), "{flag} {value:?}: {stderr}");
     }
 }
+
+#[test]
+fn once_against_a_read_only_replica_exits_69_and_names_the_primary() {
+    let primary = support::redis();
+    let replica = RedisServer::builder()
+        .arg("--replicaof")
+        .arg("127.0.0.1")
+        .arg(primary.port().to_string())
+        .start()
+        .unwrap_or_else(|err| panic!("cannot start redis-server: {err}"));
+    let out = tenure_output(&[
+        "run",
+        "--redis",
+        &replica.url(),
+        "--election",
+        "replica",
+        "--once",
+        "--",
+        "true",
+    ]);
+    let stderr = support::one_line(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.contains("is a read-only replica; point tenure at the primary"),
+        "{stderr}"
+    );
+}

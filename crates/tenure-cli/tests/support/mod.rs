@@ -296,3 +296,63 @@ pub fn wait_for_escapes(scratch: &Scratch, id: &str) -> [i32; 3] {
     assert!(pids.iter().all(|pid| alive(*pid)), "{pids:?}");
     pids
 }
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, written as PEM
+/// files into `scratch`, for a TLS redis-server ([`RedisServer::builder`]).
+pub fn tls_files(scratch: &Scratch) -> redis_process::TlsFiles {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().expect("server key");
+    let server_params = CertificateParams::new(vec!["127.0.0.1".to_string()]).expect("params");
+    let server_cert = server_params
+        .signed_by(&server_key, &issuer)
+        .expect("server certificate");
+    let files = redis_process::TlsFiles {
+        cert: scratch.path("server.pem"),
+        key: scratch.path("server.key"),
+        ca: scratch.path("ca.pem"),
+    };
+    std::fs::write(&files.cert, server_cert.pem()).expect("write cert");
+    std::fs::write(&files.key, server_key.serialize_pem()).expect("write key");
+    std::fs::write(&files.ca, ca_cert.pem()).expect("write CA");
+    files
+}
+
+/// A TCP server on a free loopback port that is not Redis: it greets every
+/// client with `banner` (an SSH server) or, when `banner` is empty, answers
+/// whatever arrives with an HTTP error (a web server). Returns the port; the
+/// server lives as long as the test process.
+pub fn foreign_server(banner: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("local addr").port();
+    std::thread::spawn(move || {
+        for mut client in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                if banner.is_empty() {
+                    let mut request = [0u8; 1024];
+                    let _ = client.read(&mut request);
+                    let _ = client.write_all(
+                        b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                } else {
+                    let _ = client.write_all(banner.as_bytes());
+                }
+                // Keep the connection open until the client gives up.
+                let _ = client.read(&mut [0u8; 1024]);
+            });
+        }
+    });
+    port
+}
+
+/// One line of stderr, for errors that must fit one.
+pub fn one_line(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr).trim().to_string();
+    assert_eq!(text.lines().count(), 1, "one line of error: {text}");
+    text
+}

@@ -103,12 +103,37 @@ impl RedisTarget {
         let mut conn =
             ConnectionManager::new_with_config(client, Self::manager_config(call_timeout))
                 .await
-                .map_err(|e| self.classify(e))?;
+                .map_err(|e| self.classify_first(e))?;
         redis::cmd("PING")
             .query_async::<()>(&mut conn)
             .await
-            .map_err(|e| self.classify(e))?;
+            .map_err(|e| self.classify_first(e))?;
         Ok(conn)
+    }
+
+    /// [`RedisTarget::classify`] for the first exchange with a server, with a
+    /// hint where a TLS mismatch is the likely cause: a plain Redis never
+    /// answers a TLS handshake (the client times out), and a TLS port resets
+    /// a client that sends plain commands.
+    fn classify_first(&self, err: RedisError) -> Error {
+        let tls = self.url.starts_with("rediss:");
+        let dropped = err.is_connection_dropped();
+        match self.classify(err) {
+            Error::Timeout(_) if tls => Error::Tls {
+                url: self.redacted(),
+                detail: "no answer to the TLS handshake (if the server does not use TLS on \
+                         this port, use redis://)"
+                    .into(),
+            },
+            Error::Unreachable { url, detail } if !tls && dropped => Error::Unreachable {
+                url,
+                detail: format!(
+                    "{detail} (the server closed the connection at once; if it expects TLS, \
+                     use rediss://)"
+                ),
+            },
+            other => other,
+        }
     }
 
     /// Turn a client error into the crate's error, naming the URL without
@@ -118,8 +143,26 @@ impl RedisTarget {
     }
 }
 
+/// The CA file's PEM, checked to hold certificates: the client would
+/// otherwise skip whatever it cannot use and fail later with an unrelated
+/// certificate error.
 fn read_ca(path: &Path) -> std::result::Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let pem =
+        std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))?;
+    let certificates = CertificateDer::pem_slice_iter(&pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| format!("CA file {} is not valid PEM: {e}", path.display()))?;
+    if certificates.is_empty() {
+        let holds = if PrivateKeyDer::from_pem_slice(&pem).is_ok() {
+            "a private key, not a CA certificate"
+        } else {
+            "no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        };
+        return Err(format!("CA file {} holds {holds}", path.display()));
+    }
+    Ok(pem)
 }
 
 /// Map a client error to the crate's error.
@@ -135,6 +178,15 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
     }
     if code == "TENURECMD" {
         return classify_command_error(&detail);
+    }
+    if err.kind() == ErrorKind::Parse && detail.starts_with("Parse error") {
+        // The reply was not RESP at all: an HTTP or SSH server, say. The
+        // client's message spans lines and quotes bytes.
+        return Error::Unreachable {
+            url: url.to_string(),
+            detail: "the server there does not speak the Redis protocol (check the host and port)"
+                .into(),
+        };
     }
     let text = err.to_string();
     if err.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
@@ -206,6 +258,20 @@ fn classify_command_error(detail: &str) -> Error {
     Error::Redis(format!("{command} failed: {error}"))
 }
 
+/// Whether a write was refused because the server is a replica. Only the
+/// check when connecting treats this as final: later, a primary demoted by a
+/// failover may be promoted back, so lease operations keep retrying.
+fn is_read_only(err: &RedisError) -> bool {
+    let detail = err.detail().unwrap_or_default();
+    match err.code() {
+        Some("READONLY") => true,
+        Some("TENURECMD") => detail
+            .split_once(' ')
+            .is_some_and(|(_, error)| error.starts_with("READONLY")),
+        _ => false,
+    }
+}
+
 /// What [`check_store`] looks at besides the election's commands.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct StoreChecks {
@@ -232,7 +298,16 @@ pub(crate) async fn check_store(
         .arg(if checks.partitions { "1" } else { "0" })
         .invoke_async(conn)
         .await
-        .map_err(|e| target.classify(e))?;
+        .map_err(|e| {
+            if is_read_only(&e) {
+                Error::Unsafe {
+                    url: target.redacted(),
+                    detail: "it is a read-only replica; point tenure at the primary".into(),
+                }
+            } else {
+                target.classify(e)
+            }
+        })?;
     if maxmemory > 0 && policy != "noeviction" && !checks.allow_eviction {
         return Err(Error::Unsafe {
             url: target.redacted(),
