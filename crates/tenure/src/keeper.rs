@@ -15,13 +15,22 @@
 //! commands addressed by term, (name, token): a handle of a term that has
 //! ended can never act on a later term of the same name
 //! ([`Keeper::slot_of`]).
+//!
+//! **Deadlines.** A term ends at its deadline whether or not its keeper is
+//! able to act then (it may be waiting on a slow store). Each keeper has a
+//! [`Watchdog`], a task of its own with one timer for all of the keeper's
+//! terms: at the earliest deadline it marks every term that is past its
+//! deadline lost, which wakes their [`Leadership::lost`] futures. One timer
+//! per keeper instead of one per handle: a set of 100,000 partitions whose
+//! deadlines move together wakes once per renewal, not 100,000 times.
+//! [`Leadership::is_leader`] does not wait for it: it reads the clock.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio::time::Instant;
+use tokio::sync::{mpsc, Notify};
+use tokio::time::{sleep_until, Instant};
 
 use crate::leadership::{Command, TermShared};
 use crate::machine::{LeaderState, LeaderStep, RenewReply, Timing};
@@ -62,6 +71,72 @@ pub(crate) struct Keeper<T> {
     loud: bool,
     /// See [`Keeper::generation`]; starts at 1, so that 0 means "never seen".
     generation: u64,
+    watchdog: Arc<Watchdog>,
+}
+
+/// The terms of one keeper, as its watchdog task sees them.
+#[derive(Default)]
+struct Watchdog {
+    watched: Mutex<Watched>,
+    /// A term began (its deadline may be the earliest), or the keeper went
+    /// away.
+    changed: Notify,
+}
+
+/// The terms a watchdog watches, and when it wakes next (`None`: only when
+/// told), under one lock so that a term that begins and the watchdog going
+/// to sleep agree on whether it must be woken.
+#[derive(Default)]
+struct Watched {
+    terms: BTreeMap<(usize, u64), Arc<TermShared>>,
+    wakes_at: Option<Instant>,
+}
+
+impl Watchdog {
+    fn watched(&self) -> std::sync::MutexGuard<'_, Watched> {
+        self.watched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Mark every term past its deadline lost, forget ended ones, and
+    /// return (and record) the earliest deadline left.
+    fn sweep(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let mut earliest: Option<Instant> = None;
+        let mut watched = self.watched();
+        watched.terms.retain(|_, shared| {
+            if shared.lost_reason().is_some() {
+                return false;
+            }
+            let deadline = shared.deadline();
+            if deadline <= now {
+                shared.mark_lost(LostReason::DeadlinePassed);
+                return false;
+            }
+            earliest = Some(earliest.map_or(deadline, |e| e.min(deadline)));
+            true
+        });
+        watched.wakes_at = earliest;
+        earliest
+    }
+
+    /// The watchdog task: runs until its keeper is gone and every term it
+    /// watched has ended, so that terms outlive a dropped keeper only until
+    /// their deadlines.
+    async fn run(self: Arc<Self>) {
+        loop {
+            match self.sweep() {
+                Some(at) => {
+                    tokio::select! {
+                        _ = sleep_until(at) => {}
+                        _ = self.changed.notified() => {}
+                    }
+                }
+                // Only this task holds it: the keeper is gone.
+                None if Arc::strong_count(&self) == 1 => return,
+                None => self.changed.notified().await,
+            }
+        }
+    }
 }
 
 impl<T> Keeper<T> {
@@ -74,6 +149,11 @@ impl<T> Keeper<T> {
             report,
             loud,
             generation: 1,
+            watchdog: {
+                let watchdog = Arc::new(Watchdog::default());
+                tokio::spawn(watchdog.clone().run());
+                watchdog
+            },
         }
     }
 
@@ -111,6 +191,17 @@ impl<T> Keeper<T> {
         // owner follows the protocol) ends before the next begins.
         self.end(slot, LostReason::Resigned);
         self.generation += 1;
+        {
+            let mut watched = self.watchdog.watched();
+            watched.terms.insert((slot, token), shared.clone());
+            // Only a deadline before the watchdog's next wake needs it now
+            // (a new term's deadline rarely is: a set's thousands of new
+            // terms must not make it look at every term thousands of times).
+            if watched.wakes_at.is_none_or(|at| shared.deadline() < at) {
+                watched.wakes_at = Some(shared.deadline());
+                self.watchdog.changed.notify_one();
+            }
+        }
         self.terms.insert(
             slot,
             Kept {
@@ -132,6 +223,10 @@ impl<T> Keeper<T> {
     pub fn end(&mut self, slot: usize, reason: LostReason) -> Option<Kept<T>> {
         let kept = self.terms.remove(&slot)?;
         self.generation += 1;
+        self.watchdog
+            .watched()
+            .terms
+            .remove(&(slot, kept.state.token));
         let shared = &kept.shared;
         shared.mark_lost(reason.clone());
         // No clone of a handle may believe in the term any more.
@@ -244,6 +339,13 @@ impl<T> Keeper<T> {
     }
 }
 
+impl<T> Drop for Keeper<T> {
+    fn drop(&mut self) {
+        // The watchdog ends once the terms it still watches are over.
+        self.watchdog.changed.notify_one();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +375,22 @@ mod tests {
         assert_eq!(keeper.slot_of(Some(3), first.token()), None);
         assert_eq!(keeper.slot_of(Some(3), second.token()), Some(3));
         assert!(second.is_leader());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_at_the_deadline_while_the_keeper_does_nothing() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::PerTerm, false);
+        let start = Instant::now();
+        let term = keeper.begin(0, "e", state(1), Duration::ZERO, ());
+        let reason = term.lost().await;
+        assert_eq!(reason, LostReason::DeadlinePassed);
+        assert_eq!(Instant::now() - start, Duration::from_secs(2));
+        // Even with the keeper gone: the watchdog outlives it.
+        let second = keeper.begin(1, "f", state(2), Duration::ZERO, ());
+        drop(keeper);
+        assert_eq!(second.lost().await, LostReason::DeadlinePassed);
+        assert_eq!(Instant::now() - start, Duration::from_secs(4));
     }
 
     #[tokio::test]

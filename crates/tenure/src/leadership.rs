@@ -66,9 +66,14 @@ impl TermShared {
     /// passed: nothing (a late reply, a renewal of another term) revives a
     /// term.
     pub fn set_deadline(&self, deadline: Instant, suspended: Duration) {
+        let slept_until_now = crate::clock::suspended();
+        let effective = |(deadline, since): (Instant, Duration)| {
+            let slept = slept_until_now.saturating_sub(since);
+            deadline.checked_sub(slept).unwrap_or_else(Instant::now)
+        };
         let mut current = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        let now_effective = effective(current.0, current.1);
-        if Instant::now() < now_effective || effective(deadline, suspended) < now_effective {
+        let now_effective = effective(*current);
+        if Instant::now() < now_effective || effective((deadline, suspended)) < now_effective {
             *current = (deadline, suspended);
         }
     }
@@ -235,20 +240,15 @@ impl Leadership {
             if let Some(reason) = lost.borrow_and_update().clone() {
                 return reason;
             }
-            let deadline = self.shared.deadline();
-            if Instant::now() >= deadline {
+            if Instant::now() >= self.shared.deadline() {
                 return LostReason::DeadlinePassed;
             }
-            tokio::select! {
-                changed = lost.changed() => {
-                    if changed.is_err() {
-                        // The keeper is gone without a reason, which it never
-                        // does; the deadline still bounds the term.
-                        tokio::time::sleep_until(self.shared.deadline()).await;
-                    }
-                }
-                // The deadline may have moved meanwhile; the loop re-reads it.
-                _ = tokio::time::sleep_until(deadline) => {}
+            // The keeper's watchdog marks the term lost at its deadline
+            // (see `crate::keeper`): no timer per handle.
+            if lost.changed().await.is_err() {
+                // Cannot happen while this handle holds the state; the
+                // deadline still bounds the term.
+                tokio::time::sleep_until(self.shared.deadline()).await;
             }
         }
     }
