@@ -5,10 +5,14 @@
 #      seed, about 100 s; fails on any safety violation;
 #   3. unit, state-machine, real-Redis integration, end-to-end CLI and doc
 #      tests (cargo test). Each starts its own redis-server processes on free
-#      loopback ports.
+#      loopback ports;
+#   4. the library's feature matrix: its tests without any optional feature
+#      (`tls`, `metrics`), and a check with all of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 (cd deploy/prometheus && promtool check rules tenure-alerts.yml && promtool test rules tenure-alerts.test.yml)
 cargo run --quiet --locked -p tenure-chaos -- run --seed 7 --duration 100s --out target/chaos-smoke
 cargo test --workspace --locked
+cargo test --locked -p tenure --no-default-features
+cargo check --locked -p tenure --all-features --all-targets

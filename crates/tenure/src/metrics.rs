@@ -13,49 +13,24 @@
 //!
 //! `reason` is one of [`LostReason::label`](crate::LostReason::label):
 //! `taken`, `expired`, `deadline`, `resigned`, `shutdown`.
+//!
+//! Without the crate's `metrics` feature nothing is recorded and every call
+//! below compiles to nothing.
 
 use std::time::Duration;
-
-use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
-};
 
 use crate::term::LostReason;
 
 /// Describe tenure's metrics to the installed recorder (units and help
 /// text). Called by [`crate::ElectionBuilder::build`]; call it yourself if
-/// you install a recorder later.
+/// you install a recorder later. Does nothing without the `metrics` feature.
 ///
 /// ```
 /// tenure::describe_metrics();
 /// ```
 pub fn describe_metrics() {
-    describe_gauge!(
-        "leader_election_is_leader",
-        "1 while this instance leads the election, else 0"
-    );
-    describe_gauge!(
-        "leader_election_token",
-        "Fencing token of this instance's current or last term"
-    );
-    describe_counter!(
-        "leader_election_acquired_total",
-        "Terms won by this instance"
-    );
-    describe_counter!("leader_election_lost_total", "Terms ended, by reason");
-    describe_counter!(
-        "leader_election_renewal_failure_total",
-        "Renewals that failed or timed out"
-    );
-    describe_gauge!(
-        "leader_election_phantom_members",
-        "Partition-set member entries ignored because their heartbeat expires more than 2 ttl ahead"
-    );
-    describe_histogram!(
-        "leader_election_renew_duration_seconds",
-        Unit::Seconds,
-        "Round trip of successful renewals"
-    );
+    #[cfg(feature = "metrics")]
+    record::describe();
 }
 
 pub(crate) fn describe() {
@@ -63,26 +38,102 @@ pub(crate) fn describe() {
 }
 
 pub(crate) fn elected(name: &str, token: u64) {
-    gauge!("leader_election_is_leader", "name" => name.to_string()).set(1.0);
-    gauge!("leader_election_token", "name" => name.to_string()).set(token as f64);
-    counter!("leader_election_acquired_total", "name" => name.to_string()).increment(1);
+    #[cfg(feature = "metrics")]
+    record::elected(name, token);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, token);
 }
 
 pub(crate) fn lost(name: &str, reason: &LostReason) {
-    gauge!("leader_election_is_leader", "name" => name.to_string()).set(0.0);
-    counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
-        .increment(1);
+    #[cfg(feature = "metrics")]
+    record::lost(name, reason);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, reason);
 }
 
 pub(crate) fn renewed(name: &str, latency: Duration) {
-    histogram!("leader_election_renew_duration_seconds", "name" => name.to_string())
-        .record(latency.as_secs_f64());
+    #[cfg(feature = "metrics")]
+    record::renewed(name, latency);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, latency);
 }
 
 pub(crate) fn renewal_failed(name: &str) {
-    counter!("leader_election_renewal_failure_total", "name" => name.to_string()).increment(1);
+    #[cfg(feature = "metrics")]
+    record::renewal_failed(name);
+    #[cfg(not(feature = "metrics"))]
+    let _ = name;
 }
 
 pub(crate) fn phantom_members(group: &str, count: u64) {
-    gauge!("leader_election_phantom_members", "group" => group.to_string()).set(count as f64);
+    #[cfg(feature = "metrics")]
+    record::phantom_members(group, count);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (group, count);
+}
+
+/// The calls into the `metrics` facade.
+#[cfg(feature = "metrics")]
+mod record {
+    use std::time::Duration;
+
+    use metrics::{
+        counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+    };
+
+    use crate::term::LostReason;
+
+    pub(super) fn describe() {
+        describe_gauge!(
+            "leader_election_is_leader",
+            "1 while this instance leads the election, else 0"
+        );
+        describe_gauge!(
+            "leader_election_token",
+            "Fencing token of this instance's current or last term"
+        );
+        describe_counter!(
+            "leader_election_acquired_total",
+            "Terms won by this instance"
+        );
+        describe_counter!("leader_election_lost_total", "Terms ended, by reason");
+        describe_counter!(
+            "leader_election_renewal_failure_total",
+            "Renewals that failed or timed out"
+        );
+        describe_gauge!(
+            "leader_election_phantom_members",
+            "Partition-set member entries ignored because their heartbeat expires more than 2 ttl ahead"
+        );
+        describe_histogram!(
+            "leader_election_renew_duration_seconds",
+            Unit::Seconds,
+            "Round trip of successful renewals"
+        );
+    }
+
+    pub(super) fn elected(name: &str, token: u64) {
+        gauge!("leader_election_is_leader", "name" => name.to_string()).set(1.0);
+        gauge!("leader_election_token", "name" => name.to_string()).set(token as f64);
+        counter!("leader_election_acquired_total", "name" => name.to_string()).increment(1);
+    }
+
+    pub(super) fn lost(name: &str, reason: &LostReason) {
+        gauge!("leader_election_is_leader", "name" => name.to_string()).set(0.0);
+        counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
+            .increment(1);
+    }
+
+    pub(super) fn renewed(name: &str, latency: Duration) {
+        histogram!("leader_election_renew_duration_seconds", "name" => name.to_string())
+            .record(latency.as_secs_f64());
+    }
+
+    pub(super) fn renewal_failed(name: &str) {
+        counter!("leader_election_renewal_failure_total", "name" => name.to_string()).increment(1);
+    }
+
+    pub(super) fn phantom_members(group: &str, count: u64) {
+        gauge!("leader_election_phantom_members", "group" => group.to_string()).set(count as f64);
+    }
 }

@@ -153,6 +153,7 @@ async fn an_acl_user_with_enough_rights_can_lead_and_one_without_is_told_why() {
     assert!(matches!(err, Error::NoPermission { .. }), "{err:?}");
 }
 
+#[cfg(feature = "tls")]
 #[tokio::test]
 async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     support::init_logs();
@@ -189,6 +190,20 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[cfg(not(feature = "tls"))]
+#[tokio::test]
+async fn without_the_tls_feature_tls_settings_are_a_configuration_error() {
+    let err = build_err(
+        Election::builder("tls")
+            .redis("rediss://127.0.0.1:1")
+            .tls_ca_file("ca.pem"),
+    )
+    .await;
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("`tls` feature"), "{err}");
+}
+
+#[cfg(feature = "tls")]
 fn make_certs(dir: &std::path::Path) -> redis_process::TlsFiles {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();

@@ -9,7 +9,6 @@
 //! release, so waiting candidates re-check the lease instead of sleeping
 //! through a handover.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,12 +58,13 @@ impl RedisTarget {
     /// Build a client (no I/O yet). TLS uses the system's roots unless a CA
     /// file is given.
     pub fn client(&self) -> Result<Client> {
-        // The redis crate's rustls support needs a process-wide provider; an
-        // application that installed its own keeps it.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let redacted = self.redacted();
         let client = match &self.tls_ca {
+            #[cfg(feature = "tls")]
             Some(path) => {
+                // The redis crate's rustls support needs a process-wide provider; an
+                // application that installed its own keeps it.
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 let pem = read_ca(path).map_err(|detail| Error::Tls {
                     url: redacted.clone(),
                     detail,
@@ -77,7 +77,17 @@ impl RedisTarget {
                     },
                 )
             }
-            None => Client::open(self.url.as_str()),
+            #[cfg(not(feature = "tls"))]
+            Some(_) => {
+                return Err(Error::Config(
+                    "a TLS CA file needs tenure's `tls` feature, which this build lacks".into(),
+                ))
+            }
+            None => {
+                #[cfg(feature = "tls")]
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                Client::open(self.url.as_str())
+            }
         };
         client.map_err(|e| {
             Error::Config(format!(
@@ -117,7 +127,8 @@ impl RedisTarget {
     }
 }
 
-fn read_ca(path: &Path) -> std::result::Result<Vec<u8>, String> {
+#[cfg(feature = "tls")]
+fn read_ca(path: &std::path::Path) -> std::result::Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))
 }
 
