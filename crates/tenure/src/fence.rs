@@ -104,11 +104,11 @@ impl FencedKey {
                 [Value::Int(0), Value::Int(highest)] => Ok(FencedWrite::Rejected {
                     highest: u64::try_from(*highest).unwrap_or(0),
                 }),
-                other => Err(Error::Redis(format!(
+                other => Err(Error::redis(format!(
                     "unexpected fenced write reply {other:?}"
                 ))),
             },
-            other => Err(Error::Redis(format!(
+            other => Err(Error::redis(format!(
                 "unexpected fenced write reply {other:?}"
             ))),
         }
@@ -126,7 +126,7 @@ impl FencedKey {
             .query_async(conn)
             .await
             .map_err(|e| match classify(e, "the fenced resource's connection") {
-                Error::Redis(detail) if detail.contains("WRONGTYPE") => Error::ForeignData {
+                Error::Redis { detail, .. } if detail.contains("WRONGTYPE") => Error::ForeignData {
                     key: self.key.clone(),
                     detail: "is not a fenced hash".into(),
                 },

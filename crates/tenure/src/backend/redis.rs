@@ -146,7 +146,7 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
     if code == "TENURECMD" {
         return classify_command_error(&detail);
     }
-    let text = err.to_string();
+    let text = crate::error::one_line(&err.to_string());
     if err.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
         return Error::Auth {
             url: url.to_string(),
@@ -181,7 +181,7 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
             detail: text,
         };
     }
-    Error::Redis(text)
+    Error::from_redis(err)
 }
 
 /// A command inside a tenure script failed: `detail` is "COMMAND error",
@@ -213,7 +213,7 @@ fn classify_command_error(detail: &str) -> Error {
             ),
         };
     }
-    Error::Redis(format!("{command} failed: {error}"))
+    Error::redis(format!("{command} failed: {error}"))
 }
 
 /// What [`check_store`] looks at besides the election's commands.
@@ -575,7 +575,7 @@ impl Subscriber {
             channel: channel.to_string(),
             reply,
         };
-        let gone = || Error::Redis("the subscriber task has stopped".into());
+        let gone = || Error::redis("the subscriber task has stopped");
         self.requests.send(request).map_err(|_| gone())?;
         let notices = answer.await.map_err(|_| gone())??;
         Ok((
@@ -757,7 +757,7 @@ struct ReplyReader<'a> {
 
 impl ReplyReader<'_> {
     fn unexpected(&self, what: &str) -> Error {
-        Error::Redis(format!(
+        Error::redis(format!(
             "unexpected reply from Redis: {what} (is {} a Redis server?)",
             self.url
         ))
