@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use tenure::admin::Connection;
 use tenure::{admin, FencedKey, FencedWrite};
 
 use crate::cli::RunArgs;
 use crate::exit::Failure;
 
 pub struct Marker {
-    conn: ConnectionManager,
+    conn: Connection,
     key: FencedKey,
     period: Duration,
 }

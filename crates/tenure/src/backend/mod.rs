@@ -10,6 +10,7 @@
 //! the same seam: one more variant of [`Store`], with no change to the
 //! public API.
 
+pub(crate) mod connection;
 pub(crate) mod memory;
 pub(crate) mod redis;
 

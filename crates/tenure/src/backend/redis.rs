@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
-use redis::{Client, ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
 use std::collections::HashMap;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::connection::{Connection, Endpoint};
 use super::{Backend, Notices, Op, Reply, Store};
 use crate::keys::Keys;
 use crate::machine::{AcquireReply, RenewReply};
@@ -55,64 +55,16 @@ impl RedisTarget {
         redact_url(&self.url)
     }
 
-    /// Build a client (no I/O yet). TLS uses the system's roots unless a CA
-    /// file is given.
-    pub fn client(&self) -> Result<Client> {
-        let redacted = self.redacted();
-        let client = match &self.tls_ca {
-            #[cfg(feature = "tls")]
-            Some(path) => {
-                // The redis crate's rustls support needs a process-wide provider; an
-                // application that installed its own keeps it.
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                let pem = read_ca(path).map_err(|detail| Error::Tls {
-                    url: redacted.clone(),
-                    detail,
-                })?;
-                Client::build_with_tls(
-                    self.url.as_str(),
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            #[cfg(not(feature = "tls"))]
-            Some(_) => {
-                return Err(Error::Config(
-                    "a TLS CA file needs tenure's `tls` feature, which this build lacks".into(),
-                ))
-            }
-            None => {
-                #[cfg(feature = "tls")]
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                Client::open(self.url.as_str())
-            }
-        };
-        client.map_err(|e| {
-            Error::Config(format!(
-                "invalid Redis URL {redacted}: {} (expected redis://[user:password@]host[:port][/db] \
-                 or rediss:// for TLS)",
-                e.detail().unwrap_or(&e.to_string())
-            ))
-        })
+    /// Parse the URL and read the CA file (no network I/O yet). TLS uses
+    /// the system's roots unless a CA file is given.
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        Endpoint::new(self)
     }
 
-    pub(crate) fn manager_config(call_timeout: Duration) -> redis::aio::ConnectionManagerConfig {
-        redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(call_timeout.max(Duration::from_secs(1))))
-            .set_response_timeout(Some(call_timeout))
-            .set_number_of_retries(1)
-    }
-
-    /// Open a [`ConnectionManager`] whose calls time out after `call_timeout`,
+    /// Open a [`Connection`] whose calls time out after `call_timeout`,
     /// and check with a PING that the server accepts us.
-    pub async fn connect(&self, call_timeout: Duration) -> Result<ConnectionManager> {
-        let client = self.client()?;
-        let mut conn =
-            ConnectionManager::new_with_config(client, Self::manager_config(call_timeout))
-                .await
-                .map_err(|e| self.classify(e))?;
+    pub async fn connect(&self, call_timeout: Duration) -> Result<Connection> {
+        let mut conn = self.endpoint()?.connection(call_timeout)?;
         redis::cmd("PING")
             .query_async::<()>(&mut conn)
             .await
@@ -125,11 +77,6 @@ impl RedisTarget {
     pub fn classify(&self, err: RedisError) -> Error {
         classify(err, &self.redacted())
     }
-}
-
-#[cfg(feature = "tls")]
-fn read_ca(path: &std::path::Path) -> std::result::Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))
 }
 
 /// Map a client error to the crate's error.
@@ -231,7 +178,7 @@ pub(crate) struct StoreChecks {
 /// no eviction policy may delete a lease under a leader that still believes
 /// it leads.
 pub(crate) async fn check_store(
-    conn: &mut ConnectionManager,
+    conn: &mut Connection,
     target: &RedisTarget,
     keys: &Keys,
     checks: StoreChecks,
@@ -265,7 +212,7 @@ pub(crate) async fn check_store(
 /// operations, the scripts, and the reset and reload logic, shared by
 /// every election and partition set that uses it.
 ///
-/// The connection is a [`ConnectionManager`] of tenure's own (so renewals
+/// The connection is a [`Connection`] of tenure's own (so renewals
 /// never queue behind the application's other traffic, and a dropped
 /// connection is re-established in the background without replaying
 /// commands). Announcements go over separate pub/sub connections
@@ -273,8 +220,9 @@ pub(crate) async fn check_store(
 pub(crate) struct RedisStore {
     target: RedisTarget,
     call_timeout: Duration,
+    endpoint: Endpoint,
     /// Replaced by [`RedisStore::reset`] after a timeout.
-    conn: std::sync::Mutex<ConnectionManager>,
+    conn: std::sync::Mutex<Connection>,
     scripts: Scripts,
 }
 
@@ -289,9 +237,15 @@ struct Scripts {
 impl RedisStore {
     /// Connect and check with a PING that the server accepts us.
     pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Self> {
-        let conn = target.connect(call_timeout).await?;
+        let endpoint = target.endpoint()?;
+        let mut conn = endpoint.connection(call_timeout)?;
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| target.classify(e))?;
         Ok(RedisStore {
             target,
+            endpoint,
             call_timeout,
             conn: std::sync::Mutex::new(conn),
             scripts: Scripts {
@@ -313,7 +267,7 @@ impl RedisStore {
         check_store(&mut self.conn(), &self.target, keys, checks).await
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Connection {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -321,14 +275,7 @@ impl RedisStore {
     /// about the connection (the client does not reconnect on timeouts), and
     /// a silently dead connection would otherwise fail every later call.
     pub fn reset(&self) {
-        let fresh = self.target.client().and_then(|client| {
-            ConnectionManager::new_lazy_with_config(
-                client,
-                RedisTarget::manager_config(self.call_timeout),
-            )
-            .map_err(|e| self.target.classify(e))
-        });
-        match fresh {
+        match self.endpoint.connection(self.call_timeout) {
             Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
             Err(err) => tracing::warn!(error = %err, "cannot open a new Redis connection"),
         }
@@ -459,7 +406,7 @@ impl RedisStore {
 
     async fn pipeline<'c>(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut Connection,
         commands: impl Iterator<Item = &'c redis::Cmd>,
     ) -> Result<Vec<RedisResult<Value>>> {
         let mut pipe = redis::pipe();
@@ -736,12 +683,9 @@ fn deliver(channels: &Channels, message: &redis::Msg) {
 
 /// Open a pub/sub connection.
 async fn open_pubsub(target: &RedisTarget) -> Result<redis::aio::PubSub> {
-    let client = target.client()?;
+    let endpoint = target.endpoint()?;
     let limit = Duration::from_secs(5);
-    tokio::time::timeout(limit, client.get_async_pubsub())
-        .await
-        .map_err(|_| Error::Timeout(limit))?
-        .map_err(|e| target.classify(e))
+    endpoint.pubsub(limit).await.map_err(|e| target.classify(e))
 }
 
 /// The ttl of a `renewed:TOKEN:TTL` announcement.
