@@ -32,6 +32,7 @@ static FENCED_SET: &str = concat!(
 
 /// The outcome of a fenced write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FencedWrite {
     /// The write was applied.
     Accepted,
@@ -60,6 +61,8 @@ impl FencedWrite {
 ///     tenure::FencedWrite::Rejected { highest } => {
 ///         println!("a newer leader (token {highest}) has written; stopping")
 ///     }
+///     // Outcomes may be added; none of them is a success.
+///     other => println!("not recorded: {other:?}"),
 /// }
 /// # Ok(()) }
 /// ```

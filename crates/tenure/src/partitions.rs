@@ -62,6 +62,7 @@ const RENEW_CHUNK: usize = 20_001;
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
 /// them and connects.
 #[must_use]
+#[derive(Debug)]
 pub struct PartitionSetBuilder {
     group: String,
     partitions: Vec<String>,
@@ -219,7 +220,7 @@ impl PartitionSetBuilder {
 }
 
 /// What an observer of a running set can see.
-#[derive(Default)]
+#[derive(Default, Debug)]
 struct Observed {
     owned: Mutex<Vec<String>>,
     members: Mutex<Vec<String>>,
@@ -228,7 +229,7 @@ struct Observed {
 
 /// A read-only view of a running [`PartitionSet`], for tests, status pages
 /// and benchmarks.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct PartitionObserver {
     observed: Arc<Observed>,
 }
@@ -305,6 +306,16 @@ pub struct PartitionSet {
     nonce: u64,
     grace_ms: u64,
     observed: Arc<Observed>,
+}
+
+impl std::fmt::Debug for PartitionSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionSet")
+            .field("group", &self.group)
+            .field("id", &self.id)
+            .field("partitions", &self.partitions.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One partition this member holds.

@@ -78,6 +78,7 @@ impl fmt::Display for LostReason {
 
 /// Who leads an election, as read from the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaderInfo {
     /// The leader's instance id.
     pub id: String,

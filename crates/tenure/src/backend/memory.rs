@@ -39,6 +39,7 @@ use crate::{Error, Result};
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Fault {
     /// Calls work.
     #[default]
@@ -108,6 +109,7 @@ struct StoreState {
 /// How many requests an election's members made of a [`MemoryStore`]:
 /// what they would have cost a Redis server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Calls {
     /// Acquire attempts (won or not).
     pub acquire: u64,
