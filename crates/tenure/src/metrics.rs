@@ -10,6 +10,13 @@
 //! | `leader_election_lost_total`                | counter   | `name`, `reason` |
 //! | `leader_election_renewal_failure_total`     | counter   | `name`           |
 //! | `leader_election_renew_duration_seconds`    | histogram | `name`           |
+//! | `leader_election_phantom_members`           | gauge     | `group`          |
+//! | `leader_election_master_status`             | gauge     | `name`           |
+//!
+//! `leader_election_master_status` is Kubernetes client-go's name for
+//! `leader_election_is_leader` (1 while leading, else 0), recorded as well
+//! so that dashboards and alerts written for client-go's leader election
+//! work unchanged.
 //!
 //! `reason` is one of [`LostReason::label`](crate::LostReason::label):
 //! `taken`, `expired`, `deadline`, `resigned`, `shutdown`.
@@ -89,6 +96,10 @@ mod record {
             "1 while this instance leads the election, else 0"
         );
         describe_gauge!(
+            "leader_election_master_status",
+            "1 while this instance leads the election, else 0 (client-go's name)"
+        );
+        describe_gauge!(
             "leader_election_token",
             "Fencing token of this instance's current or last term"
         );
@@ -114,12 +125,14 @@ mod record {
 
     pub(super) fn elected(name: &str, token: u64) {
         gauge!("leader_election_is_leader", "name" => name.to_string()).set(1.0);
+        gauge!("leader_election_master_status", "name" => name.to_string()).set(1.0);
         gauge!("leader_election_token", "name" => name.to_string()).set(token as f64);
         counter!("leader_election_acquired_total", "name" => name.to_string()).increment(1);
     }
 
     pub(super) fn lost(name: &str, reason: &LostReason) {
         gauge!("leader_election_is_leader", "name" => name.to_string()).set(0.0);
+        gauge!("leader_election_master_status", "name" => name.to_string()).set(0.0);
         counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
             .increment(1);
     }
