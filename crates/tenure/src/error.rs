@@ -10,6 +10,20 @@ use std::time::Duration;
 use crate::term::LostReason;
 
 /// Everything that can go wrong in tenure.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let err = tenure::Election::builder("jobs")
+///     .memory(&tenure::MemoryStore::new())
+///     .ttl(std::time::Duration::ZERO)
+///     .build()
+///     .await
+///     .unwrap_err();
+/// assert!(matches!(err, tenure::Error::Config(_)));
+/// assert!(!err.is_transient(), "a person must fix the setting");
+/// println!("{err}"); // one line, naming the setting
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

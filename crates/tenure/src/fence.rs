@@ -30,7 +30,18 @@ static FENCED_SET: &str = concat!(
     include_str!("fence/fenced_set.lua")
 );
 
-/// The outcome of a fenced write.
+/// The outcome of a fenced write ([`FencedKey::set`]). Outcomes may be
+/// added; only [`FencedWrite::Accepted`] means the value was written.
+///
+/// ```
+/// use tenure::FencedWrite;
+/// assert!(FencedWrite::Accepted.is_accepted());
+/// let refused = FencedWrite::Rejected { highest: 42 };
+/// assert!(!refused.is_accepted());
+/// if let FencedWrite::Rejected { highest } = refused {
+///     println!("a leader with token {highest} wrote after us: stop");
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FencedWrite {

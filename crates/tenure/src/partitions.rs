@@ -61,6 +61,18 @@ const RENEW_CHUNK: usize = 20_001;
 
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
 /// them and connects.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let builder = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+///     .memory(&tenure::MemoryStore::new())
+///     .ttl(Duration::from_secs(3))
+///     .id("member-a");
+/// let set = builder.build().await?;
+/// assert_eq!(set.id(), "member-a");
+/// # Ok(()) }
+/// ```
 #[must_use]
 #[derive(Debug)]
 pub struct PartitionSetBuilder {
@@ -229,6 +241,31 @@ struct Observed {
 
 /// A read-only view of a running [`PartitionSet`], for tests, status pages
 /// and benchmarks.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+///     .memory(&tenure::MemoryStore::new())
+///     .ttl(Duration::from_millis(300))
+///     .id("member-a")
+///     .build()
+///     .await?;
+/// let observer = set.observer();
+/// // Run until this member, alone in its group, owns both partitions.
+/// let both_owned = {
+///     let observer = observer.clone();
+///     async move {
+///         while observer.owned().len() < 2 {
+///             tokio::time::sleep(Duration::from_millis(10)).await;
+///         }
+///     }
+/// };
+/// set.run(|_partition, term| async move { term.lost().await; }, both_owned)
+///     .await?;
+/// assert_eq!(observer.members(), ["member-a"]);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct PartitionObserver {
     observed: Arc<Observed>,

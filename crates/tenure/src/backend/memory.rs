@@ -108,6 +108,17 @@ struct StoreState {
 
 /// How many requests an election's members made of a [`MemoryStore`]:
 /// what they would have cost a Redis server.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+/// let term = election.campaign().await?;
+/// term.resign().await?;
+/// let calls: tenure::Calls = store.calls("jobs");
+/// assert_eq!((calls.acquire, calls.resign), (1, 1));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Calls {
