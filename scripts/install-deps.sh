@@ -6,6 +6,7 @@ set -euo pipefail
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v jq >/dev/null 2>&1 || need_apt+=(jq)  # scripts/msrv-check.sh
 
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then

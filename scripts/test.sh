@@ -5,10 +5,22 @@
 #      seed, about 100 s; fails on any safety violation;
 #   3. unit, state-machine, real-Redis integration, end-to-end CLI and doc
 #      tests (cargo test). Each starts its own redis-server processes on free
-#      loopback ports.
+#      loopback ports;
+#   4. the library's feature matrix: its tests without any optional feature
+#      (`tls`, `metrics`), and a check with all of them;
+#   5. the published crates: the MSRV check (every locked dependency's
+#      rust-version against ours) and `cargo package`, which builds each
+#      packaged crate on its own, the way `cargo install` and crates.io do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 (cd deploy/prometheus && promtool check rules tenure-alerts.yml && promtool test rules tenure-alerts.test.yml)
 cargo run --quiet --locked -p tenure-chaos -- run --seed 7 --duration 100s --out target/chaos-smoke
 cargo test --workspace --locked
+cargo test --locked -p tenure --no-default-features
+cargo check --locked -p tenure --all-features --all-targets
+scripts/msrv-check.sh
+# Packaged together, so tenure-cli resolves its unpublished siblings from the
+# packages just made. --allow-dirty only lets a working tree with local
+# changes be packaged; CI runs on a clean clone either way.
+cargo package --locked --allow-dirty -p tenure -p tenure-procs -p redis-process -p tenure-cli

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use redis::aio::ConnectionManager;
+use tenure::admin::Connection;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -108,7 +108,7 @@ fn run(tenure: &Path, url: &str, id: &str, command: &[&str], stdout: Stdio) -> R
 
 /// Poll the lease until `holds` says yes about its owner's id.
 async fn wait_for(
-    admin: &mut ConnectionManager,
+    admin: &mut Connection,
     what: &str,
     holds: impl Fn(Option<&String>) -> bool,
 ) -> Result<()> {
@@ -129,7 +129,7 @@ async fn wait_for(
 
 /// Until the follower has subscribed to the election's announcements (both
 /// instances listen) and has had time to look at the lease and go idle.
-async fn wait_until_following(admin: &mut ConnectionManager, follower: &Child) -> Result<()> {
+async fn wait_until_following(admin: &mut Connection, follower: &Child) -> Result<()> {
     let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {

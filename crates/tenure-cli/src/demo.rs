@@ -195,7 +195,7 @@ async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
         FencedWrite::Rejected { highest } => say!(
             "   -> a late write by {first} with its old token {token1} is refused: the resource has seen {highest}"
         ),
-        FencedWrite::Accepted => {
+        _accepted => {
             return Err(Failure::new(1, "the stale write was accepted: fencing is broken"));
         }
     }

@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use tenure::admin::Connection;
 use tenure::{admin, FencedKey, FencedWrite};
 
 use crate::cli::RunArgs;
 use crate::exit::Failure;
 
 pub struct Marker {
-    conn: ConnectionManager,
+    conn: Connection,
     key: FencedKey,
     period: Duration,
 }
@@ -68,7 +68,6 @@ impl Marker {
             Err(err) => Err(err),
         };
         match written {
-            Ok(FencedWrite::Accepted) => {}
             Ok(FencedWrite::Rejected { highest }) => {
                 tracing::warn!(
                     highest,
@@ -76,6 +75,7 @@ impl Marker {
                     "a newer leader recorded a run; this run's marker was rejected"
                 )
             }
+            Ok(_accepted) => {}
             Err(err) => {
                 tracing::error!(error = %err, "could not record the run; another host may repeat it")
             }

@@ -409,6 +409,11 @@ fn the_metrics_endpoint_reports_leadership_and_health() {
         metrics.contains("leader_election_acquired_total{name=\"metered\"} 1"),
         "{metrics}"
     );
+    // client-go's name, for dashboards and alerts written for Kubernetes.
+    assert!(
+        metrics.contains("leader_election_master_status{name=\"metered\"} 1"),
+        "{metrics}"
+    );
     assert!(
         metrics.contains("tenure_child_running{election=\"metered\"} 1"),
         "{metrics}"

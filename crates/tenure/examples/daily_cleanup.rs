@@ -102,6 +102,8 @@ async fn cleanup_while_leader(
                     term.id()
                 )
             }
+            // FencedWrite may grow outcomes; none of them is a success.
+            Ok(other) => eprintln!("{}: the marker was not written: {other:?}", term.id()),
             Err(err) => eprintln!("{}: cannot write the marker: {err}", term.id()),
         }
     }

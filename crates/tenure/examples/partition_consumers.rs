@@ -136,7 +136,8 @@ async fn consume(
                     let _: redis::RedisResult<()> =
                         conn.rpush(format!("orders:{{{p}}}:done"), order).await;
                 }
-                Ok(FencedWrite::Rejected { .. }) | Err(_) => return,
+                // Rejected, or failed.
+                _ => return,
             }
         }
         tokio::select! {

@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
+pub use crate::backend::connection::Connection;
 use crate::backend::redis::{classify, parse_inspect, RedisTarget, INSPECT};
 use crate::keys::{validate_name, Keys};
 use crate::{LeaderInfo, Result};
@@ -30,7 +30,7 @@ pub async fn connect(
     url: &str,
     tls_ca: Option<&Path>,
     call_timeout: Duration,
-) -> Result<ConnectionManager> {
+) -> Result<Connection> {
     RedisTarget {
         url: url.to_string(),
         tls_ca: tls_ca.map(Path::to_path_buf),
@@ -41,7 +41,7 @@ pub async fn connect(
 
 /// Names of all elections with a live lease under `prefix`, sorted, read
 /// with `SCAN` (never `KEYS`).
-pub async fn list_elections(conn: &mut ConnectionManager, prefix: &str) -> Result<Vec<String>> {
+pub async fn list_elections(conn: &mut Connection, prefix: &str) -> Result<Vec<String>> {
     validate_name("key prefix", prefix)?;
     let pattern = Keys::lease_pattern(prefix);
     let mut names = Vec::new();
@@ -73,7 +73,7 @@ pub async fn list_elections(conn: &mut ConnectionManager, prefix: &str) -> Resul
 
 /// Who leads the election `name` under `prefix` (`None` when nobody does).
 pub async fn leader_of(
-    conn: &mut ConnectionManager,
+    conn: &mut Connection,
     prefix: &str,
     name: &str,
 ) -> Result<Option<LeaderInfo>> {
@@ -98,7 +98,7 @@ pub fn last_run_key(prefix: &str, name: &str) -> Result<String> {
 
 /// The Redis server's clock, in milliseconds since the Unix epoch: one clock
 /// for every host, for "when did this last run" questions.
-pub async fn server_time_ms(conn: &mut ConnectionManager) -> Result<u64> {
+pub async fn server_time_ms(conn: &mut Connection) -> Result<u64> {
     let (secs, micros): (u64, u64) = redis::cmd("TIME")
         .query_async(conn)
         .await

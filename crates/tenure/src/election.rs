@@ -40,6 +40,19 @@ pub(crate) enum StoreSpec {
     Memory(MemoryStore),
 }
 
+impl std::fmt::Debug for StoreSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSpec::Shared(store) => store.fmt(f),
+            StoreSpec::Redis(url) => f
+                .debug_tuple("Redis")
+                .field(&crate::redact_url(url))
+                .finish(),
+            StoreSpec::Memory(store) => store.fmt(f),
+        }
+    }
+}
+
 /// Settings of an election; [`ElectionBuilder::build`] validates them and
 /// connects.
 ///
@@ -57,6 +70,7 @@ pub(crate) enum StoreSpec {
 /// # Ok(()) }
 /// ```
 #[must_use]
+#[derive(Debug)]
 pub struct ElectionBuilder {
     name: String,
     store: Option<StoreSpec>,
@@ -64,6 +78,7 @@ pub struct ElectionBuilder {
 }
 
 /// The settings an election and a partition set share, and their checks.
+#[derive(Debug)]
 pub(crate) struct Settings {
     pub ttl: Duration,
     pub renew_every: Option<Duration>,

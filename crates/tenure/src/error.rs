@@ -10,6 +10,20 @@ use std::time::Duration;
 use crate::term::LostReason;
 
 /// Everything that can go wrong in tenure.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let err = tenure::Election::builder("jobs")
+///     .memory(&tenure::MemoryStore::new())
+///     .ttl(std::time::Duration::ZERO)
+///     .build()
+///     .await
+///     .unwrap_err();
+/// assert!(matches!(err, tenure::Error::Config(_)));
+/// assert!(!err.is_transient(), "a person must fix the setting");
+/// println!("{err}"); // one line, naming the setting
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -87,8 +101,16 @@ pub enum Error {
     Timeout(Duration),
 
     /// Any other Redis error (transient connection drops, server errors).
-    #[error("Redis error: {0}")]
-    Redis(String),
+    #[error("Redis error: {detail}")]
+    #[non_exhaustive]
+    Redis {
+        /// What failed, on one line.
+        detail: String,
+        /// The Redis client's error, when there was one (its kind and server
+        /// error code are there). Its text is already in `detail`.
+        #[source]
+        source: Option<redis::RedisError>,
+    },
 
     /// The simulated outage of an in-memory store ([`crate::MemoryStore::set_fault`]).
     #[error("in-memory store unavailable (simulated fault)")]
@@ -112,9 +134,37 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            Error::Unreachable { .. } | Error::Timeout(_) | Error::Redis(_) | Error::Unavailable
+            Error::Unreachable { .. }
+                | Error::Timeout(_)
+                | Error::Redis { .. }
+                | Error::Unavailable
         )
     }
+
+    /// [`Error::Redis`] without a client error behind it.
+    pub(crate) fn redis(detail: impl Into<String>) -> Error {
+        Error::Redis {
+            detail: one_line(&detail.into()),
+            source: None,
+        }
+    }
+
+    /// [`Error::Redis`] for a client error, keeping it as the source.
+    pub(crate) fn from_redis(err: redis::RedisError) -> Error {
+        Error::Redis {
+            detail: one_line(&err.to_string()),
+            source: Some(err),
+        }
+    }
+}
+
+/// Messages are one line: the Redis client's multi-line errors are joined.
+pub(crate) fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn within(timeout: &Duration) -> String {
@@ -196,4 +246,31 @@ fn is_secret_parameter(key: &str) -> bool {
     ["pass", "password", "passwd", "secret", "token"]
         .iter()
         .any(|secret| key.ends_with(secret))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_redis_error_keeps_its_source_and_prints_on_one_line() {
+        let client_error = redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "Incompatible type",
+            "Parse error\nat byte 0".to_string(),
+        ));
+        let err = Error::from_redis(client_error);
+        let text = err.to_string();
+        assert!(!text.contains('\n'), "{text:?}");
+        assert!(text.starts_with("Redis error: "), "{text}");
+        assert!(text.contains("at byte 0"), "{text}");
+        let source = err.source().expect("the client error is the source");
+        let source = source
+            .downcast_ref::<redis::RedisError>()
+            .expect("a redis::RedisError");
+        assert_eq!(source.kind(), redis::ErrorKind::Parse);
+        assert!(Error::redis("no client error").source().is_none());
+    }
 }

@@ -30,8 +30,20 @@ static FENCED_SET: &str = concat!(
     include_str!("fence/fenced_set.lua")
 );
 
-/// The outcome of a fenced write.
+/// The outcome of a fenced write ([`FencedKey::set`]). Outcomes may be
+/// added; only [`FencedWrite::Accepted`] means the value was written.
+///
+/// ```
+/// use tenure::FencedWrite;
+/// assert!(FencedWrite::Accepted.is_accepted());
+/// let refused = FencedWrite::Rejected { highest: 42 };
+/// assert!(!refused.is_accepted());
+/// if let FencedWrite::Rejected { highest } = refused {
+///     println!("a leader with token {highest} wrote after us: stop");
+/// }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FencedWrite {
     /// The write was applied.
     Accepted,
@@ -60,6 +72,8 @@ impl FencedWrite {
 ///     tenure::FencedWrite::Rejected { highest } => {
 ///         println!("a newer leader (token {highest}) has written; stopping")
 ///     }
+///     // Outcomes may be added; none of them is a success.
+///     other => println!("not recorded: {other:?}"),
 /// }
 /// # Ok(()) }
 /// ```
@@ -104,11 +118,11 @@ impl FencedKey {
                 [Value::Int(0), Value::Int(highest)] => Ok(FencedWrite::Rejected {
                     highest: u64::try_from(*highest).unwrap_or(0),
                 }),
-                other => Err(Error::Redis(format!(
+                other => Err(Error::redis(format!(
                     "unexpected fenced write reply {other:?}"
                 ))),
             },
-            other => Err(Error::Redis(format!(
+            other => Err(Error::redis(format!(
                 "unexpected fenced write reply {other:?}"
             ))),
         }
@@ -126,7 +140,7 @@ impl FencedKey {
             .query_async(conn)
             .await
             .map_err(|e| match classify(e, "the fenced resource's connection") {
-                Error::Redis(detail) if detail.contains("WRONGTYPE") => Error::ForeignData {
+                Error::Redis { detail, .. } if detail.contains("WRONGTYPE") => Error::ForeignData {
                     key: self.key.clone(),
                     detail: "is not a fenced hash".into(),
                 },

@@ -137,6 +137,7 @@
 //! list); logs through `tracing`. Passwords are never logged.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(missing_debug_implementations)]
 
 pub mod admin;
 mod backend;

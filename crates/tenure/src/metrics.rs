@@ -10,8 +10,14 @@
 //! | `leader_election_lost_total`                | counter   | `name`, `reason` |
 //! | `leader_election_renewal_failure_total`     | counter   | `name`           |
 //! | `leader_election_renew_duration_seconds`    | histogram | `name`           |
-//!
+//! | `leader_election_phantom_members`           | gauge     | `group`          |
+//! | `leader_election_master_status`             | gauge     | `name`           |
 //! | `leader_election_partitions_held`           | gauge     | `name`           |
+//!
+//! `leader_election_master_status` is Kubernetes client-go's name for
+//! `leader_election_is_leader` (1 while leading, else 0), recorded as well
+//! so that dashboards and alerts written for client-go's leader election
+//! work unchanged.
 //!
 //! `reason` is one of [`LostReason::label`](crate::LostReason::label):
 //! `taken`, `expired`, `deadline`, `resigned`, `shutdown`.
@@ -22,53 +28,24 @@
 //! not grow with the number of partitions; its renewal figures count batches.
 //! [`PartitionSetBuilder::per_partition_metrics`](crate::PartitionSetBuilder::per_partition_metrics)
 //! labels them by partition instead (one series per partition and metric).
+//!
+//! Without the crate's `metrics` feature nothing is recorded and every call
+//! below compiles to nothing.
 
 use std::time::Duration;
-
-use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
-};
 
 use crate::term::LostReason;
 
 /// Describe tenure's metrics to the installed recorder (units and help
 /// text). Called by [`crate::ElectionBuilder::build`]; call it yourself if
-/// you install a recorder later.
+/// you install a recorder later. Does nothing without the `metrics` feature.
 ///
 /// ```
 /// tenure::describe_metrics();
 /// ```
 pub fn describe_metrics() {
-    describe_gauge!(
-        "leader_election_is_leader",
-        "1 while this instance leads the election, else 0"
-    );
-    describe_gauge!(
-        "leader_election_token",
-        "Fencing token of this instance's current or last term"
-    );
-    describe_counter!(
-        "leader_election_acquired_total",
-        "Terms won by this instance"
-    );
-    describe_counter!("leader_election_lost_total", "Terms ended, by reason");
-    describe_counter!(
-        "leader_election_renewal_failure_total",
-        "Renewals that failed or timed out"
-    );
-    describe_gauge!(
-        "leader_election_phantom_members",
-        "Partition-set member entries ignored because their heartbeat expires more than 2 ttl ahead"
-    );
-    describe_gauge!(
-        "leader_election_partitions_held",
-        "Partitions of the set this member holds now"
-    );
-    describe_histogram!(
-        "leader_election_renew_duration_seconds",
-        Unit::Seconds,
-        "Round trip of successful renewals"
-    );
+    #[cfg(feature = "metrics")]
+    record::describe();
 }
 
 pub(crate) fn describe() {
@@ -76,37 +53,137 @@ pub(crate) fn describe() {
 }
 
 pub(crate) fn elected(name: &str, token: u64) {
-    gauge!("leader_election_is_leader", "name" => name.to_string()).set(1.0);
-    gauge!("leader_election_token", "name" => name.to_string()).set(token as f64);
-    counter!("leader_election_acquired_total", "name" => name.to_string()).increment(1);
+    #[cfg(feature = "metrics")]
+    record::elected(name, token);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, token);
 }
 
 pub(crate) fn lost(name: &str, reason: &LostReason) {
-    gauge!("leader_election_is_leader", "name" => name.to_string()).set(0.0);
-    counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
-        .increment(1);
-}
-
-pub(crate) fn group_elected(group: &str, held: usize) {
-    counter!("leader_election_acquired_total", "name" => group.to_string()).increment(1);
-    gauge!("leader_election_partitions_held", "name" => group.to_string()).set(held as f64);
-}
-
-pub(crate) fn group_lost(group: &str, reason: &LostReason, held: usize) {
-    counter!("leader_election_lost_total", "name" => group.to_string(), "reason" => reason.label())
-        .increment(1);
-    gauge!("leader_election_partitions_held", "name" => group.to_string()).set(held as f64);
+    #[cfg(feature = "metrics")]
+    record::lost(name, reason);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, reason);
 }
 
 pub(crate) fn renewed(name: &str, latency: Duration) {
-    histogram!("leader_election_renew_duration_seconds", "name" => name.to_string())
-        .record(latency.as_secs_f64());
+    #[cfg(feature = "metrics")]
+    record::renewed(name, latency);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, latency);
 }
 
 pub(crate) fn renewal_failed(name: &str) {
-    counter!("leader_election_renewal_failure_total", "name" => name.to_string()).increment(1);
+    #[cfg(feature = "metrics")]
+    record::renewal_failed(name);
+    #[cfg(not(feature = "metrics"))]
+    let _ = name;
+}
+
+pub(crate) fn group_elected(group: &str, held: usize) {
+    #[cfg(feature = "metrics")]
+    record::group_elected(group, held);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (group, held);
+}
+
+pub(crate) fn group_lost(group: &str, reason: &LostReason, held: usize) {
+    #[cfg(feature = "metrics")]
+    record::group_lost(group, reason, held);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (group, reason, held);
 }
 
 pub(crate) fn phantom_members(group: &str, count: u64) {
-    gauge!("leader_election_phantom_members", "group" => group.to_string()).set(count as f64);
+    #[cfg(feature = "metrics")]
+    record::phantom_members(group, count);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (group, count);
+}
+
+/// The calls into the `metrics` facade.
+#[cfg(feature = "metrics")]
+mod record {
+    use std::time::Duration;
+
+    use metrics::{
+        counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+    };
+
+    use crate::term::LostReason;
+
+    pub(super) fn describe() {
+        describe_gauge!(
+            "leader_election_is_leader",
+            "1 while this instance leads the election, else 0"
+        );
+        describe_gauge!(
+            "leader_election_master_status",
+            "1 while this instance leads the election, else 0 (client-go's name)"
+        );
+        describe_gauge!(
+            "leader_election_token",
+            "Fencing token of this instance's current or last term"
+        );
+        describe_counter!(
+            "leader_election_acquired_total",
+            "Terms won by this instance"
+        );
+        describe_counter!("leader_election_lost_total", "Terms ended, by reason");
+        describe_counter!(
+            "leader_election_renewal_failure_total",
+            "Renewals that failed or timed out"
+        );
+        describe_gauge!(
+            "leader_election_phantom_members",
+            "Partition-set member entries ignored because their heartbeat expires more than 2 ttl ahead"
+        );
+        describe_gauge!(
+            "leader_election_partitions_held",
+            "Partitions of the set this member holds now"
+        );
+        describe_histogram!(
+            "leader_election_renew_duration_seconds",
+            Unit::Seconds,
+            "Round trip of successful renewals"
+        );
+    }
+
+    pub(super) fn elected(name: &str, token: u64) {
+        gauge!("leader_election_is_leader", "name" => name.to_string()).set(1.0);
+        gauge!("leader_election_master_status", "name" => name.to_string()).set(1.0);
+        gauge!("leader_election_token", "name" => name.to_string()).set(token as f64);
+        counter!("leader_election_acquired_total", "name" => name.to_string()).increment(1);
+    }
+
+    pub(super) fn lost(name: &str, reason: &LostReason) {
+        gauge!("leader_election_is_leader", "name" => name.to_string()).set(0.0);
+        gauge!("leader_election_master_status", "name" => name.to_string()).set(0.0);
+        counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
+            .increment(1);
+    }
+
+    pub(super) fn group_elected(group: &str, held: usize) {
+        counter!("leader_election_acquired_total", "name" => group.to_string()).increment(1);
+        gauge!("leader_election_partitions_held", "name" => group.to_string()).set(held as f64);
+    }
+
+    pub(super) fn group_lost(group: &str, reason: &LostReason, held: usize) {
+        counter!("leader_election_lost_total", "name" => group.to_string(), "reason" => reason.label())
+            .increment(1);
+        gauge!("leader_election_partitions_held", "name" => group.to_string()).set(held as f64);
+    }
+
+    pub(super) fn renewed(name: &str, latency: Duration) {
+        histogram!("leader_election_renew_duration_seconds", "name" => name.to_string())
+            .record(latency.as_secs_f64());
+    }
+
+    pub(super) fn renewal_failed(name: &str) {
+        counter!("leader_election_renewal_failure_total", "name" => name.to_string()).increment(1);
+    }
+
+    pub(super) fn phantom_members(group: &str, count: u64) {
+        gauge!("leader_election_phantom_members", "group" => group.to_string()).set(count as f64);
+    }
 }

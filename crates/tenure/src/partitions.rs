@@ -63,7 +63,20 @@ const RENEW_CHUNK: usize = 100_000;
 
 /// Settings of a partition set; [`PartitionSetBuilder::build`] validates
 /// them and connects.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let builder = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+///     .memory(&tenure::MemoryStore::new())
+///     .ttl(Duration::from_secs(3))
+///     .id("member-a");
+/// let set = builder.build().await?;
+/// assert_eq!(set.id(), "member-a");
+/// # Ok(()) }
+/// ```
 #[must_use]
+#[derive(Debug)]
 pub struct PartitionSetBuilder {
     group: String,
     partitions: Vec<String>,
@@ -252,7 +265,7 @@ impl PartitionSetBuilder {
 }
 
 /// What an observer of a running set can see.
-#[derive(Default)]
+#[derive(Default, Debug)]
 struct Observed {
     partitions: Arc<[String]>,
     /// Indexes of the partitions held, as of the last change.
@@ -265,7 +278,32 @@ struct Observed {
 
 /// A read-only view of a running [`PartitionSet`], for tests, status pages
 /// and benchmarks.
-#[derive(Clone)]
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+///     .memory(&tenure::MemoryStore::new())
+///     .ttl(Duration::from_millis(300))
+///     .id("member-a")
+///     .build()
+///     .await?;
+/// let observer = set.observer();
+/// // Run until this member, alone in its group, owns both partitions.
+/// let both_owned = {
+///     let observer = observer.clone();
+///     async move {
+///         while observer.owned().len() < 2 {
+///             tokio::time::sleep(Duration::from_millis(10)).await;
+///         }
+///     }
+/// };
+/// set.run(|_partition, term| async move { term.lost().await; }, both_owned)
+///     .await?;
+/// assert_eq!(observer.members(), ["member-a"]);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
 pub struct PartitionObserver {
     observed: Arc<Observed>,
 }
@@ -363,6 +401,16 @@ pub struct PartitionSet {
     grace_ms: u64,
     per_partition_metrics: bool,
     observed: Arc<Observed>,
+}
+
+impl std::fmt::Debug for PartitionSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionSet")
+            .field("group", &self.group)
+            .field("id", &self.id)
+            .field("partitions", &self.partitions.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What the set keeps beside each term it holds.

@@ -56,6 +56,15 @@ pub struct Runner {
     shutdown_grace: Option<Duration>,
 }
 
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("election", &self.election)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish_non_exhaustive()
+    }
+}
+
 /// How a term handled by the runner ended.
 enum TermEnd {
     Lost(LostReason),

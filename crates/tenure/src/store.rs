@@ -75,6 +75,18 @@ impl Store {
 }
 
 /// Settings of a [`Store`]; [`StoreBuilder::connect`] connects.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let store = tenure::Store::redis("rediss://tenure:secret@redis.internal:6380")
+///     .tls_ca_file("/etc/tenure/redis-ca.pem")
+///     .call_timeout(Duration::from_secs(1))
+///     .connect()
+///     .await?;
+/// let election = tenure::Election::builder("reports").store(&store).build().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 #[must_use]
 pub struct StoreBuilder {

@@ -20,6 +20,18 @@ pub(crate) struct Holder {
 }
 
 /// Why a term ended.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("reports").memory(&store).build().await?;
+/// let term = election.campaign().await?;
+/// term.resign().await?;
+/// let reason = term.lost().await;
+/// assert_eq!(reason, tenure::LostReason::Resigned);
+/// assert_eq!(reason.label(), "resigned"); // the `reason` label of leader_election_lost_total
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
@@ -77,7 +89,19 @@ impl fmt::Display for LostReason {
 }
 
 /// Who leads an election, as read from the store.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("reports").memory(&store).id("a").build().await?;
+/// let term = election.campaign().await?;
+/// let leader: tenure::LeaderInfo = election.leader().await?.expect("a leads");
+/// assert_eq!((leader.id.as_str(), leader.token), ("a", term.token()));
+/// assert!(leader.ttl_left > std::time::Duration::ZERO);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LeaderInfo {
     /// The leader's instance id.
     pub id: String,

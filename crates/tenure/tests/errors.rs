@@ -153,6 +153,7 @@ async fn an_acl_user_with_enough_rights_can_lead_and_one_without_is_told_why() {
     assert!(matches!(err, Error::NoPermission { .. }), "{err:?}");
 }
 
+#[cfg(feature = "tls")]
 #[tokio::test]
 async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     support::init_logs();
@@ -171,6 +172,19 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
         .unwrap();
     let term = e.campaign().await.unwrap();
     assert!(term.is_leader());
+    // The admin connection and the pub/sub connection use TLS too.
+    let mut admin = tenure::admin::connect(&url, Some(&files.ca), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let leader = tenure::admin::leader_of(&mut admin, "tenure", "tls")
+        .await
+        .unwrap()
+        .expect("a leader");
+    assert_eq!(leader.token, term.token());
+    assert!(
+        rustls::crypto::CryptoProvider::get_default().is_none(),
+        "tenure installed a process-wide rustls CryptoProvider"
+    );
 
     let err = build_err(Election::builder("tls").redis(&url)).await;
     assert!(matches!(err, Error::Tls { .. }), "{err:?}");
@@ -186,9 +200,69 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     )
     .await;
     assert!(err.to_string().contains("missing.pem"), "{err}");
+
+    // A CA file without a certificate (here: the server's private key).
+    let err = build_err(Election::builder("tls").redis(&url).tls_ca_file(&files.key)).await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
+    assert!(err.to_string().contains("no PEM certificate"), "{err}");
+
+    // rediss:// against a server without TLS.
+    let plain_server = RedisServer::start().unwrap();
+    let err = build_err(
+        Election::builder("tls")
+            .redis(format!("rediss://127.0.0.1:{}", plain_server.port()))
+            .tls_ca_file(&files.ca),
+    )
+    .await;
+    assert!(matches!(err, Error::Tls { .. }), "{err:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn a_tls_connection_is_opened_again_after_the_server_restarts() {
+    support::init_logs();
+    let dir = std::env::temp_dir().join(format!("tenure-tls-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = make_certs(&dir);
+    let mut server = RedisServer::builder().tls(files.clone()).start().unwrap();
+    let url = format!("rediss://127.0.0.1:{}", server.port());
+    let mut conn = tenure::admin::connect(&url, Some(&files.ca), Duration::from_secs(2))
+        .await
+        .unwrap();
+    server.restart().unwrap();
+    // The first call after the restart may fail on the dead connection; a
+    // later one must succeed on a new one.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut last = None;
+    while tokio::time::Instant::now() < deadline {
+        match redis::cmd("PING").query_async::<String>(&mut conn).await {
+            Ok(pong) => {
+                last = Some(Ok(pong));
+                break;
+            }
+            Err(err) => last = Some(Err(err.to_string())),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(last, Some(Ok("PONG".to_string())));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(not(feature = "tls"))]
+#[tokio::test]
+async fn without_the_tls_feature_tls_settings_are_a_configuration_error() {
+    let err = build_err(
+        Election::builder("tls")
+            .redis("rediss://127.0.0.1:1")
+            .tls_ca_file("ca.pem"),
+    )
+    .await;
+    assert!(matches!(err, Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("`tls` feature"), "{err}");
+}
+
+#[cfg(feature = "tls")]
 fn make_certs(dir: &std::path::Path) -> redis_process::TlsFiles {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();

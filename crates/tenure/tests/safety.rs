@@ -193,11 +193,7 @@ async fn every_operation(url: &str) -> tenure::Result<()> {
     let term = e.campaign().await?;
     term.confirm().await?;
     e.leader().await?;
-    let client = redis::Client::open(url).map_err(|e| Error::Redis(e.to_string()))?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| Error::Redis(e.to_string()))?;
+    let mut conn = tenure::admin::connect(url, None, SECOND).await?;
     let marker = FencedKey::new("tenure:{acl}:last-run");
     marker.set(&mut conn, term.token(), "1").await?;
     marker.get(&mut conn).await?;

@@ -39,6 +39,7 @@ use crate::{Error, Result};
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Fault {
     /// Calls work.
     #[default]
@@ -111,7 +112,19 @@ struct StoreState {
 
 /// How many requests an election's members made of a [`MemoryStore`]:
 /// what they would have cost a Redis server.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+/// let term = election.campaign().await?;
+/// term.resign().await?;
+/// let calls: tenure::Calls = store.calls("jobs");
+/// assert_eq!((calls.acquire, calls.resign), (1, 1));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Calls {
     /// Acquire attempts (won or not).
     pub acquire: u64,

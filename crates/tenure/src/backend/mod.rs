@@ -10,6 +10,7 @@
 //! the same seam: one more variant of [`Store`], with no change to the
 //! public API.
 
+pub(crate) mod connection;
 pub(crate) mod memory;
 pub(crate) mod redis;
 
@@ -110,7 +111,7 @@ pub(crate) enum Reply {
 
 impl Reply {
     fn mismatch(self) -> Error {
-        Error::Redis(format!("internal: unexpected reply {self:?}"))
+        Error::redis(format!("internal: unexpected reply {self:?}"))
     }
 
     pub fn into_members(self) -> Result<(Vec<String>, u64)> {
@@ -180,7 +181,7 @@ impl Store {
         let mut replies = self.batch(&[op]).await?;
         replies
             .pop()
-            .unwrap_or_else(|| Err(Error::Redis("internal: a batch of one had no reply".into())))
+            .unwrap_or_else(|| Err(Error::redis("internal: a batch of one had no reply")))
     }
 
     /// Drop the current connection for a new one (after a timeout: the call

@@ -9,18 +9,17 @@
 //! release, so waiting candidates re-check the lease instead of sleeping
 //! through a handover.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
-use redis::{Client, ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
 use std::collections::HashMap;
 
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::connection::{Connection, Endpoint};
 use super::{Backend, Notices, Op, Reply, Store};
 use crate::keys::Keys;
 use crate::machine::{AcquireReply, RenewReply};
@@ -57,53 +56,16 @@ impl RedisTarget {
         redact_url(&self.url)
     }
 
-    /// Build a client (no I/O yet). TLS uses the system's roots unless a CA
-    /// file is given.
-    pub fn client(&self) -> Result<Client> {
-        // The redis crate's rustls support needs a process-wide provider; an
-        // application that installed its own keeps it.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let redacted = self.redacted();
-        let client = match &self.tls_ca {
-            Some(path) => {
-                let pem = read_ca(path).map_err(|detail| Error::Tls {
-                    url: redacted.clone(),
-                    detail,
-                })?;
-                Client::build_with_tls(
-                    self.url.as_str(),
-                    redis::TlsCertificates {
-                        client_tls: None,
-                        root_cert: Some(pem),
-                    },
-                )
-            }
-            None => Client::open(self.url.as_str()),
-        };
-        client.map_err(|e| {
-            Error::Config(format!(
-                "invalid Redis URL {redacted}: {} (expected redis://[user:password@]host[:port][/db] \
-                 or rediss:// for TLS)",
-                e.detail().unwrap_or(&e.to_string())
-            ))
-        })
+    /// Parse the URL and read the CA file (no network I/O yet). TLS uses
+    /// the system's roots unless a CA file is given.
+    pub fn endpoint(&self) -> Result<Endpoint> {
+        Endpoint::new(self)
     }
 
-    pub(crate) fn manager_config(call_timeout: Duration) -> redis::aio::ConnectionManagerConfig {
-        redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(call_timeout.max(Duration::from_secs(1))))
-            .set_response_timeout(Some(call_timeout))
-            .set_number_of_retries(1)
-    }
-
-    /// Open a [`ConnectionManager`] whose calls time out after `call_timeout`,
+    /// Open a [`Connection`] whose calls time out after `call_timeout`,
     /// and check with a PING that the server accepts us.
-    pub async fn connect(&self, call_timeout: Duration) -> Result<ConnectionManager> {
-        let client = self.client()?;
-        let mut conn =
-            ConnectionManager::new_with_config(client, Self::manager_config(call_timeout))
-                .await
-                .map_err(|e| self.classify_first(e))?;
+    pub async fn connect(&self, call_timeout: Duration) -> Result<Connection> {
+        let mut conn = self.endpoint()?.connection(call_timeout)?;
         redis::cmd("PING")
             .query_async::<()>(&mut conn)
             .await
@@ -143,28 +105,6 @@ impl RedisTarget {
     }
 }
 
-/// The CA file's PEM, checked to hold certificates: the client would
-/// otherwise skip whatever it cannot use and fail later with an unrelated
-/// certificate error.
-fn read_ca(path: &Path) -> std::result::Result<Vec<u8>, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let pem =
-        std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))?;
-    let certificates = CertificateDer::pem_slice_iter(&pem)
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| format!("CA file {} is not valid PEM: {e}", path.display()))?;
-    if certificates.is_empty() {
-        let holds = if PrivateKeyDer::from_pem_slice(&pem).is_ok() {
-            "a private key, not a CA certificate"
-        } else {
-            "no PEM certificate (-----BEGIN CERTIFICATE-----)"
-        };
-        return Err(format!("CA file {} holds {holds}", path.display()));
-    }
-    Ok(pem)
-}
-
 /// Map a client error to the crate's error.
 pub(crate) fn classify(err: RedisError, url: &str) -> Error {
     let code = err.code().unwrap_or_default();
@@ -188,7 +128,7 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
                 .into(),
         };
     }
-    let text = err.to_string();
+    let text = crate::error::one_line(&err.to_string());
     if err.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
         return Error::Auth {
             url: url.to_string(),
@@ -223,7 +163,7 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
             detail: text,
         };
     }
-    Error::Redis(text)
+    Error::from_redis(err)
 }
 
 /// A command inside a tenure script failed: `detail` is "COMMAND error",
@@ -255,7 +195,7 @@ fn classify_command_error(detail: &str) -> Error {
             ),
         };
     }
-    Error::Redis(format!("{command} failed: {error}"))
+    Error::redis(format!("{command} failed: {error}"))
 }
 
 /// Whether a write was refused because the server is a replica. Only the
@@ -287,7 +227,7 @@ pub(crate) struct StoreChecks {
 /// no eviction policy may delete a lease under a leader that still believes
 /// it leads.
 pub(crate) async fn check_store(
-    conn: &mut ConnectionManager,
+    conn: &mut Connection,
     target: &RedisTarget,
     keys: &Keys,
     checks: StoreChecks,
@@ -330,7 +270,7 @@ pub(crate) async fn check_store(
 /// operations, the scripts, and the reset and reload logic, shared by
 /// every election and partition set that uses it.
 ///
-/// The connection is a [`ConnectionManager`] of tenure's own (so renewals
+/// The connection is a [`Connection`] of tenure's own (so renewals
 /// never queue behind the application's other traffic, and a dropped
 /// connection is re-established in the background without replaying
 /// commands). Announcements go over separate pub/sub connections
@@ -338,8 +278,9 @@ pub(crate) async fn check_store(
 pub(crate) struct RedisStore {
     target: RedisTarget,
     call_timeout: Duration,
+    endpoint: Endpoint,
     /// Replaced by [`RedisStore::reset`] after a timeout.
-    conn: std::sync::Mutex<ConnectionManager>,
+    conn: std::sync::Mutex<Connection>,
     scripts: Scripts,
 }
 
@@ -355,9 +296,15 @@ struct Scripts {
 impl RedisStore {
     /// Connect and check with a PING that the server accepts us.
     pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Self> {
-        let conn = target.connect(call_timeout).await?;
+        let endpoint = target.endpoint()?;
+        let mut conn = endpoint.connection(call_timeout)?;
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| target.classify(e))?;
         Ok(RedisStore {
             target,
+            endpoint,
             call_timeout,
             conn: std::sync::Mutex::new(conn),
             scripts: Scripts {
@@ -380,7 +327,7 @@ impl RedisStore {
         check_store(&mut self.conn(), &self.target, keys, checks).await
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Connection {
         self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -388,14 +335,7 @@ impl RedisStore {
     /// about the connection (the client does not reconnect on timeouts), and
     /// a silently dead connection would otherwise fail every later call.
     pub fn reset(&self) {
-        let fresh = self.target.client().and_then(|client| {
-            ConnectionManager::new_lazy_with_config(
-                client,
-                RedisTarget::manager_config(self.call_timeout),
-            )
-            .map_err(|e| self.target.classify(e))
-        });
-        match fresh {
+        match self.endpoint.connection(self.call_timeout) {
             Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
             Err(err) => tracing::warn!(error = %err, "cannot open a new Redis connection"),
         }
@@ -544,7 +484,7 @@ impl RedisStore {
 
     async fn pipeline<'c>(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut Connection,
         commands: impl Iterator<Item = &'c redis::Cmd>,
     ) -> Result<Vec<RedisResult<Value>>> {
         let mut pipe = redis::pipe();
@@ -660,7 +600,7 @@ impl Subscriber {
             channel: channel.to_string(),
             reply,
         };
-        let gone = || Error::Redis("the subscriber task has stopped".into());
+        let gone = || Error::redis("the subscriber task has stopped");
         self.requests.send(request).map_err(|_| gone())?;
         let notices = answer.await.map_err(|_| gone())??;
         Ok((
@@ -821,12 +761,9 @@ fn deliver(channels: &Channels, message: &redis::Msg) {
 
 /// Open a pub/sub connection.
 async fn open_pubsub(target: &RedisTarget) -> Result<redis::aio::PubSub> {
-    let client = target.client()?;
+    let endpoint = target.endpoint()?;
     let limit = Duration::from_secs(5);
-    tokio::time::timeout(limit, client.get_async_pubsub())
-        .await
-        .map_err(|_| Error::Timeout(limit))?
-        .map_err(|e| target.classify(e))
+    endpoint.pubsub(limit).await.map_err(|e| target.classify(e))
 }
 
 /// The ttl of a `renewed:TOKEN:TTL` announcement.
@@ -842,7 +779,7 @@ struct ReplyReader<'a> {
 
 impl ReplyReader<'_> {
     fn unexpected(&self, what: &str) -> Error {
-        Error::Redis(format!(
+        Error::redis(format!(
             "unexpected reply from Redis: {what} (is {} a Redis server?)",
             self.url
         ))
