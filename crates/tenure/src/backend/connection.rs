@@ -292,8 +292,8 @@ mod tls {
                 Err(_) => Err(RedisError::from(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "TLS handshake with {}:{} did not finish within {limit:?} (does the \
-                         server speak TLS on this port?)",
+                        "TLS handshake with {}:{} did not finish within {limit:?} (if the \
+                         server does not use TLS on this port, use redis://)",
                         self.host, self.port
                     ),
                 ))),
@@ -326,10 +326,14 @@ mod tls {
                 .map_err(|e| format!("CA file {}: {e}", path.display()))?;
         }
         if roots.is_empty() {
-            return Err(format!(
-                "CA file {} holds no PEM certificate (BEGIN CERTIFICATE)",
-                path.display()
-            ));
+            use rustls::pki_types::pem::PemObject;
+            use rustls::pki_types::PrivateKeyDer;
+            let holds = if PrivateKeyDer::from_pem_slice(&pem).is_ok() {
+                "a private key, not a CA certificate"
+            } else {
+                "no PEM certificate (-----BEGIN CERTIFICATE-----)"
+            };
+            return Err(format!("CA file {} holds {holds}", path.display()));
         }
         Ok(roots)
     }

@@ -77,9 +77,15 @@ impl RedisTarget {
     /// hint where a TLS mismatch is the likely cause: a plain Redis never
     /// answers a TLS handshake (the client times out), and a TLS port resets
     /// a client that sends plain commands.
-    fn classify_first(&self, err: RedisError) -> Error {
+    pub(crate) fn classify_first(&self, err: RedisError) -> Error {
         let tls = self.url.starts_with("rediss:");
-        let dropped = err.is_connection_dropped();
+        // The server took the connection and closed it (not a refusal);
+        // the client reports that in several shapes.
+        let text = err.to_string();
+        let refused = text.contains("refused");
+        let dropped = !refused && err.is_connection_dropped()
+            || text.contains("reset by peer")
+            || text.contains("closed");
         match self.classify(err) {
             Error::Timeout(_) if tls => Error::Tls {
                 url: self.redacted(),
@@ -301,7 +307,7 @@ impl RedisStore {
         redis::cmd("PING")
             .query_async::<()>(&mut conn)
             .await
-            .map_err(|e| target.classify(e))?;
+            .map_err(|e| target.classify_first(e))?;
         Ok(RedisStore {
             target,
             endpoint,
