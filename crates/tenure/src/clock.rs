@@ -16,6 +16,24 @@ use std::time::Duration;
 
 /// Total time the host has spent suspended, from an arbitrary origin: only
 /// differences between two readings mean anything.
+/// The monotonic clock and the suspend time read together, once, for code
+/// that checks many deadlines at the same instant (a keeper of 100,000
+/// terms would otherwise read the clocks several times per term).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reading {
+    pub now: tokio::time::Instant,
+    pub slept: Duration,
+}
+
+impl Reading {
+    pub fn take() -> Reading {
+        Reading {
+            now: tokio::time::Instant::now(),
+            slept: suspended(),
+        }
+    }
+}
+
 pub(crate) fn suspended() -> Duration {
     let offset = boot_minus_monotonic();
     #[cfg(test)]

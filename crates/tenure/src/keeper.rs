@@ -32,6 +32,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::{sleep_until, Instant};
 
+use crate::clock::Reading;
 use crate::leadership::{Command, TermShared};
 use crate::machine::{LeaderState, LeaderStep, RenewReply, Timing};
 use crate::term::LostReason;
@@ -100,15 +101,15 @@ impl Watchdog {
     /// Mark every term past its deadline lost, forget ended ones, and
     /// return (and record) the earliest deadline left.
     fn sweep(&self) -> Option<Instant> {
-        let now = Instant::now();
+        let at = Reading::take();
         let mut earliest: Option<Instant> = None;
         let mut watched = self.watched();
         watched.terms.retain(|_, shared| {
-            if shared.lost_reason().is_some() {
+            if shared.is_lost() {
                 return false;
             }
-            let deadline = shared.deadline();
-            if deadline <= now {
+            let deadline = shared.deadline_as_of(at.slept);
+            if deadline <= at.now {
                 shared.mark_lost(LostReason::DeadlinePassed);
                 return false;
             }
@@ -231,7 +232,7 @@ impl<T> Keeper<T> {
         shared.mark_lost(reason.clone());
         // No clone of a handle may believe in the term any more.
         shared.clamp_deadline();
-        shared.ended.cancel();
+        shared.mark_ended();
         let reason = shared.lost_reason().unwrap_or(reason);
         let name = &shared.election;
         match (&reason, self.loud) {
@@ -264,7 +265,20 @@ impl<T> Keeper<T> {
         suspended: Duration,
         reply: Option<RenewReply>,
     ) -> Option<LeaderStep> {
-        let now = Instant::now();
+        self.renewed_as_of(slot, timing, (sent, suspended), reply, Reading::take())
+    }
+
+    /// [`Keeper::renewed`] with the clocks read as `at` (one reading for a
+    /// whole batch).
+    pub fn renewed_as_of(
+        &mut self,
+        slot: usize,
+        timing: &Timing,
+        (sent, suspended): (Instant, Duration),
+        reply: Option<RenewReply>,
+        at: Reading,
+    ) -> Option<LeaderStep> {
+        let now = at.now;
         let kept = self.terms.get_mut(&slot)?;
         match (&self.report, reply.is_some()) {
             (Report::PerTerm, true) => metrics::renewed(&kept.shared.election, now - sent),
@@ -273,10 +287,11 @@ impl<T> Keeper<T> {
             (Report::Group(_), _) => {}
         }
         let step = kept.state.after_renew(timing, sent, now, reply);
-        kept.shared.set_deadline(kept.state.deadline, suspended);
+        kept.shared
+            .set_deadline_as_of(kept.state.deadline, suspended, at);
         let step = match step {
             // The shared deadline also counts time the host was suspended.
-            LeaderStep::RenewAt(_) if Instant::now() >= kept.shared.deadline() => {
+            LeaderStep::RenewAt(_) if now >= kept.shared.deadline_as_of(at.slept) => {
                 LeaderStep::Lost(LostReason::DeadlinePassed)
             }
             step => step,
@@ -402,7 +417,7 @@ mod tests {
         assert!(keeper.end(0, LostReason::DeadlinePassed).is_some());
         assert!(keeper.end(0, LostReason::Resigned).is_none());
         assert_eq!(term.lost_reason(), Some(LostReason::Shutdown));
-        assert!(term.shared().ended.is_cancelled());
+        assert!(term.shared().has_ended());
     }
 
     #[tokio::test]

@@ -12,14 +12,17 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use crate::clock::Reading;
 use crate::term::LostReason;
 use crate::{Error, Result};
 
 /// State shared by every clone of a [`Leadership`] and its keeper.
+///
+/// Kept small on purpose (a lock and one `Notify`, no channels): a partition
+/// set holds one per partition, and there may be 100,000 of them.
 pub(crate) struct TermShared {
     pub election: String,
     /// Shared by every term of one keeper.
@@ -28,9 +31,17 @@ pub(crate) struct TermShared {
     /// The deadline as the monotonic clock counts it, and the host's
     /// suspend time ([`crate::clock::suspended`]) when its renewal was sent.
     pub deadline: Mutex<(Instant, Duration)>,
-    pub lost: watch::Sender<Option<LostReason>>,
-    /// Cancelled when the term has ended: no more renewals will happen.
-    pub ended: CancellationToken,
+    /// Why the term is over (the first reason given), and whether it has
+    /// ended: no renewal will happen any more.
+    ends: Mutex<Ends>,
+    /// Woken when either changes.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct Ends {
+    lost: Option<LostReason>,
+    ended: bool,
 }
 
 impl TermShared {
@@ -43,22 +54,30 @@ impl TermShared {
         deadline: Instant,
         suspended: Duration,
     ) -> Self {
-        let (lost, _) = watch::channel(None);
         TermShared {
             election,
             id,
             token,
             deadline: Mutex::new((deadline, suspended)),
-            lost,
-            ended: CancellationToken::new(),
+            ends: Mutex::new(Ends::default()),
+            changed: Notify::new(),
         }
+    }
+
+    fn ends(&self) -> std::sync::MutexGuard<'_, Ends> {
+        self.ends.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The deadline, moved earlier by any time the host spent suspended
     /// since the renewal that set it was sent.
     pub fn deadline(&self) -> Instant {
+        self.deadline_as_of(crate::clock::suspended())
+    }
+
+    /// [`TermShared::deadline`] with the suspend time read as `slept`.
+    pub fn deadline_as_of(&self, slept: Duration) -> Instant {
         let (deadline, suspended) = *self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        effective(deadline, suspended)
+        effective(deadline, suspended, slept)
     }
 
     /// Move the deadline to `deadline`, set by a request sent when the
@@ -66,14 +85,14 @@ impl TermShared {
     /// passed: nothing (a late reply, a renewal of another term) revives a
     /// term.
     pub fn set_deadline(&self, deadline: Instant, suspended: Duration) {
-        let slept_until_now = crate::clock::suspended();
-        let effective = |(deadline, since): (Instant, Duration)| {
-            let slept = slept_until_now.saturating_sub(since);
-            deadline.checked_sub(slept).unwrap_or_else(Instant::now)
-        };
+        self.set_deadline_as_of(deadline, suspended, Reading::take());
+    }
+
+    /// [`TermShared::set_deadline`], with the clocks read as `at`.
+    pub fn set_deadline_as_of(&self, deadline: Instant, suspended: Duration, at: Reading) {
         let mut current = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        let now_effective = effective(*current);
-        if Instant::now() < now_effective || effective((deadline, suspended)) < now_effective {
+        let now_effective = effective(current.0, current.1, at.slept);
+        if at.now < now_effective || effective(deadline, suspended, at.slept) < now_effective {
             *current = (deadline, suspended);
         }
     }
@@ -90,24 +109,70 @@ impl TermShared {
     /// Record why the term is over; the first reason wins. Returns whether
     /// this call set it.
     pub fn mark_lost(&self, reason: LostReason) -> bool {
-        self.lost.send_if_modified(|current| {
-            if current.is_none() {
-                *current = Some(reason);
+        let set = {
+            let mut ends = self.ends();
+            if ends.lost.is_none() {
+                ends.lost = Some(reason);
                 true
             } else {
                 false
             }
-        })
+        };
+        if set {
+            self.changed.notify_waiters();
+        }
+        set
     }
 
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.lost.borrow().clone()
+        self.ends().lost.clone()
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.ends().lost.is_some()
+    }
+
+    /// Record that the term has ended: no renewal will happen any more.
+    pub fn mark_ended(&self) {
+        self.ends().ended = true;
+        self.changed.notify_waiters();
+    }
+
+    #[cfg(test)]
+    pub fn has_ended(&self) -> bool {
+        self.ends().ended
+    }
+
+    /// Wait until `done` holds of the term's ends. (The `Notify` is armed
+    /// before the check, so a change between the check and the wait is not
+    /// missed.)
+    async fn until<T>(&self, mut done: impl FnMut(&Ends) -> Option<T>) -> T {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(value) = done(&self.ends()) {
+                return value;
+            }
+            changed.await;
+        }
+    }
+
+    /// Wait until the term has ended.
+    pub async fn ended(&self) {
+        self.until(|ends| ends.ended.then_some(())).await;
+    }
+
+    /// Wait until a reason is recorded.
+    pub async fn lost(&self) -> LostReason {
+        self.until(|ends| ends.lost.clone()).await
     }
 }
 
 /// `deadline` moved earlier by the suspend time since `suspended` was read.
-fn effective(deadline: Instant, suspended: Duration) -> Instant {
-    let slept = crate::clock::suspended().saturating_sub(suspended);
+/// (`slept`: the suspend time now.)
+fn effective(deadline: Instant, suspended: Duration, slept: Duration) -> Instant {
+    let slept = slept.saturating_sub(suspended);
     deadline.checked_sub(slept).unwrap_or_else(Instant::now)
 }
 
@@ -235,22 +300,15 @@ impl Leadership {
     /// # Cancel safety
     /// Cancel safe: it only observes state.
     pub async fn lost(&self) -> LostReason {
-        let mut lost = self.shared.lost.subscribe();
-        loop {
-            if let Some(reason) = lost.borrow_and_update().clone() {
-                return reason;
-            }
-            if Instant::now() >= self.shared.deadline() {
-                return LostReason::DeadlinePassed;
-            }
-            // The keeper's watchdog marks the term lost at its deadline
-            // (see `crate::keeper`): no timer per handle.
-            if lost.changed().await.is_err() {
-                // Cannot happen while this handle holds the state; the
-                // deadline still bounds the term.
-                tokio::time::sleep_until(self.shared.deadline()).await;
-            }
+        if Instant::now() >= self.shared.deadline() {
+            return self
+                .shared
+                .lost_reason()
+                .unwrap_or(LostReason::DeadlinePassed);
         }
+        // The keeper's watchdog records the loss at the deadline (see
+        // `crate::keeper`): no timer per handle.
+        self.shared.lost().await
     }
 
     /// The reason the term ended, or `None` while it is current (deadline

@@ -441,6 +441,11 @@ struct Running {
     mine: BTreeSet<usize>,
     /// Partitions whose acquisition is in flight.
     acquiring: BTreeSet<usize>,
+    /// Whether a look for partitions to acquire may find any: set by every
+    /// cycle and every round of acquisitions, cleared by a look that found
+    /// none (a set of 100,000 held partitions is not scanned every time a
+    /// handle sends a command).
+    look_for_work: bool,
 }
 
 /// The outcome of one round trip of acquisitions.
@@ -511,6 +516,7 @@ impl PartitionSet {
             members: Vec::new(),
             mine: BTreeSet::new(),
             acquiring: BTreeSet::new(),
+            look_for_work: true,
         };
         let mut ticker = interval(self.timing.renew_every);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -590,6 +596,7 @@ impl PartitionSet {
     /// again if the renewals failed. Acquisitions are not made here (see
     /// [`PartitionSet::next_acquisition`]).
     async fn cycle(&self, running: &mut Running) -> Result<Option<Instant>> {
+        running.look_for_work = true;
         let timing = &self.timing;
         let sent = Instant::now();
         let suspended = crate::clock::suspended();
@@ -635,6 +642,7 @@ impl PartitionSet {
             let results = self.send(&ops, timing.call_timeout).await;
             keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());
             let mut results = results.into_iter().flatten();
+            let at = crate::clock::Reading::take();
             if round == 0 {
                 members = match results.next() {
                     Some(Ok(reply)) => {
@@ -659,7 +667,7 @@ impl PartitionSet {
                     _ => {
                         failed = true;
                         for (index, _) in slots {
-                            keeper.renewed(*index, timing, sent, suspended, None);
+                            keeper.renewed_as_of(*index, timing, (sent, suspended), None, at);
                         }
                         continue;
                     }
@@ -675,7 +683,7 @@ impl PartitionSet {
                         }
                     };
                     // Ends the term if the renewal says so.
-                    keeper.renewed(*index, timing, sent, suspended, reply);
+                    keeper.renewed_as_of(*index, timing, (sent, suspended), reply, at);
                 }
             }
         }
@@ -719,6 +727,9 @@ impl PartitionSet {
     /// The next round trip of acquisitions: target partitions not held, not
     /// in flight and not waiting for a retry, up to [`ACQUIRE_CHUNK`].
     fn next_acquisition(&self, running: &mut Running) -> Option<BoxFuture<'_, Acquired>> {
+        if !running.look_for_work {
+            return None;
+        }
         let now = Instant::now();
         let chunk: Vec<usize> = running
             .mine
@@ -728,6 +739,7 @@ impl PartitionSet {
             .take(ACQUIRE_CHUNK)
             .collect();
         if chunk.is_empty() {
+            running.look_for_work = false;
             return None;
         }
         running.acquiring = chunk.iter().copied().collect();
@@ -777,6 +789,7 @@ impl PartitionSet {
         let timing = &self.timing;
         let now = Instant::now();
         running.acquiring.clear();
+        running.look_for_work = true;
         let Some(results) = acquired.results else {
             // Unknown outcome: the next attempt of each adopts what won.
             for index in &acquired.chunk {

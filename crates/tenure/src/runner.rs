@@ -248,7 +248,7 @@ async fn lead_term(
                     term.shared().mark_lost(LostReason::Shutdown);
                     tokio::select! {
                         _ = run => {}
-                        _ = term.shared().ended.cancelled() => {}
+                        _ = term.shared().ended() => {}
                         _ = tokio::time::sleep(grace) => {
                             tracing::warn!(election = %term.election(), ?grace, "work did not stop within the shutdown grace; dropping it");
                         }

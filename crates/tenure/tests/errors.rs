@@ -205,7 +205,8 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     let err = build_err(Election::builder("tls").redis(&url).tls_ca_file(&files.key)).await;
     assert!(matches!(err, Error::Tls { .. }), "{err:?}");
     assert!(
-        err.to_string().contains("a private key, not a CA certificate"),
+        err.to_string()
+            .contains("a private key, not a CA certificate"),
         "{err}"
     );
 
