@@ -15,11 +15,13 @@
 //! - is a **child subreaper**, so everything CMD starts, including processes
 //!   that escape CMD's process group with `setsid` or a double fork, stays
 //!   below it, where it can find and kill them;
-//! - starts CMD in `tenure run`'s **cgroup** when there is one: it steps into
-//!   the cgroup, forks CMD, and steps back out (a child is born in its
-//!   parent's cgroup, and the guardian itself must stay out of the reach of
-//!   `cgroup.kill`). Every kill below then starts with `cgroup.kill`, which
-//!   takes the whole tree at once, forks in flight included;
+//! - starts CMD in `tenure run`'s **cgroup** when there is one: it moves
+//!   into the cgroup while it waits for its term (a move takes milliseconds,
+//!   which the hand-over must not wait for), forks CMD there (a child is born
+//!   in its parent's cgroup), and moves back out right after, so that it is
+//!   out of the reach of `cgroup.kill` before it ever uses it. Every kill
+//!   below then starts with `cgroup.kill`, which takes the whole tree at
+//!   once, forks in flight included;
 //! - keeps the **kill instant** tenure last sent over the channel and, when
 //!   it comes without an extension, SIGKILLs CMD's whole tree on its own and
 //!   tells tenure so;
@@ -99,6 +101,25 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
         ));
         return 1;
     }
+    // Into the cgroup now, while the term has not begun: a move between
+    // cgroups takes milliseconds (the kernel synchronises with every CPU),
+    // and CMD, born in it, must not wait for one. The guardian leaves again
+    // once CMD has started (see the module docs).
+    let mut entered = None;
+    if let Some((group, required)) = cgroup {
+        match group.enter() {
+            Ok(()) => entered = Some(group),
+            Err(err) if required => {
+                crate::output::err_line(&format!(
+                    "tenure: cannot put the command in cgroup {}: {err}",
+                    group.dir().display()
+                ));
+                return CANNOT_EXECUTE;
+            }
+            // `--cgroup auto`: the subreaper still holds the tree.
+            Err(_) => {}
+        }
+    }
     // tenure may be gone already; then there is nobody to run CMD for.
     let Ok(channel) = connect(channel) else {
         return NOT_STARTED;
@@ -131,22 +152,6 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
     let Some((program, args)) = command.split_first() else {
         return 2;
     };
-    // Into the cgroup for the fork only (see the module docs).
-    let mut entered = None;
-    if let Some((group, required)) = cgroup {
-        match group.enter() {
-            Ok(()) => entered = Some(group),
-            Err(err) if required => {
-                crate::output::err_line(&format!(
-                    "tenure: cannot put the command in cgroup {}: {err}",
-                    group.dir().display()
-                ));
-                return CANNOT_EXECUTE;
-            }
-            // `--cgroup auto`: the subreaper still holds the tree.
-            Err(_) => {}
-        }
-    }
     let spawned = Command::new(program)
         .args(args)
         .env("TENURE_TOKEN", token.to_string())

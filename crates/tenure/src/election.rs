@@ -257,10 +257,10 @@ impl ElectionBuilder {
     /// back on the bugs issue 9 fixed, so the chaos suite can show that its
     /// checker catches them:
     /// - a lease found under this instance's id is adopted (keeping its
-    ///   token) whatever attempt wrote it, before the start-up grace period:
+    ///   token) whatever attempt wrote it, before the start-up hold-off:
     ///   an earlier term being released, a lease restored by a rollback, or
     ///   another process using the same id;
-    /// - the grace period covers only this instance's own ttl;
+    /// - the hold-off covers only this instance's own ttl;
     /// - a renewal announcement pushes a follower's wait back as far as it
     ///   says, and announcements trigger attempts without pacing.
     #[doc(hidden)]
@@ -318,8 +318,8 @@ impl ElectionBuilder {
                 timing,
                 backend,
                 attempts: Attempts::new(),
-                grace_ms: AtomicU64::new(
-                    self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64
+                hold_off_ms: AtomicU64::new(
+                    self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64,
                 ),
                 issue_9_bugs: self.settings.issue_9_bugs,
             }),
@@ -333,9 +333,9 @@ struct Inner {
     timing: Timing,
     backend: Backend,
     attempts: Attempts,
-    /// The start-up grace period this instance asks for: the largest of its
+    /// The start-up hold-off this instance asks for: the largest of its
     /// ttl, its max_ttl setting and every lease ttl it has seen.
-    grace_ms: AtomicU64,
+    hold_off_ms: AtomicU64,
     /// See [`ElectionBuilder::unsafe_issue_9_bugs`].
     issue_9_bugs: bool,
 }
@@ -525,7 +525,7 @@ impl Election {
         let mut attempt = self.inner.attempts.begin();
         let mut failures: u32 = 0;
         let mut last_seen_token = None;
-        let mut announced_grace = false;
+        let mut announced_hold_off = false;
         let mut pace = Pace::default();
         loop {
             let seen = *notices.borrow_and_update();
@@ -576,9 +576,9 @@ impl Election {
                         pace.before_attempt(sent, timing.retry_every).await;
                     }
                 }
-                CandidateStep::Grace { until, wait } => {
-                    if !announced_grace {
-                        announced_grace = true;
+                CandidateStep::HoldOff { until, wait } => {
+                    if !announced_hold_off {
+                        announced_hold_off = true;
                         tracing::info!(
                             election = %self.inner.name,
                             wait = ?wait,
@@ -600,10 +600,10 @@ impl Election {
             id: &self.inner.id,
             attempt,
             ttl_ms: timing.ttl_ms(),
-            grace_ms: if bugs {
+            hold_off_ms: if bugs {
                 timing.ttl_ms()
             } else {
-                self.inner.grace_ms.load(Ordering::Relaxed)
+                self.inner.hold_off_ms.load(Ordering::Relaxed)
             },
         };
         let acquire = self.inner.backend.acquire(&request);
@@ -621,7 +621,7 @@ impl Election {
     /// longer than ours, and it may carry our own id.
     fn note_holder(&self, holder: &Holder) {
         let ttl_ms = (holder.ttl.min(crate::machine::MAX_TTL)).as_millis() as u64;
-        self.inner.grace_ms.fetch_max(ttl_ms, Ordering::Relaxed);
+        self.inner.hold_off_ms.fetch_max(ttl_ms, Ordering::Relaxed);
         if holder.owner == self.inner.id && !self.inner.attempts.is_ours(&holder.attempt) {
             tracing::warn!(
                 election = %self.inner.name,
@@ -1002,7 +1002,7 @@ impl Election {
                 self.note_holder(&holder);
                 Ok(None)
             }
-            CandidateStep::Grace { .. } => Ok(None),
+            CandidateStep::HoldOff { .. } => Ok(None),
             // Won, but answered after the term's deadline (impossible while
             // the call timeout is shorter than the ttl); the lease lapses.
             CandidateStep::Retry { .. } => Err(Error::Timeout(timing.call_timeout)),

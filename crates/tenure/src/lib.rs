@@ -52,7 +52,7 @@
 //! - **Restarts end terms early.** A Redis restart without persistence loses
 //!   the lease: the leader learns at its next renewal and stops, and no new
 //!   lease is granted (nor a lease restored from a snapshot adopted) until
-//!   the largest ttl in use has passed since the restart (the start-up grace
+//!   the largest ttl in use has passed since the restart (the start-up hold-off
 //!   period; see [`ElectionBuilder::max_ttl`]). Token order survives: tokens
 //!   are derived from the Redis server's clock and stay above every earlier
 //!   token as long as that clock does not step backwards across the restart.
@@ -84,8 +84,10 @@
 //!   own id (its first reply was lost), so every new term has a new token.
 //! - **epoch**: the Redis process (`run_id`) an election's data was first
 //!   seen on; a new epoch means leases may have been lost or rolled back.
-//! - **grace period** (start-up grace): no lease is granted for the largest
+//! - **hold-off** (at start-up): no lease is granted for the largest
 //!   ttl in use after a new epoch begins.
+//! - **grace**: the time work is given to stop before it is killed or
+//!   abandoned ([`Runner::shutdown_grace`], `tenure run --kill-grace`).
 //! - **keeper**: the task that renews a term and ends it (one per term of an
 //!   election; one for all the partitions of a partition-set member).
 //! - **store**: where leases are kept (Redis, or [`MemoryStore`]); a
@@ -105,7 +107,7 @@
 //! | renew every | ttl / 3 | more often: more load, more retries before the deadline |
 //! | margin | ttl / 10, ≤ 2 s | larger: tolerates more clock-rate difference, loses leadership sooner when renewals fail |
 //! | call timeout | renew interval, ≤ 2 s | bound of one Redis call |
-//! | max ttl | ttl | the largest ttl of any instance: the start-up grace period |
+//! | max ttl | ttl | the largest ttl of any instance: the start-up hold-off |
 //!
 //! How renewal timing works is explained in one place: the state machine,
 //! `src/machine.rs`.

@@ -54,7 +54,7 @@ pub(crate) const SHORT_TTL: Duration = Duration::from_secs(1);
 pub(crate) const MIN_TTL: Duration = Duration::from_millis(100);
 
 /// The longest ttl accepted. A crashed leader blocks its election for one
-/// ttl, and the start-up grace period lasts one (largest) ttl: a day is
+/// ttl, and the start-up hold-off lasts one (largest) ttl: a day is
 /// already longer than anyone should wait for a takeover.
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -157,15 +157,15 @@ pub(crate) struct AcquireRequest<'a> {
     pub attempt: &'a str,
     /// The lease ttl.
     pub ttl_ms: u64,
-    /// The start-up grace period: the largest ttl the candidate knows to be
+    /// The start-up hold-off: the largest ttl the candidate knows to be
     /// in use for the election (at least its own).
-    pub grace_ms: u64,
+    pub hold_off_ms: u64,
 }
 
 impl AcquireRequest<'_> {
     /// The ttl of the election's auxiliary keys (token counter, epoch).
     pub fn aux_ttl_ms(&self) -> u64 {
-        (AUX_TTL.as_millis() as u64).max(self.grace_ms.saturating_mul(10))
+        (AUX_TTL.as_millis() as u64).max(self.hold_off_ms.saturating_mul(10))
     }
 }
 
@@ -178,8 +178,8 @@ pub(crate) enum AcquireReply {
     /// Another term holds it.
     Held(Holder),
     /// Nobody holds it, but the store grants no lease for `wait` yet: it
-    /// may have lost or rolled back a lease (the start-up grace period).
-    Grace { wait: Duration },
+    /// may have lost or rolled back a lease (the start-up hold-off).
+    HoldOff { wait: Duration },
 }
 
 /// Reply to a renewal.
@@ -199,8 +199,8 @@ pub(crate) enum CandidateStep {
     /// Someone else leads: try again at `until`, or earlier when a release
     /// is announced.
     Follow { until: Instant, holder: Holder },
-    /// The store is in its start-up grace period: try again at `until`.
-    Grace { until: Instant, wait: Duration },
+    /// The store is in its start-up hold-off: try again at `until`.
+    HoldOff { until: Instant, wait: Duration },
     /// The attempt failed (error or timeout): try again at `at`.
     Retry { at: Instant },
 }
@@ -236,7 +236,7 @@ pub(crate) fn after_acquire(
             until: now + holder.ttl_left + jitter,
             holder,
         },
-        Some(AcquireReply::Grace { wait }) => CandidateStep::Grace {
+        Some(AcquireReply::HoldOff { wait }) => CandidateStep::HoldOff {
             until: now + wait + jitter,
             wait,
         },

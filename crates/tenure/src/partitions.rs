@@ -42,7 +42,6 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 
-use crate::backend::redis::{RedisStore, RedisTarget, StoreChecks};
 use crate::backend::{Op, Reply, Store, RENEW_MANY};
 use crate::election::{Settings, StoreSpec};
 use crate::keeper::{Keeper, Report};
@@ -51,7 +50,6 @@ use crate::leadership::Command;
 use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderStep, RenewReply, Timing,
 };
-use crate::store::StoreKind;
 use crate::{metrics, Error, Leadership, LostReason, MemoryStore, Result};
 
 /// The most acquisitions sent in one round trip.
@@ -197,40 +195,21 @@ impl PartitionSetBuilder {
         }
         let (timing, id) = self.settings.validate(&self.group)?;
         let group_keys = Keys::new(&self.settings.prefix, &self.group);
-        let store = match self.store {
-            None => {
-                return Err(Error::Config(
-                    "no store given: call .redis(url) or .memory(&store)".into(),
-                ))
-            }
-            Some(StoreSpec::Memory(store)) => Store::Memory(store),
-            Some(StoreSpec::Shared(shared)) => match shared.kind {
-                StoreKind::Memory(store) => Store::Memory(store),
-                StoreKind::Redis(shared) => {
-                    let checks = StoreChecks {
-                        partitions: true,
-                        allow_eviction: self.settings.allow_eviction,
-                    };
-                    shared.store.check(&group_keys, checks).await?;
-                    Store::Redis(shared.store.clone())
-                }
-            },
-            Some(StoreSpec::Redis(url)) => {
-                let target = RedisTarget {
-                    url,
-                    tls_ca: self.settings.tls_ca.take(),
-                };
-                let store = RedisStore::connect(target, timing.call_timeout).await?;
-                let checks = StoreChecks {
-                    partitions: true,
-                    allow_eviction: self.settings.allow_eviction,
-                };
-                store.check(&group_keys, checks).await?;
-                Store::Redis(Arc::new(store))
-            }
+        let Some(spec) = self.store else {
+            return Err(Error::Config(
+                "no store given: call .redis(url) or .memory(&store)".into(),
+            ));
         };
+        let store = Store::for_partition_set(
+            spec,
+            self.settings.tls_ca.take(),
+            &group_keys,
+            self.settings.allow_eviction,
+            timing.call_timeout,
+        )
+        .await?;
         metrics::describe();
-        let grace_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
+        let hold_off_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
         let leases = self
             .partitions
             .iter()
@@ -255,7 +234,7 @@ impl PartitionSetBuilder {
             store,
             attempts: Mutex::new(vec![0; keys_len]),
             nonce: rand::random(),
-            grace_ms,
+            hold_off_ms,
             observed: Arc::new(Observed {
                 partitions,
                 ..Observed::default()
@@ -398,7 +377,7 @@ pub struct PartitionSet {
     /// lease (see `AcquireRequest::attempt`).
     attempts: Mutex<Vec<u64>>,
     nonce: u64,
-    grace_ms: u64,
+    hold_off_ms: u64,
     per_partition_metrics: bool,
     observed: Arc<Observed>,
 }
@@ -758,7 +737,7 @@ impl PartitionSet {
                         id: &self.id,
                         attempt,
                         ttl_ms,
-                        grace_ms: self.grace_ms,
+                        hold_off_ms: self.hold_off_ms,
                     },
                 })
                 .collect();
@@ -834,7 +813,7 @@ impl PartitionSet {
                     // outside its target; else its lease has to expire.
                     running.retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
                 }
-                CandidateStep::Grace { until, .. } => running.retry_at[index] = until,
+                CandidateStep::HoldOff { until, .. } => running.retry_at[index] = until,
                 CandidateStep::Retry { at } => running.retry_at[index] = at,
             }
             if let AcquireReply::Won { .. } = reply {

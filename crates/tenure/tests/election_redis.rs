@@ -450,7 +450,7 @@ async fn an_acquire_that_timed_out_but_ran_is_adopted_not_repeated() {
         .build()
         .await
         .unwrap();
-    // Past the start-up grace period, so the next acquire can win.
+    // Past the start-up hold-off, so the next acquire can win.
     campaign(&a).await.resign().await.unwrap();
     // Writes wait while paused: the first acquire times out on the client,
     // then runs on the server once the pause ends.
@@ -526,7 +526,7 @@ async fn elections_sharing_a_store_share_two_connections_and_still_hand_over_at_
             .build()
     };
     // As if this Redis had served the prefix for a minute, so that the new
-    // election's first leader need not wait out a 30 s grace period.
+    // election's first leader need not wait out a 30 s hold-off.
     let info = server.command(&["INFO", "server"]).expect("INFO");
     let run_id = info
         .lines()

@@ -17,9 +17,9 @@ use support::{campaign, election, lua, raw, redis, CrashableInstance, RedisServe
 
 const SECOND: Duration = Duration::from_secs(1);
 
-/// Wait until the election's start-up grace period is over, so that later
+/// Wait until the election's start-up hold-off is over, so that later
 /// steps of a test are not timed by it.
-async fn past_grace(url: &str, name: &str, ttl: Duration) {
+async fn past_hold_off(url: &str, name: &str, ttl: Duration) {
     let e = election(url, name, "warm-up", ttl).await;
     campaign(&e).await.resign().await.expect("resigns");
 }
@@ -28,7 +28,7 @@ async fn past_grace(url: &str, name: &str, ttl: Duration) {
 async fn campaigning_again_after_dropping_a_term_starts_a_new_term() {
     let server = redis();
     let url = server.url();
-    past_grace(&url, "again", SECOND).await;
+    past_hold_off(&url, "again", SECOND).await;
     let a = election(&url, "again", "a", SECOND).await;
     let b = election(&url, "again", "b", SECOND).await;
     for _ in 0..10 {
@@ -57,7 +57,7 @@ async fn campaigning_again_after_dropping_a_term_starts_a_new_term() {
 async fn a_process_reusing_an_id_does_not_share_the_term() {
     let server = redis();
     let url = server.url();
-    past_grace(&url, "dup", SECOND).await;
+    past_hold_off(&url, "dup", SECOND).await;
     let first = election(&url, "dup", "same-id", SECOND).await;
     let second = election(&url, "dup", "same-id", SECOND).await;
     let term = campaign(&first).await;
@@ -75,10 +75,10 @@ async fn a_process_reusing_an_id_does_not_share_the_term() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_restored_from_a_snapshot_is_not_adopted_before_the_grace_period() {
+async fn a_lease_restored_from_a_snapshot_is_not_adopted_before_the_hold_off_ends() {
     let mut server = redis();
     let url = server.url();
-    past_grace(&url, "rollback", SECOND).await;
+    past_hold_off(&url, "rollback", SECOND).await;
     let a = election(&url, "rollback", "a", SECOND).await;
     let old = campaign(&a).await;
     // The snapshot holds a's lease.
@@ -96,7 +96,7 @@ async fn a_lease_restored_from_a_snapshot_is_not_adopted_before_the_grace_period
         .expect("campaigns");
     assert!(
         restarted + SECOND <= Instant::now(),
-        "a restored lease was adopted without the start-up grace period"
+        "a restored lease was adopted without the start-up hold-off"
     );
     assert!(
         !current.is_leader(),
@@ -106,7 +106,7 @@ async fn a_lease_restored_from_a_snapshot_is_not_adopted_before_the_grace_period
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_grace_period_covers_the_longest_ttl_a_candidate_has_seen() {
+async fn the_hold_off_covers_the_longest_ttl_a_candidate_has_seen() {
     let mut server = redis();
     let url = server.url();
     let long = 6 * SECOND;
@@ -213,8 +213,8 @@ async fn every_operation(url: &str) -> tenure::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_acl_is_enough_and_every_permission_in_it_is_needed() {
     let server = redis();
-    // Past the grace period, as the admin user.
-    past_grace(&server.url(), "acl", SECOND).await;
+    // Past the hold-off, as the admin user.
+    past_hold_off(&server.url(), "acl", SECOND).await;
     let all = acl_permissions();
     set_user(&server, "elector", &all);
     every_operation(&user_url(&server, "elector"))
@@ -248,7 +248,7 @@ async fn the_documented_acl_is_enough_and_every_permission_in_it_is_needed() {
 async fn a_missing_permission_leaves_the_election_untouched() {
     let server = redis();
     let url = server.url();
-    past_grace(&url, "half", SECOND).await;
+    past_hold_off(&url, "half", SECOND).await;
     let acquire = lua("acquire.lua");
     for missing in [
         "+pexpire", "+publish", "+set", "+hset", "+time", "+info", "+hlen",
@@ -290,7 +290,7 @@ async fn a_missing_permission_leaves_the_election_untouched() {
 async fn a_forged_renewal_announcement_does_not_delay_takeover() {
     let server = redis();
     let url = server.url();
-    past_grace(&url, "forged", SECOND).await;
+    past_hold_off(&url, "forged", SECOND).await;
     let (leader, _) = CrashableInstance::lead(&url, "forged", "a", SECOND);
     let b = election(&url, "forged", "b", SECOND).await;
     // b finds the lease held, then waits for it.
@@ -323,7 +323,7 @@ async fn a_forged_renewal_announcement_does_not_delay_takeover() {
 async fn forged_release_announcements_do_not_flood_the_store() {
     let server = redis();
     let url = server.url();
-    past_grace(&url, "flood", SECOND).await;
+    past_hold_off(&url, "flood", SECOND).await;
     let a = election(&url, "flood", "a", SECOND).await;
     let _term = campaign(&a).await;
     let b = election(&url, "flood", "b", SECOND).await;
@@ -459,12 +459,12 @@ async fn a_new_election_waits_only_while_the_redis_process_is_new_to_the_prefix(
     let mut server = redis();
     let url = server.url();
     // The process has served the prefix for longer than any ttl in use...
-    past_grace(&url, "first", SECOND).await;
+    past_hold_off(&url, "first", SECOND).await;
     // ...so a name it has never seen cannot have a leader from before.
     let fresh = election(&url, "never-seen", "a", SECOND).await;
     assert!(
         fresh.try_campaign().await.expect("asks").is_some(),
-        "a new election on a long-running Redis waited for the grace period"
+        "a new election on a long-running Redis waited for the hold-off"
     );
     // A new process may have lost any lease: no lease for one ttl.
     server.restart().expect("restarts");

@@ -102,9 +102,9 @@ struct StoreState {
     notices: HashMap<String, watch::Sender<Notices>>,
     fault: Fault,
     /// Set by [`MemoryStore::wipe`]: elections first asked for a lease
-    /// after it wait one ttl from then (the start-up grace period).
+    /// after it wait one ttl from then (the start-up hold-off).
     wiped: bool,
-    grace_since: HashMap<String, Instant>,
+    hold_off_since: HashMap<String, Instant>,
     calls: HashMap<String, Calls>,
     /// Partition-set members by group: heartbeat expiry by member id.
     members: HashMap<String, BTreeMap<String, Instant>>,
@@ -251,13 +251,13 @@ impl MemoryStore {
     /// Replace every lease and token counter with a snapshot's, as a Redis
     /// restart that loads an older RDB file (or a failover to a lagging
     /// replica) does: leases expired since are gone, leases granted since
-    /// are lost, and, as after [`MemoryStore::wipe`], the start-up grace
+    /// are lost, and, as after [`MemoryStore::wipe`], the start-up hold-off
     /// period applies. Later tokens still rise above all earlier ones.
     pub fn restore(&self, snapshot: &Snapshot) {
         let mut state = self.lock();
         state.leases = snapshot.leases.clone();
         state.last_tokens = snapshot.last_tokens.clone();
-        state.grace_since.clear();
+        state.hold_off_since.clear();
         state.wiped = true;
     }
 
@@ -269,7 +269,7 @@ impl MemoryStore {
         let mut state = self.lock();
         state.leases.clear();
         state.last_tokens.clear();
-        state.grace_since.clear();
+        state.hold_off_since.clear();
         state.wiped = true;
     }
 
@@ -423,7 +423,7 @@ impl StoreState {
     }
 
     /// As `acquire.lua`: a lease of another term is reported; in the
-    /// start-up grace period nothing is granted or adopted; a lease written
+    /// start-up hold-off nothing is granted or adopted; a lease written
     /// by this same attempt is adopted; else a new term begins.
     fn acquire(
         &mut self,
@@ -438,11 +438,14 @@ impl StoreState {
             None => false,
         };
         if self.wiped {
-            let since = *self.grace_since.entry(election.to_string()).or_insert(now);
-            let grace = ttl.max(Duration::from_millis(request.grace_ms));
-            if now < since + grace {
-                return AcquireReply::Grace {
-                    wait: since + grace - now,
+            let since = *self
+                .hold_off_since
+                .entry(election.to_string())
+                .or_insert(now);
+            let hold_off = ttl.max(Duration::from_millis(request.hold_off_ms));
+            if now < since + hold_off {
+                return AcquireReply::HoldOff {
+                    wait: since + hold_off - now,
                 };
             }
         }

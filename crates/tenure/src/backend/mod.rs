@@ -165,6 +165,39 @@ pub(crate) enum Store {
 }
 
 impl Store {
+    /// The store a partition set was given (`spec`), connected and checked
+    /// for partition sets (the group's member set included).
+    pub async fn for_partition_set(
+        spec: crate::election::StoreSpec,
+        tls_ca: Option<std::path::PathBuf>,
+        group_keys: &Keys,
+        allow_eviction: bool,
+        call_timeout: std::time::Duration,
+    ) -> Result<Store> {
+        use crate::election::StoreSpec;
+        use crate::store::StoreKind;
+        let checks = redis::StoreChecks {
+            partitions: true,
+            allow_eviction,
+        };
+        Ok(match spec {
+            StoreSpec::Memory(store) => Store::Memory(store),
+            StoreSpec::Shared(shared) => match shared.kind {
+                StoreKind::Memory(store) => Store::Memory(store),
+                StoreKind::Redis(shared) => {
+                    shared.store.check(group_keys, checks).await?;
+                    Store::Redis(shared.store.clone())
+                }
+            },
+            StoreSpec::Redis(url) => {
+                let target = redis::RedisTarget { url, tls_ca };
+                let store = redis::RedisStore::connect(target, call_timeout).await?;
+                store.check(group_keys, checks).await?;
+                Store::Redis(Arc::new(store))
+            }
+        })
+    }
+
     /// Carry out `ops` in one round trip: one pipeline on Redis, one lock
     /// on the memory store. The outer error means the round trip failed as
     /// a whole (no reply: the operations may or may not have run); the inner

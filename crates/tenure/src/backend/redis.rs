@@ -384,7 +384,7 @@ impl RedisStore {
                     .arg(request.ttl_ms)
                     .arg(&keys.events)
                     .arg(request.attempt)
-                    .arg(request.grace_ms)
+                    .arg(request.hold_off_ms)
                     .arg(request.aux_ttl_ms());
                 cmd
             }
@@ -836,7 +836,7 @@ pub(crate) fn parse_acquire(reply: Value, url: &str) -> Result<AcquireReply> {
         1 => AcquireReply::Won {
             token: holder.token,
         },
-        2 => AcquireReply::Grace {
+        2 => AcquireReply::HoldOff {
             wait: holder.ttl_left,
         },
         _ => AcquireReply::Held(holder),

@@ -13,7 +13,7 @@
 -- ARGV[3]  events channel
 -- ARGV[4]  attempt: a nonce naming this campaign; only a retry of the same
 --          attempt adopts a lease it finds under its id
--- ARGV[5]  grace in milliseconds: the largest ttl the candidate knows to be
+-- ARGV[5]  hold-off in milliseconds: the largest ttl the candidate knows to be
 --          in use for this election (its own, its max_ttl setting, the
 --          longest lease it has seen)
 -- ARGV[6]  ttl of the token counter and the epoch, in milliseconds
@@ -26,7 +26,7 @@
 --            attempt); ttl_ms is its PTTL, lease_ttl_ms the ttl it was
 --            granted with (0 for leases written before tenure 0.2);
 --   won = 2: nobody holds it, but no lease may be granted for ttl_ms yet
---            (the start-up grace period, below).
+--            (the start-up hold-off, below).
 -- Errors with "TENUREFOREIGN <key> <what>" when a key holds data tenure did
 -- not write (nothing is modified then), and "TENURECMD ..." (prelude).
 --
@@ -35,7 +35,7 @@
 -- clock, which keeps moving while the counter is gone or Redis restarts,
 -- keeps new tokens above every earlier one.
 --
--- Start-up grace period: when this election's data is new to the Redis
+-- Start-up hold-off: when this election's data is new to the Redis
 -- process serving it (first use, a restart that lost or rolled back data, a
 -- failover to a replica), a leader from before may still hold a lease that
 -- this server does not know, with a ttl up to the largest in use. No lease
@@ -51,7 +51,7 @@ if redis.replicate_commands then
 end
 
 local ttl = tonumber(ARGV[2])
-local grace = math.max(ttl, tonumber(ARGV[5]))
+local hold_off = math.max(ttl, tonumber(ARGV[5]))
 local aux_ttl = tonumber(ARGV[6])
 
 local lease, err = read_lease(KEYS[1])
@@ -114,15 +114,15 @@ if prefix_epoch.run_id ~= run_id then
 end
 call('PEXPIRE', KEYS[5], aux_ttl)
 if epoch.run_id ~= run_id then
-  -- New to this process: the grace period starts when the process began
+  -- New to this process: the hold-off starts when the process began
   -- serving the prefix. A rolled-back epoch still tells the largest ttl
   -- granted before.
-  epoch = {run_id = run_id, since = prefix_epoch.since, ttl = math.max(epoch.ttl or 0, grace)}
+  epoch = {run_id = run_id, since = prefix_epoch.since, ttl = math.max(epoch.ttl or 0, hold_off)}
   call('HSET', KEYS[3], 'run_id', run_id, 'since', string.format('%d', epoch.since),
     'ttl', string.format('%d', epoch.ttl))
 end
 call('PEXPIRE', KEYS[3], aux_ttl)
-local wait = epoch.since + math.max(epoch.ttl, grace) - now_ms
+local wait = epoch.since + math.max(epoch.ttl, hold_off) - now_ms
 if wait > 0 then
   return {2, 0, '', wait, 0, '', 0}
 end
