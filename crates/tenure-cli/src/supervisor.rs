@@ -428,7 +428,16 @@ impl Job {
                     let found = tenure_procs::descendants(&tenure_procs::all(), group);
                     // The cgroup's list is exact and cheap; /proc finds what
                     // is outside it (no cgroup, or CMD moved something out).
-                    let in_cgroup = cgroup.map(|c| c.pids()).unwrap_or_default();
+                    // Its list leaves out CMD's own group, which has had its
+                    // SIGTERM already (a second one makes some programs
+                    // skip their graceful shutdown).
+                    let in_cgroup: Vec<i32> = cgroup
+                        .map(|c| c.pids())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|pid| !found.iter().any(|p| p.pid == *pid))
+                        .filter(|pid| tenure_procs::read(*pid).is_some_and(|p| p.pgrp != group))
+                        .collect();
                     // Once the job has ended, these PIDs are not ours to
                     // signal any more (they may be reused): the lock makes
                     // "ended" and a round of signals exclude each other.

@@ -33,6 +33,21 @@ fn cgroup_of(pid: i32) -> Option<PathBuf> {
     Cgroup::of_process(pid).ok()
 }
 
+/// The cgroup instance `run`'s CMD (`cmd`) runs in: `tenure-run-PID-RANDOM`
+/// right below `parent`.
+fn run_cgroup(parent: &Path, run: &Instance, cmd: i32) -> PathBuf {
+    let dir = cgroup_of(cmd).expect("CMD's cgroup");
+    let name = dir.file_name().map(|n| n.to_string_lossy().to_string());
+    assert_eq!(dir.parent(), Some(parent), "{}", dir.display());
+    assert!(
+        name.as_deref()
+            .is_some_and(|n| n.starts_with(&format!("tenure-run-{}-", run.pid()))),
+        "{}",
+        dir.display()
+    );
+    dir
+}
+
 #[test]
 fn the_command_and_everything_it_starts_run_in_a_cgroup_removed_at_exit() {
     let Some(parent) = cgroup_parent() else {
@@ -51,7 +66,7 @@ fn the_command_and_everything_it_starts_run_in_a_cgroup_removed_at_exit() {
     );
     let pids = wait_for_escapes(&scratch, "a");
     let _reap = Reap(pids.to_vec());
-    let dir = parent.join(format!("tenure-run-{}", a.pid()));
+    let dir = run_cgroup(&parent, &a, pids[0]);
     for pid in pids {
         assert_eq!(cgroup_of(pid), Some(dir.clone()), "process {pid}");
     }
@@ -85,7 +100,7 @@ fn processes_of_a_tenure_killed_with_its_guardian_are_killed_by_the_next_run() {
     let a = Instance::start(&server.url(), "cgroup-leftover", "a", &ttl, &job, &scratch);
     let pids = wait_for_escapes(&scratch, "a");
     let _reap = Reap(pids.to_vec());
-    let dir = parent.join(format!("tenure-run-{}", a.pid()));
+    let dir = run_cgroup(&parent, &a, pids[0]);
     let guardian = parent_of(pids[0]).expect("CMD has a parent");
     // Both at once, as far as either can tell: tenure cannot act on the
     // guardian's death while it is stopped.
@@ -187,4 +202,31 @@ fn a_systemd_units_cgroup_is_used_only_when_it_was_delegated() {
         stdout.contains(&format!("{name}/tenure-run-")),
         "CMD ran in {stdout}"
     );
+}
+
+#[test]
+fn a_graceful_stop_sends_sigterm_once() {
+    if cgroup_parent().is_none() {
+        return;
+    }
+    let server = redis();
+    let scratch = Scratch::new("cgroup-term-once");
+    // A CMD that counts the SIGTERMs it gets and keeps running, so that
+    // every one sent during the kill grace arrives.
+    let job = r#"trap 'echo term >> "$DIR/terms-$ME"' TERM
+echo $$ > "$DIR/pid-$ME"
+while :; do sleep 0.05; done"#;
+    let mut a = Instance::start(
+        &server.url(),
+        "cgroup-term-once",
+        "a",
+        &["--cgroup", "require", "--kill-grace", "1s"],
+        job,
+        &scratch,
+    );
+    eventually("CMD runs", || child_pid(&scratch, "a").is_some());
+    a.signal(Signal::SIGTERM);
+    a.wait();
+    let terms = scratch.read("terms-a").lines().count();
+    assert_eq!(terms, 1, "SIGTERMs CMD got; log:\n{}", a.log());
 }

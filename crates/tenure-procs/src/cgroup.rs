@@ -9,13 +9,13 @@
 //! way, which a walk of `/proc` can only chase.
 //!
 //! **Where it is created.** Below the cgroup `tenure run` itself is in,
-//! named `tenure-run-PID`. That needs a writable cgroup v2: root on a host
+//! named `tenure-run-PID-RANDOM`. That needs a writable cgroup v2: root on a host
 //! that gives processes the unified hierarchy, or a delegated subtree
 //! (systemd's `Delegate=yes`). Under systemd a cgroup that was not delegated
 //! belongs to systemd alone, so one that looks like a unit's (`*.service`,
 //! `*.scope`) is used only when systemd marked it delegated.
 //!
-//! **Leftovers.** A `tenure-run-PID` whose `tenure run` is gone was left by a
+//! **Leftovers.** A `tenure-run-PID-…` whose `tenure run` is gone was left by a
 //! tenure killed together with its guardian (nothing of ours could act).
 //! Whatever still runs in it outlived its lease, so the next `tenure run`
 //! below the same cgroup kills it and removes the cgroup.
@@ -24,7 +24,7 @@
 //! writing its PID to `cgroup.procs` (see [`Cgroup::enter`]).
 
 use std::fs;
-use std::io::{ErrorKind, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -49,7 +49,7 @@ pub struct Created {
 }
 
 impl Cgroup {
-    /// Create `tenure-run-PID` (PID: this process) below this process's own
+    /// Create `tenure-run-PID-RANDOM` (PID: this process) below this process's own
     /// cgroup v2, after removing leftovers of dead `tenure run`s there.
     ///
     /// # Errors
@@ -70,8 +70,11 @@ impl Cgroup {
         let mut created = Created::default();
         let mine = std::process::id();
         for (dir, pid) in leftovers(&parent) {
-            // Our own PID's cgroup is from an earlier process with this PID.
-            if pid != mine && alive(pid) {
+            // A run whose PID is alive here is left alone, this process's
+            // own PID included: it may be a run in another PID namespace
+            // (two containers' PID 1 under one parent cgroup). The random
+            // part of the name keeps such runs' cgroups apart.
+            if alive(pid) {
                 continue;
             }
             let leftover = Cgroup { dir };
@@ -86,12 +89,9 @@ impl Cgroup {
             }
             let _ = leftover.remove();
         }
-        let dir = parent.join(format!("{PREFIX}{mine}"));
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            // Our own PID's leftover that could not be removed above.
-            Err(err) if err.kind() == ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(format!("cannot create {}: {err}", dir.display())),
+        let dir = parent.join(format!("{PREFIX}{mine}-{:08x}", random_u32()));
+        if let Err(err) = fs::create_dir(&dir) {
+            return Err(format!("cannot create {}: {err}", dir.display()));
         }
         let cgroup = Cgroup { dir };
         if !cgroup.dir.join("cgroup.kill").exists() {
@@ -198,7 +198,16 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
     fs::remove_dir(dir)
 }
 
-/// `tenure-run-PID` cgroups directly below `parent`.
+/// Bits that differ between processes started in the same instant (no
+/// cryptographic quality needed: they only keep names apart).
+fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.finish() as u32
+}
+
+/// `tenure-run-PID-RANDOM` cgroups directly below `parent`.
 fn leftovers(parent: &Path) -> Vec<(PathBuf, u32)> {
     let Ok(entries) = fs::read_dir(parent) else {
         return Vec::new();
@@ -207,7 +216,8 @@ fn leftovers(parent: &Path) -> Vec<(PathBuf, u32)> {
         .flatten()
         .filter_map(|entry| {
             let name = entry.file_name();
-            let pid = name.to_str()?.strip_prefix(PREFIX)?.parse().ok()?;
+            let rest = name.to_str()?.strip_prefix(PREFIX)?;
+            let pid = rest.split('-').next()?.parse().ok()?;
             Some((entry.path(), pid))
         })
         .collect()

@@ -79,6 +79,8 @@ pub(crate) struct Keeper<T> {
 #[derive(Default)]
 struct Watchdog {
     watched: Mutex<Watched>,
+    /// Set when the keeper is gone: the task ends once no term is left.
+    closed: std::sync::atomic::AtomicBool,
     /// A term began (its deadline may be the earliest), or the keeper went
     /// away.
     changed: Notify,
@@ -132,8 +134,7 @@ impl Watchdog {
                         _ = self.changed.notified() => {}
                     }
                 }
-                // Only this task holds it: the keeper is gone.
-                None if Arc::strong_count(&self) == 1 => return,
+                None if self.closed.load(std::sync::atomic::Ordering::SeqCst) => return,
                 None => self.changed.notified().await,
             }
         }
@@ -278,7 +279,12 @@ impl<T> Keeper<T> {
         reply: Option<RenewReply>,
         at: Reading,
     ) -> Option<LeaderStep> {
-        let now = at.now;
+        // The time now, not the batch's reading: a deadline that passed
+        // while the batch was being handled must count as passed (one
+        // monotonic read per term is cheap; the suspend time, which costs
+        // more to read, is the batch's).
+        let now = Instant::now();
+        let at = Reading { now, ..at };
         let kept = self.terms.get_mut(&slot)?;
         match (&self.report, reply.is_some()) {
             (Report::PerTerm, true) => metrics::renewed(&kept.shared.election, now - sent),
@@ -357,6 +363,9 @@ impl<T> Keeper<T> {
 impl<T> Drop for Keeper<T> {
     fn drop(&mut self) {
         // The watchdog ends once the terms it still watches are over.
+        self.watchdog
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.watchdog.changed.notify_one();
     }
 }
@@ -406,6 +415,28 @@ mod tests {
         drop(keeper);
         assert_eq!(second.lost().await, LostReason::DeadlinePassed);
         assert_eq!(Instant::now() - start, Duration::from_secs(4));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_handled_after_a_deadline_does_not_revive_the_term() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::Group("g".into()), false);
+        let term = keeper.begin(0, "p", state(1), Duration::ZERO, ());
+        // The batch's clocks were read just before the deadline (2 s), its
+        // replies are handled just after it.
+        let sent = Instant::now() + Duration::from_millis(1_900);
+        tokio::time::advance(Duration::from_millis(1_990)).await;
+        let at = Reading::take();
+        tokio::time::advance(Duration::from_millis(20)).await;
+        let step = keeper.renewed_as_of(
+            0,
+            &timing(),
+            (sent, Duration::ZERO),
+            Some(RenewReply::Renewed),
+            at,
+        );
+        assert_eq!(step, Some(LeaderStep::Lost(LostReason::DeadlinePassed)));
+        assert!(!term.is_leader());
     }
 
     #[tokio::test]

@@ -787,7 +787,11 @@ impl PartitionSet {
                     continue;
                 }
                 Err(err) if !err.is_transient() => return Err(err),
-                Err(_) => continue,
+                // Not again at once: the next look comes after a pause.
+                Err(_) => {
+                    running.retry_at[index] = now + timing.retry_every;
+                    continue;
+                }
             };
             match after_acquire(
                 timing,
@@ -801,11 +805,22 @@ impl PartitionSet {
                     self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
                     let name = &self.partitions[index];
                     let keeper = &mut running.keeper;
+                    // The target may have moved while the acquisition was in
+                    // flight: a partition no longer ours gets no work and
+                    // is released by the next cycle.
+                    let wanted = running.mine.contains(&index);
                     let term =
                         keeper.begin(index, name, state, acquired.suspended, Work::default());
-                    let task = tokio::spawn(work(name.clone(), term));
-                    if let Some(kept) = keeper.get_mut(index) {
-                        kept.extra.task = Some(task);
+                    if wanted {
+                        let task = tokio::spawn(work(name.clone(), term));
+                        if let Some(kept) = keeper.get_mut(index) {
+                            kept.extra.task = Some(task);
+                        }
+                    } else {
+                        term.shared().mark_lost(LostReason::Resigned);
+                        if let Some(kept) = keeper.get_mut(index) {
+                            kept.extra.releasing = Some(now);
+                        }
                     }
                 }
                 CandidateStep::Follow { holder, .. } => {

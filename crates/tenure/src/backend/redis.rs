@@ -894,7 +894,8 @@ pub(crate) fn parse_renew_many(
                         detail: text(2)?.unwrap_or_default(),
                     }))
                 }
-                _ => Ok(Ok(parse_renew(item, url)?)),
+                // An entry that cannot be read fails its own term only.
+                _ => Ok(parse_renew(item, url)),
             }
         })
         .collect()
