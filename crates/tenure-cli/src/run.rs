@@ -315,14 +315,7 @@ impl Drop for CmdCgroup {
         // Every job is gone by now; should something still be in there,
         // this is the last chance to stop it.
         let cgroup = &self.0.cgroup;
-        if cgroup.populated() {
-            let _ = cgroup.kill();
-            let start = std::time::Instant::now();
-            while cgroup.populated() && start.elapsed() < Duration::from_secs(1) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }
-        if let Err(err) = cgroup.remove() {
+        if let (_, Err(err)) = cgroup.kill_and_remove(Duration::from_secs(1)) {
             tracing::warn!(cgroup = %cgroup.dir().display(), error = %err, "cannot remove the command's cgroup");
         }
     }

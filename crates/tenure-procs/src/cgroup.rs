@@ -78,16 +78,9 @@ impl Cgroup {
                 continue;
             }
             let leftover = Cgroup { dir };
-            let left = leftover.pids().len();
-            if leftover.populated() {
-                let _ = leftover.kill();
-                created.killed_leftovers.push((leftover.dir.clone(), left));
-                let start = Instant::now();
-                while leftover.populated() && start.elapsed() < LEFTOVER_WAIT {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+            if let (killed @ 1.., _) = leftover.kill_and_remove(LEFTOVER_WAIT) {
+                created.killed_leftovers.push((leftover.dir, killed));
             }
-            let _ = leftover.remove();
         }
         let dir = parent.join(format!("{PREFIX}{mine}-{:08x}", random_u32()));
         if let Err(err) = fs::create_dir(&dir) {
@@ -166,6 +159,22 @@ impl Cgroup {
         fs::read_to_string(self.dir.join("cgroup.procs"))
             .map(|procs| procs.lines().filter_map(|l| l.parse().ok()).collect())
             .unwrap_or_default()
+    }
+
+    /// SIGKILL whatever runs in this cgroup, wait up to `wait` for it to be
+    /// gone, and remove the cgroup. Returns how many processes were in it
+    /// (the cgroup itself, not those below), and the outcome of the removal.
+    pub fn kill_and_remove(&self, wait: Duration) -> (usize, std::io::Result<()>) {
+        let mut killed = 0;
+        if self.populated() {
+            killed = self.pids().len();
+            let _ = self.kill();
+            let start = Instant::now();
+            while self.populated() && start.elapsed() < wait {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        (killed, self.remove())
     }
 
     /// Remove this cgroup and any empty cgroups below it (a command may have
