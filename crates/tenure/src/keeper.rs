@@ -266,25 +266,24 @@ impl<T> Keeper<T> {
         suspended: Duration,
         reply: Option<RenewReply>,
     ) -> Option<LeaderStep> {
-        self.renewed_as_of(slot, timing, (sent, suspended), reply, Reading::take())
+        let slept = crate::clock::suspended();
+        self.renewed_as_of(slot, timing, (sent, suspended), reply, slept)
     }
 
-    /// [`Keeper::renewed`] with the clocks read as `at` (one reading for a
-    /// whole batch).
+    /// [`Keeper::renewed`] with the host's suspend time read as `slept`,
+    /// once for a whole batch (it costs two clock reads). The time itself is
+    /// read here, for each term: a deadline that passed while the batch was
+    /// being handled must count as passed.
     pub fn renewed_as_of(
         &mut self,
         slot: usize,
         timing: &Timing,
         (sent, suspended): (Instant, Duration),
         reply: Option<RenewReply>,
-        at: Reading,
+        slept: Duration,
     ) -> Option<LeaderStep> {
-        // The time now, not the batch's reading: a deadline that passed
-        // while the batch was being handled must count as passed (one
-        // monotonic read per term is cheap; the suspend time, which costs
-        // more to read, is the batch's).
         let now = Instant::now();
-        let at = Reading { now, ..at };
+        let at = Reading { now, slept };
         let kept = self.terms.get_mut(&slot)?;
         match (&self.report, reply.is_some()) {
             (Report::PerTerm, true) => metrics::renewed(&kept.shared.election, now - sent),
@@ -426,14 +425,14 @@ mod tests {
         // replies are handled just after it.
         let sent = Instant::now() + Duration::from_millis(1_900);
         tokio::time::advance(Duration::from_millis(1_990)).await;
-        let at = Reading::take();
+        let slept = crate::clock::suspended();
         tokio::time::advance(Duration::from_millis(20)).await;
         let step = keeper.renewed_as_of(
             0,
             &timing(),
             (sent, Duration::ZERO),
             Some(RenewReply::Renewed),
-            at,
+            slept,
         );
         assert_eq!(step, Some(LeaderStep::Lost(LostReason::DeadlinePassed)));
         assert!(!term.is_leader());

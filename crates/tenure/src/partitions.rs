@@ -418,8 +418,6 @@ struct Running {
     /// (computed again only when the members change).
     members: Vec<String>,
     mine: BTreeSet<usize>,
-    /// Partitions whose acquisition is in flight.
-    acquiring: BTreeSet<usize>,
     /// Whether a look for partitions to acquire may find any: set by every
     /// cycle and every round of acquisitions, cleared by a look that found
     /// none (a set of 100,000 held partitions is not scanned every time a
@@ -494,7 +492,6 @@ impl PartitionSet {
             retry_at: vec![Instant::now(); self.partitions.len()],
             members: Vec::new(),
             mine: BTreeSet::new(),
-            acquiring: BTreeSet::new(),
             look_for_work: true,
         };
         let mut ticker = interval(self.timing.renew_every);
@@ -621,7 +618,7 @@ impl PartitionSet {
             let results = self.send(&ops, timing.call_timeout).await;
             keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());
             let mut results = results.into_iter().flatten();
-            let at = crate::clock::Reading::take();
+            let slept = crate::clock::suspended();
             if round == 0 {
                 members = match results.next() {
                     Some(Ok(reply)) => {
@@ -646,7 +643,7 @@ impl PartitionSet {
                     _ => {
                         failed = true;
                         for (index, _) in slots {
-                            keeper.renewed_as_of(*index, timing, (sent, suspended), None, at);
+                            keeper.renewed_as_of(*index, timing, (sent, suspended), None, slept);
                         }
                         continue;
                     }
@@ -662,7 +659,7 @@ impl PartitionSet {
                         }
                     };
                     // Ends the term if the renewal says so.
-                    keeper.renewed_as_of(*index, timing, (sent, suspended), reply, at);
+                    keeper.renewed_as_of(*index, timing, (sent, suspended), reply, slept);
                 }
             }
         }
@@ -703,8 +700,9 @@ impl PartitionSet {
         Ok(retry)
     }
 
-    /// The next round trip of acquisitions: target partitions not held, not
-    /// in flight and not waiting for a retry, up to [`ACQUIRE_CHUNK`].
+    /// The next round trip of acquisitions: target partitions not held and
+    /// not waiting for a retry, up to [`ACQUIRE_CHUNK`]. (The run loop asks
+    /// only when no round trip is in flight.)
     fn next_acquisition(&self, running: &mut Running) -> Option<BoxFuture<'_, Acquired>> {
         if !running.look_for_work {
             return None;
@@ -721,7 +719,6 @@ impl PartitionSet {
             running.look_for_work = false;
             return None;
         }
-        running.acquiring = chunk.iter().copied().collect();
         let attempts: Vec<String> = chunk.iter().map(|i| self.attempt(*i)).collect();
         Some(Box::pin(async move {
             let ttl_ms = self.timing.ttl_ms();
@@ -767,7 +764,6 @@ impl PartitionSet {
     {
         let timing = &self.timing;
         let now = Instant::now();
-        running.acquiring.clear();
         running.look_for_work = true;
         let Some(results) = acquired.results else {
             // Unknown outcome: the next attempt of each adopts what won.
