@@ -23,4 +23,12 @@ scripts/msrv-check.sh
 # Packaged together, so tenure-cli resolves its unpublished siblings from the
 # packages just made. --allow-dirty only lets a working tree with local
 # changes be packaged; CI runs on a clean clone either way.
+# cargo verifies each package against its siblings' packaged sources, which
+# it unpacks once per checkout path and version under CARGO_HOME and never
+# again: a second run from the same path would build against the first
+# run's sources. Remove those unpacked copies of our own crates first.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+for crate in tenure tenure-procs redis-process tenure-cli; do
+  rm -rf "$cargo_home"/registry/src/-*/"$crate"-[0-9]*
+done
 cargo package --locked --allow-dirty -p tenure -p tenure-procs -p redis-process -p tenure-cli
