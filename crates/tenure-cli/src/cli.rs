@@ -71,14 +71,24 @@ pub enum Command {
 /// Where Redis is and how keys are named.
 #[derive(Debug, Args, Clone)]
 pub struct RedisArgs {
-    /// Redis URL: redis://[user[:password]@]host[:port][/db], rediss:// for
-    /// TLS, or redis+unix:///path/to/redis.sock[?db=N].
+    /// The store's URL: redis://[user[:password]@]host[:port][/db] (rediss://
+    /// for TLS, redis+unix:///path/to/redis.sock[?db=N]) for one server;
+    /// redis+sentinel://[user[:password]@]host:port[,host:port...]/SERVICE[/db]
+    /// for Redis Sentinel; redis+cluster://[user[:password]@]host:port[,host:port...]
+    /// for Redis Cluster (rediss+sentinel://, rediss+cluster:// for TLS).
+    /// [default: redis://127.0.0.1:6379; env TENURE_REDIS_URL is read too]
     #[arg(
-        long = "redis",
-        env = "TENURE_REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        hide_env_values = true
+        long = "store",
+        visible_alias = "redis",
+        env = "TENURE_STORE",
+        hide_env_values = true,
+        value_name = "URL"
     )]
+    pub store: Option<String>,
+
+    /// The store URL in use: `--store`, else `TENURE_REDIS_URL`, else the
+    /// default (set by [`RedisArgs::resolve`]).
+    #[arg(skip)]
     pub url: String,
 
     /// Read the Redis password from this file (one trailing newline is
@@ -99,6 +109,29 @@ pub struct RedisArgs {
     /// fencing tokens protect every write.
     #[arg(long, env = "TENURE_ALLOW_EVICTION", value_parser = BoolishValueParser::new())]
     pub allow_eviction: bool,
+}
+
+/// The store URL when neither `--store` nor `TENURE_STORE` gives one.
+pub const DEFAULT_STORE: &str = "redis://127.0.0.1:6379";
+
+/// The store URL of `--store`/`TENURE_STORE`, else of the older
+/// `TENURE_REDIS_URL`, else `default`.
+pub fn store_url(given: Option<&str>, default: Option<&str>) -> Option<String> {
+    given
+        .map(str::to_string)
+        .or_else(|| {
+            std::env::var("TENURE_REDIS_URL")
+                .ok()
+                .filter(|url| !url.is_empty())
+        })
+        .or(default.map(str::to_string))
+}
+
+impl RedisArgs {
+    /// Fill in [`RedisArgs::url`].
+    pub fn resolve(&mut self) {
+        self.url = store_url(self.store.as_deref(), Some(DEFAULT_STORE)).unwrap_or_default();
+    }
 }
 
 #[derive(Debug, Args)]
@@ -206,11 +239,18 @@ pub struct WatchArgs {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Use this Redis instead of starting a private redis-server.
-    #[arg(long = "redis", env = "TENURE_REDIS_URL", hide_env_values = true)]
+    /// Use this store (any URL `tenure run --store` takes) instead of
+    /// starting a private redis-server. [env TENURE_REDIS_URL is read too]
+    #[arg(
+        long = "store",
+        visible_alias = "redis",
+        env = "TENURE_STORE",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
     pub url: Option<String>,
 
-    /// Read the password of --redis from this file.
+    /// Read the password of --store from this file.
     #[arg(long, env = "TENURE_PASSWORD_FILE")]
     pub password_file: Option<PathBuf>,
 

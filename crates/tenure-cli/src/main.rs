@@ -119,6 +119,7 @@ fn read_password_file(command: &mut Command) -> Result<(), exit::Failure> {
         Command::Status(args) => &mut args.redis,
         Command::Watch(args) => &mut args.redis,
         Command::Demo(args) => {
+            args.url = cli::store_url(args.url.as_deref(), None);
             if let Some(url) = &args.url {
                 args.url = Some(password::apply(url, args.password_file.as_deref())?);
             }
@@ -126,6 +127,7 @@ fn read_password_file(command: &mut Command) -> Result<(), exit::Failure> {
         }
         Command::Guardian(_) | Command::Completions { .. } | Command::Man => return Ok(()),
     };
+    redis.resolve();
     redis.url = password::apply(&redis.url, redis.password_file.as_deref())?;
     Ok(())
 }

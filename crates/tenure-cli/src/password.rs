@@ -54,7 +54,8 @@ fn with_password(url: &str, encoded: &str) -> Result<String, &'static str> {
         return Err("it is not a URL");
     };
     match scheme {
-        "redis" | "rediss" => {
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
+        | "rediss+cluster" => {
             // The authority ends at the path or the query.
             let end = rest.find(['/', '?']).unwrap_or(rest.len());
             let (authority, tail) = rest.split_at(end);
@@ -88,7 +89,10 @@ fn with_password(url: &str, encoded: &str) -> Result<String, &'static str> {
                 None => Ok(format!("{scheme}://{path}?pass={encoded}")),
             }
         }
-        _ => Err("it works with redis://, rediss:// and redis+unix:// URLs"),
+        _ => Err(
+            "it works with redis://, rediss://, redis+unix://, redis+sentinel:// and \
+             redis+cluster:// URLs",
+        ),
     }
 }
 
@@ -119,6 +123,14 @@ mod tests {
         assert_eq!(
             with_password("rediss://app@db:6380", "pw").as_deref(),
             Ok("rediss://app:pw@db:6380")
+        );
+        assert_eq!(
+            with_password("redis+sentinel://s1:26379,s2:26379/svc/1", "pw").as_deref(),
+            Ok("redis+sentinel://:pw@s1:26379,s2:26379/svc/1")
+        );
+        assert_eq!(
+            with_password("rediss+cluster://app@a:7000,b:7001", "pw").as_deref(),
+            Ok("rediss+cluster://app:pw@a:7000,b:7001")
         );
         assert_eq!(
             with_password("redis+unix:///run/redis.sock", "pw").as_deref(),

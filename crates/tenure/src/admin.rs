@@ -5,17 +5,196 @@
 //! handling as an election) and never modify a lease.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Script, Value};
+use redis::aio::ConnectionLike;
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
-pub use crate::backend::connection::Connection;
 use crate::backend::redis::{classify, parse_inspect, RedisTarget, INSPECT};
+use crate::backend::topology::{slot_of, Node, Topology};
 use crate::keys::{validate_name, Keys};
 use crate::{LeaderInfo, Result};
 
-/// Connect to Redis the way elections do: `redis://` or `rediss://` URL,
-/// optional CA file, every call bounded by `call_timeout`; checked with PING.
+/// A connection to a Redis store opened the way elections open theirs
+/// (see [`connect`]): a single server, the primary Redis Sentinel names,
+/// or a Redis Cluster, every call bounded by a timeout and a new
+/// connection after one drops. Use it with the re-exported
+/// [`redis`](crate::redis) crate's commands; it is cheap to clone (clones
+/// share the connections).
+///
+/// Each command goes to the node that serves its first key (for
+/// `EVAL`/`EVALSHA`, `KEYS[1]`; a pipeline goes where its first keyed
+/// command goes); a command without keys goes to the primary (on a
+/// cluster, to any primary). On a cluster a `MOVED` reply is followed
+/// once. `SCAN` sees one node only: [`list_elections`] scans every
+/// primary.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
+/// let pong: String = tenure::redis::cmd("PING").query_async(&mut conn).await?;
+/// assert_eq!(pong, "PONG");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Connection {
+    topology: Arc<Topology>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("url", &self.topology.target().redacted())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Commands without a key: they go to the primary (any primary of a
+/// cluster).
+const KEYLESS: &[&str] = &[
+    "PING",
+    "TIME",
+    "INFO",
+    "SCAN",
+    "ROLE",
+    "CLUSTER",
+    "SCRIPT",
+    "CLIENT",
+    "CONFIG",
+    "DBSIZE",
+    "ECHO",
+    "COMMAND",
+    "LASTSAVE",
+    "MEMORY",
+    "SLOWLOG",
+    "LATENCY",
+    "ACL",
+    "FUNCTION",
+    "PUBLISH",
+    "PUBSUB",
+    "RANDOMKEY",
+    "WAIT",
+];
+
+/// The slot of a command's first key, if it has one.
+fn command_slot(cmd: &Cmd) -> Option<u16> {
+    let args: Vec<&[u8]> = cmd
+        .args_iter()
+        .filter_map(|arg| match arg {
+            redis::Arg::Simple(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect();
+    let name = String::from_utf8_lossy(args.first()?).to_ascii_uppercase();
+    if KEYLESS.contains(&name.as_str()) {
+        return None;
+    }
+    let key = match name.as_str() {
+        "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" | "FCALL" | "FCALL_RO" => {
+            let count: u64 = std::str::from_utf8(args.get(2)?).ok()?.parse().ok()?;
+            if count == 0 {
+                return None;
+            }
+            args.get(3)?
+        }
+        _ => args.get(1)?,
+    };
+    Some(slot_of(&String::from_utf8_lossy(key)))
+}
+
+impl Connection {
+    /// The node for a command routed by `slot`.
+    async fn node(&self, slot: Option<u16>) -> redis::RedisResult<Arc<Node>> {
+        let found = match slot {
+            Some(slot) => self.topology.node_for(slot).await,
+            None => self.topology.primary().await,
+        };
+        found.map_err(|err| RedisError::from((ErrorKind::Io, "no node", err.to_string())))
+    }
+
+    /// After an error from `node`: forget what it says is out of date.
+    fn after_error(&self, node: &Node, err: &RedisError) {
+        let read_only = err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        if read_only || err.is_io_error() || err.is_timeout() || err.is_connection_dropped() {
+            self.topology.failed(node);
+        }
+    }
+
+    async fn command(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        let node = self.node(command_slot(cmd)).await?;
+        let result = node.conn().req_packed_command(cmd).await;
+        let err = match result {
+            Ok(value) => return Ok(value),
+            Err(err) => err,
+        };
+        self.after_error(&node, &err);
+        let Some((addr, slot)) = err.redirect_node() else {
+            return Err(err);
+        };
+        let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
+        let target = if asking {
+            self.topology.node_at(addr)
+        } else {
+            self.topology.moved(slot, addr)
+        }
+        .map_err(|e| RedisError::from((ErrorKind::Io, "redirect", e.to_string())))?;
+        if asking {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+            let mut values: Vec<Value> = pipe.query_async(&mut target.conn()).await?;
+            return values
+                .pop()
+                .ok_or_else(|| RedisError::from((ErrorKind::Io, "no reply after ASKING")));
+        }
+        target.conn().req_packed_command(cmd).await
+    }
+
+    async fn commands(
+        &self,
+        pipeline: &Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let slot = pipeline.cmd_iter().find_map(command_slot);
+        let node = self.node(slot).await?;
+        let result = node
+            .conn()
+            .req_packed_commands(pipeline, offset, count)
+            .await;
+        if let Err(err) = &result {
+            self.after_error(&node, err);
+        }
+        result
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(self.command(cmd))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(self.commands(pipeline, offset, count))
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+/// Connect to a Redis store the way elections do: a `redis://`/`rediss://`
+/// URL for one server, `redis+sentinel://`/`rediss+sentinel://` for
+/// Sentinel, `redis+cluster://`/`rediss+cluster://` for a Cluster, an
+/// optional CA file, every call bounded by `call_timeout`. Checked: the
+/// server answers a PING, the sentinels name a primary that says it is
+/// one, or a cluster node answers `CLUSTER SLOTS`.
 ///
 /// ```no_run
 /// # #[tokio::main] async fn main() -> tenure::Result<()> {
@@ -31,40 +210,48 @@ pub async fn connect(
     tls_ca: Option<&Path>,
     call_timeout: Duration,
 ) -> Result<Connection> {
-    RedisTarget {
+    let target = RedisTarget {
         url: url.to_string(),
         tls_ca: tls_ca.map(Path::to_path_buf),
-    }
-    .connect(call_timeout)
-    .await
+    };
+    Ok(Connection {
+        topology: Topology::connect(target, call_timeout).await?,
+    })
 }
 
 /// Names of all elections with a live lease under `prefix`, sorted, read
-/// with `SCAN` (never `KEYS`).
+/// with `SCAN` (never `KEYS`) on every primary.
 pub async fn list_elections(conn: &mut Connection, prefix: &str) -> Result<Vec<String>> {
     validate_name("key prefix", prefix)?;
     let pattern = Keys::lease_pattern(prefix);
+    let url = conn.topology.target().redacted();
     let mut names = Vec::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(500)
-            .query_async(conn)
-            .await
-            .map_err(|e| classify(e, "redis"))?;
-        names.extend(
-            batch
-                .iter()
-                .filter_map(|key| Keys::name_of_lease(prefix, key)),
-        );
-        if next == 0 {
-            break;
+    for node in conn.topology.primaries().await? {
+        let mut node_conn = node.conn();
+        let mut cursor: u64 = 0;
+        loop {
+            let scanned: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut node_conn)
+                .await;
+            let (next, batch) = scanned.map_err(|e| {
+                conn.after_error(&node, &e);
+                classify(e, &url)
+            })?;
+            names.extend(
+                batch
+                    .iter()
+                    .filter_map(|key| Keys::name_of_lease(prefix, key)),
+            );
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
-        cursor = next;
     }
     names.sort();
     names.dedup();

@@ -130,22 +130,11 @@ fn tls_scheme(url: &str) -> Option<String> {
     Some(format!("{plain}://{rest}"))
 }
 
-/// A connection to Redis opened the way elections open theirs (see
-/// [`crate::admin::connect`]): a `redis://` or `rediss://` URL, an optional
-/// CA file, every call bounded by a timeout, and a new connection after the
-/// old one drops. Use it with the re-exported [`redis`](crate::redis)
-/// crate's commands; it is cheap to clone (clones share the connection).
-///
-/// ```no_run
-/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use std::time::Duration;
-/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
-/// let pong: String = tenure::redis::cmd("PING").query_async(&mut conn).await?;
-/// assert_eq!(pong, "PONG");
-/// # Ok(()) }
-/// ```
+/// A connection to one Redis node: every call bounded by a timeout, and a
+/// new connection after the old one drops. Cheap to clone (clones share
+/// the connection). [`crate::admin::Connection`] routes over these.
 #[derive(Clone)]
-pub struct Connection {
+pub(crate) struct Connection {
     inner: Inner,
 }
 

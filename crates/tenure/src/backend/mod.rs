@@ -13,6 +13,7 @@
 pub(crate) mod connection;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod topology;
 
 use std::sync::Arc;
 

@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::connection::{Connection, Endpoint};
+use super::topology::{slot_of, tag_of_slot, Node, Topology};
 use super::{Backend, Notices, Op, Reply, Store};
 use crate::keys::Keys;
 use crate::machine::{AcquireReply, RenewReply};
@@ -60,17 +61,6 @@ impl RedisTarget {
     /// the system's roots unless a CA file is given.
     pub fn endpoint(&self) -> Result<Endpoint> {
         Endpoint::new(self)
-    }
-
-    /// Open a [`Connection`] whose calls time out after `call_timeout`,
-    /// and check with a PING that the server accepts us.
-    pub async fn connect(&self, call_timeout: Duration) -> Result<Connection> {
-        let mut conn = self.endpoint()?.connection(call_timeout)?;
-        redis::cmd("PING")
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| self.classify_first(e))?;
-        Ok(conn)
     }
 
     /// [`RedisTarget::classify`] for the first exchange with a server, with a
@@ -272,21 +262,20 @@ pub(crate) async fn check_store(
     Ok(())
 }
 
-/// A Redis server (single node) as a [`Store`]: one connection for lease
-/// operations, the scripts, and the reset and reload logic, shared by
-/// every election and partition set that uses it.
+/// How many times one batch follows `MOVED`/`ASK` redirections, reloads
+/// scripts or waits out `TRYAGAIN` before its remaining operations fail.
+const MAX_ROUNDS: usize = 5;
+
+/// A Redis store as a [`Store`]: the [`Topology`] (one server, Sentinel or
+/// Cluster) and the scripts, shared by every election and partition set
+/// that uses it.
 ///
-/// The connection is a [`Connection`] of tenure's own (so renewals
-/// never queue behind the application's other traffic, and a dropped
-/// connection is re-established in the background without replaying
-/// commands). Announcements go over separate pub/sub connections
-/// ([`subscribe`]).
+/// Each node has one connection for lease operations, of tenure's own (so
+/// renewals never queue behind the application's other traffic, and a
+/// dropped connection is re-established without replaying commands).
+/// Announcements go over separate pub/sub connections ([`Subscriber`]).
 pub(crate) struct RedisStore {
-    target: RedisTarget,
-    call_timeout: Duration,
-    endpoint: Endpoint,
-    /// Replaced by [`RedisStore::reset`] after a timeout.
-    conn: std::sync::Mutex<Connection>,
+    topology: Arc<Topology>,
     scripts: Scripts,
 }
 
@@ -299,20 +288,56 @@ struct Scripts {
     members: Script,
 }
 
+impl Scripts {
+    fn all(&self) -> [&Script; 6] {
+        [
+            &self.acquire,
+            &self.renew,
+            &self.renew_many,
+            &self.resign,
+            &self.inspect,
+            &self.members,
+        ]
+    }
+}
+
+/// One command of a batch: the slot it goes to, and the command.
+struct Call {
+    slot: u16,
+    cmd: redis::Cmd,
+}
+
+/// What became of one [`Call`].
+enum Outcome {
+    /// The server's reply, or its error reply.
+    Reply(RedisResult<Value>),
+    /// No reply: the node could not be found or did not answer. The call
+    /// may or may not have run.
+    Failed(Error),
+}
+
+/// Where a call goes next, when not simply to its slot's node.
+#[derive(Clone)]
+struct Redirect {
+    node: Arc<Node>,
+    /// An `ASK` redirection: send `ASKING` first.
+    asking: bool,
+}
+
+/// One part of an operation: most operations are one call; a
+/// [`Op::RenewMany`] on a cluster is one call per slot of its terms.
+struct Part {
+    op: usize,
+    /// For a split [`Op::RenewMany`]: the terms (indices) this call renews.
+    terms: Option<Vec<usize>>,
+}
+
 impl RedisStore {
-    /// Connect and check with a PING that the server accepts us.
+    /// Find the store's nodes ([`Topology::connect`]).
     pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Self> {
-        let endpoint = target.endpoint()?;
-        let mut conn = endpoint.connection(call_timeout)?;
-        redis::cmd("PING")
-            .query_async::<()>(&mut conn)
-            .await
-            .map_err(|e| target.classify_first(e))?;
+        let topology = Topology::connect(target, call_timeout).await?;
         Ok(RedisStore {
-            target,
-            endpoint,
-            call_timeout,
-            conn: std::sync::Mutex::new(conn),
+            topology,
             scripts: Scripts {
                 acquire: Script::new(ACQUIRE),
                 renew: Script::new(RENEW),
@@ -325,31 +350,52 @@ impl RedisStore {
     }
 
     pub fn target(&self) -> &RedisTarget {
-        &self.target
+        self.topology.target()
     }
 
-    /// [`check_store`] on this store's connection.
+    pub fn topology(&self) -> &Arc<Topology> {
+        &self.topology
+    }
+
+    /// [`check_store`] on the node that serves the election `keys` belong to.
     pub async fn check(&self, keys: &Keys, checks: StoreChecks) -> Result<()> {
-        check_store(&mut self.conn(), &self.target, keys, checks).await
-    }
-
-    fn conn(&self) -> Connection {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Start over on a new connection. A call that timed out says nothing
-    /// about the connection (the client does not reconnect on timeouts), and
-    /// a silently dead connection would otherwise fail every later call.
-    pub fn reset(&self) {
-        match self.endpoint.connection(self.call_timeout) {
-            Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
-            Err(err) => tracing::warn!(error = %err, "cannot open a new Redis connection"),
+        let node = self.topology.node_for(slot_of(&keys.probe)).await?;
+        let result = check_store(&mut node.conn(), self.target(), keys, checks).await;
+        if let Err(Error::Unreachable { .. } | Error::Timeout(_)) = &result {
+            self.topology.failed(&node);
         }
+        result
     }
 
-    /// The script call of one operation: the only place each script's KEYS
-    /// and ARGV are laid out.
-    fn command(&self, op: &Op<'_>) -> redis::Cmd {
+    /// Start over on new connections (after a timeout: the call may have
+    /// run, and the connection may be dead).
+    pub fn reset(&self) {
+        self.topology.reset();
+    }
+
+    /// The prefix's epoch key for an election whose lease is `lease`: the
+    /// prefix-wide key on one server; on a cluster, where a script may only
+    /// touch keys of one slot, a key per slot (tagged to share the
+    /// election's slot), so the hold-off of a name new to a node counts
+    /// from when that node first served the slot.
+    fn prefix_epoch(&self, keys: &Keys) -> String {
+        if !self.topology.is_cluster() {
+            return keys.prefix_epoch.clone();
+        }
+        let prefix = keys
+            .prefix_epoch
+            .strip_suffix(":epoch")
+            .unwrap_or(&keys.prefix_epoch);
+        format!(
+            "{prefix}:{{{}}}:slot-epoch",
+            tag_of_slot(slot_of(&keys.lease))
+        )
+    }
+
+    /// The script call of one operation (of some terms of a
+    /// [`Op::RenewMany`]): the only place each script's KEYS and ARGV are
+    /// laid out.
+    fn command(&self, op: &Op<'_>, terms: Option<&[usize]>) -> redis::Cmd {
         fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
             let mut cmd = redis::cmd("EVALSHA");
             cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
@@ -370,6 +416,7 @@ impl RedisStore {
                 cmd
             }
             Op::Acquire { keys, request, .. } => {
+                let prefix_epoch = self.prefix_epoch(keys);
                 let mut cmd = evalsha(
                     &self.scripts.acquire,
                     &[
@@ -377,7 +424,7 @@ impl RedisStore {
                         &keys.token,
                         &keys.epoch,
                         &keys.probe,
-                        &keys.prefix_epoch,
+                        &prefix_epoch,
                     ],
                 );
                 cmd.arg(request.id)
@@ -404,15 +451,23 @@ impl RedisStore {
                 cmd
             }
             Op::RenewMany {
-                id, ttl_ms, terms, ..
+                id,
+                ttl_ms,
+                terms: all,
+                ..
             } => {
+                let chosen: Vec<&(&str, &str, u64)> = match terms {
+                    Some(indices) => indices.iter().map(|i| &all[*i]).collect(),
+                    None => all.iter().collect(),
+                };
                 let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(self.scripts.renew_many.get_hash()).arg(terms.len());
-                for (_, lease, _) in terms {
+                cmd.arg(self.scripts.renew_many.get_hash())
+                    .arg(chosen.len());
+                for (_, lease, _) in &chosen {
                     cmd.arg(lease);
                 }
                 cmd.arg(id).arg(ttl_ms);
-                for (_, _, token) in terms {
+                for (_, _, token) in &chosen {
                     cmd.arg(token);
                 }
                 cmd
@@ -428,9 +483,21 @@ impl RedisStore {
         }
     }
 
-    /// Read the reply of one operation.
-    fn reply(&self, op: &Op<'_>, value: Value) -> Result<Reply> {
-        let url = self.target.redacted();
+    /// The key an operation is routed by.
+    fn routing_key<'o>(op: &'o Op<'_>) -> &'o str {
+        match op {
+            Op::Heartbeat { keys, .. } => &keys.members,
+            Op::Acquire { keys, .. }
+            | Op::Renew { keys, .. }
+            | Op::Resign { keys, .. }
+            | Op::Inspect { keys, .. } => &keys.lease,
+            Op::RenewMany { terms, .. } => terms.first().map_or("", |(_, lease, _)| lease),
+        }
+    }
+
+    /// Read the reply of one operation (of some of its terms).
+    fn reply(&self, op: &Op<'_>, terms: Option<usize>, value: Value) -> Result<Reply> {
+        let url = self.target().redacted();
         Ok(match op {
             Op::Heartbeat { .. } => {
                 let (members, phantoms) = parse_members(value, &url)?;
@@ -438,74 +505,323 @@ impl RedisStore {
             }
             Op::Acquire { .. } => Reply::Acquire(parse_acquire(value, &url)?),
             Op::Renew { .. } => Reply::Renew(parse_renew(value, &url)?),
-            Op::RenewMany { terms, .. } => {
-                Reply::RenewMany(parse_renew_many(value, terms.len(), &url)?)
+            Op::RenewMany { terms: all, .. } => {
+                Reply::RenewMany(parse_renew_many(value, terms.unwrap_or(all.len()), &url)?)
             }
             Op::Resign { .. } => Reply::Resign(ReplyReader { url: &url }.int(&value)? == 1),
             Op::Inspect { .. } => Reply::Inspect(parse_inspect(value, &url)?),
         })
     }
 
-    /// Carry out `ops` in one pipeline. Scripts missing after a Redis
-    /// restart (NOSCRIPT) are loaded, and only the operations that found
-    /// them missing are sent again, so nothing runs twice.
+    /// Carry out `ops`: one pipeline per node (a single server and Sentinel
+    /// have one), all nodes at once. On a cluster a [`Op::RenewMany`] is
+    /// split by slot (a script may only touch keys of one slot), and
+    /// operations redirected by `MOVED`/`ASK` are sent again where they
+    /// belong. Scripts missing after a restart (NOSCRIPT) are loaded, and
+    /// only the operations that found them missing are sent again, so
+    /// nothing runs twice.
+    ///
+    /// The outer error means that no operation got any reply; otherwise
+    /// each operation has its own result.
     pub async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
-        let commands: Vec<redis::Cmd> = ops.iter().map(|op| self.command(op)).collect();
-        let mut conn = self.conn();
-        let mut results = self.pipeline(&mut conn, commands.iter()).await?;
-        let missing: Vec<usize> = (0..results.len())
-            .filter(|i| is_noscript(&results[*i]))
-            .collect();
-        if !missing.is_empty() {
-            for script in [
-                &self.scripts.acquire,
-                &self.scripts.renew,
-                &self.scripts.renew_many,
-                &self.scripts.resign,
-                &self.scripts.inspect,
-                &self.scripts.members,
-            ] {
-                script
-                    .prepare_invoke()
-                    .load_async(&mut conn)
-                    .await
-                    .map_err(|e| self.target.classify(e))?;
-            }
-            let again = self
-                .pipeline(&mut conn, missing.iter().map(|i| &commands[*i]))
-                .await?;
-            for (i, result) in missing.into_iter().zip(again) {
-                results[i] = result;
+        let cluster = self.topology.is_cluster();
+        let mut parts = Vec::with_capacity(ops.len());
+        let mut calls = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                Op::RenewMany { terms, .. } if cluster => {
+                    let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+                    for (t, (_, lease, _)) in terms.iter().enumerate() {
+                        by_slot.entry(slot_of(lease)).or_default().push(t);
+                    }
+                    for (slot, indices) in by_slot {
+                        calls.push(Call {
+                            slot,
+                            cmd: self.command(op, Some(&indices)),
+                        });
+                        parts.push(Part {
+                            op: i,
+                            terms: Some(indices),
+                        });
+                    }
+                }
+                _ => {
+                    calls.push(Call {
+                        slot: slot_of(Self::routing_key(op)),
+                        cmd: self.command(op, None),
+                    });
+                    parts.push(Part { op: i, terms: None });
+                }
             }
         }
-        Ok(ops
-            .iter()
-            .zip(results)
-            .map(|(op, result)| match result {
-                Ok(value) => self.reply(op, value),
-                Err(err) => Err(self.target.classify(err)),
+        let outcomes = self.run(&calls).await?;
+        let mut replies: Vec<Option<Result<Reply>>> = (0..ops.len()).map(|_| None).collect();
+        let mut many: HashMap<usize, Vec<Option<Result<RenewReply>>>> = HashMap::new();
+        for (part, outcome) in parts.into_iter().zip(outcomes) {
+            let op = &ops[part.op];
+            let result = match outcome {
+                Outcome::Reply(Ok(value)) => {
+                    self.reply(op, part.terms.as_ref().map(Vec::len), value)
+                }
+                Outcome::Reply(Err(err)) => Err(self.target().classify(err)),
+                Outcome::Failed(err) => Err(err),
+            };
+            match (part.terms, op) {
+                (Some(indices), Op::RenewMany { terms, .. }) => {
+                    let slots = many
+                        .entry(part.op)
+                        .or_insert_with(|| (0..terms.len()).map(|_| None).collect());
+                    match result.and_then(Reply::into_renew_many) {
+                        Ok(results) => {
+                            for (t, r) in indices.into_iter().zip(results) {
+                                slots[t] = Some(r);
+                            }
+                        }
+                        Err(err) => {
+                            for t in indices {
+                                slots[t] = Some(Err(copy_error(&err)));
+                            }
+                        }
+                    }
+                }
+                _ => replies[part.op] = Some(result),
+            }
+        }
+        for (i, slots) in many {
+            let results = slots
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(Error::redis("internal: a renewal had no call"))))
+                .collect();
+            replies[i] = Some(Ok(Reply::RenewMany(results)));
+        }
+        Ok(replies
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::redis("internal: an operation had no call"))))
+            .collect())
+    }
+
+    /// Send `calls` to their nodes, following redirections (see
+    /// [`RedisStore::batch`]).
+    async fn run(&self, calls: &[Call]) -> Result<Vec<Outcome>> {
+        let mut outcomes: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
+        let mut redirects: Vec<Option<Redirect>> = vec![None; calls.len()];
+        let mut answered = false;
+        let mut first_failure: Option<Error> = None;
+        let fail = |first: &mut Option<Error>, err: Error| {
+            let copy = copy_error(&err);
+            if first.is_none() {
+                *first = Some(err);
+            }
+            Outcome::Failed(copy)
+        };
+        for _round in 0..MAX_ROUNDS {
+            let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
+            for i in 0..calls.len() {
+                if outcomes[i].is_some() {
+                    continue;
+                }
+                let node = match &redirects[i] {
+                    Some(redirect) => redirect.node.clone(),
+                    None => match self.topology.node_for(calls[i].slot).await {
+                        Ok(node) => node,
+                        Err(err) => {
+                            outcomes[i] = Some(fail(&mut first_failure, err));
+                            continue;
+                        }
+                    },
+                };
+                match groups.iter_mut().find(|(n, _)| Arc::ptr_eq(n, &node)) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((node, vec![i])),
+                }
+            }
+            if groups.is_empty() {
+                break;
+            }
+            let sent = groups.iter().map(|(node, members)| {
+                let commands: Vec<(&redis::Cmd, bool)> = members
+                    .iter()
+                    .map(|i| {
+                        let asking = redirects[*i].as_ref().is_some_and(|r| r.asking);
+                        (&calls[*i].cmd, asking)
+                    })
+                    .collect();
+                self.pipeline(node, commands)
+            });
+            let results = futures_util::future::join_all(sent).await;
+            let mut reload: Vec<Arc<Node>> = Vec::new();
+            let mut wait = false;
+            for ((node, members), result) in groups.into_iter().zip(results) {
+                let values = match result {
+                    Ok(values) => values,
+                    Err(err) => {
+                        self.topology.failed(&node);
+                        for i in members {
+                            outcomes[i] = Some(fail(&mut first_failure, copy_error(&err)));
+                        }
+                        first_failure.get_or_insert(err);
+                        continue;
+                    }
+                };
+                answered = true;
+                for (i, value) in members.into_iter().zip(values) {
+                    let err = match value {
+                        Ok(value) => {
+                            outcomes[i] = Some(Outcome::Reply(Ok(value)));
+                            continue;
+                        }
+                        Err(err) => err,
+                    };
+                    if let Some((addr, slot)) = err.redirect_node() {
+                        let addr = with_host(addr, &node.addr);
+                        let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
+                        let target = if asking {
+                            self.topology.node_at(&addr)
+                        } else {
+                            self.topology.moved(slot, &addr)
+                        };
+                        match target {
+                            Ok(target) => {
+                                redirects[i] = Some(Redirect {
+                                    node: target,
+                                    asking,
+                                })
+                            }
+                            Err(e) => outcomes[i] = Some(Outcome::Failed(e)),
+                        }
+                    } else if is_noscript(&err) {
+                        if !reload.iter().any(|n| Arc::ptr_eq(n, &node)) {
+                            reload.push(node.clone());
+                        }
+                    } else if err.kind() == ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
+                        // Keys of one script half-way through a slot migration.
+                        wait = true;
+                    } else {
+                        if is_read_only(&err) {
+                            // A Sentinel primary demoted under us.
+                            self.topology.failed(&node);
+                        }
+                        outcomes[i] = Some(Outcome::Reply(Err(err)));
+                    }
+                }
+            }
+            for node in reload {
+                let mut conn = node.conn();
+                for script in self.scripts.all() {
+                    if let Err(err) = script.prepare_invoke().load_async(&mut conn).await {
+                        tracing::debug!(node = %node.addr, error = %err, "loading a script failed");
+                        break;
+                    }
+                }
+            }
+            if wait {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        if !answered {
+            if let Some(err) = first_failure {
+                return Err(err);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Outcome::Failed(Error::redis(format!(
+                        "gave up after {MAX_ROUNDS} redirections (MOVED/ASK/TRYAGAIN); the \
+                         cluster is being resharded"
+                    )))
+                })
             })
             .collect())
     }
 
-    async fn pipeline<'c>(
+    /// One pipeline to one node; `(command, asking)` pairs, where `asking`
+    /// sends `ASKING` first (its reply is dropped).
+    async fn pipeline(
         &self,
-        conn: &mut Connection,
-        commands: impl Iterator<Item = &'c redis::Cmd>,
+        node: &Node,
+        commands: Vec<(&redis::Cmd, bool)>,
     ) -> Result<Vec<RedisResult<Value>>> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
-        for command in commands {
-            pipe.add_command(command.clone());
+        for (command, asking) in &commands {
+            if *asking {
+                pipe.add_command(redis::cmd("ASKING"));
+            }
+            pipe.add_command((*command).clone());
         }
-        pipe.query_async::<Vec<RedisResult<Value>>>(conn)
+        let mut results = pipe
+            .query_async::<Vec<RedisResult<Value>>>(&mut node.conn())
             .await
-            .map_err(|e| self.target.classify(e))
+            .map_err(|e| self.target().classify(e))?
+            .into_iter();
+        let mut out = Vec::with_capacity(commands.len());
+        for (_, asking) in commands {
+            if asking {
+                results.next();
+            }
+            out.push(
+                results
+                    .next()
+                    .unwrap_or_else(|| Err(RedisError::from((ErrorKind::Io, "missing reply")))),
+            );
+        }
+        Ok(out)
     }
 }
 
-fn is_noscript(result: &RedisResult<Value>) -> bool {
-    matches!(result, Err(e) if e.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript))
+/// A redirection's `host:port`, with the host of the node that sent it
+/// when the server left it out (`:PORT`, a node that does not know its
+/// own address).
+fn with_host(addr: &str, from: &str) -> String {
+    match addr.strip_prefix(':') {
+        Some(port) => {
+            let host = from.rsplit_once(':').map_or(from, |(host, _)| host);
+            format!("{host}:{port}")
+        }
+        None => addr.to_string(),
+    }
+}
+
+/// The same error again, for each of several operations that failed
+/// together.
+pub(crate) fn copy_error(err: &Error) -> Error {
+    match err {
+        Error::Config(text) => Error::Config(text.clone()),
+        Error::Unreachable { url, detail } => Error::Unreachable {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::Auth { url, detail } => Error::Auth {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::Tls { url, detail } => Error::Tls {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::NoPermission { command, detail } => Error::NoPermission {
+            command: command.clone(),
+            detail: detail.clone(),
+        },
+        Error::Unsafe { url, detail } => Error::Unsafe {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::ForeignData { key, detail } => Error::ForeignData {
+            key: key.clone(),
+            detail: detail.clone(),
+        },
+        Error::Timeout(limit) => Error::Timeout(*limit),
+        Error::Unavailable => Error::Unavailable,
+        Error::NotLeader(reason) => Error::NotLeader(reason.clone()),
+        Error::Redis { detail, .. } => Error::redis(detail.clone()),
+    }
+}
+
+fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 /// A Redis store and its subscriber: everything elections and partition
@@ -518,7 +834,7 @@ pub(crate) struct RedisShared {
 impl RedisShared {
     pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Arc<Self>> {
         let store = RedisStore::connect(target, call_timeout).await?;
-        let subscriber = Subscriber::start(store.target().clone());
+        let subscriber = Subscriber::start(store.topology().clone());
         Ok(Arc::new(RedisShared {
             store: Arc::new(store),
             subscriber,
@@ -585,10 +901,10 @@ impl Drop for Subscription {
 impl Subscriber {
     /// Start the subscriber task (it connects when the first channel is
     /// subscribed).
-    pub fn start(target: RedisTarget) -> Self {
+    pub fn start(topology: Arc<Topology>) -> Self {
         let (requests, receiver) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
-        tokio::spawn(subscriber_loop(target, receiver, stop.clone()));
+        tokio::spawn(subscriber_loop(topology, receiver, stop.clone()));
         Subscriber {
             requests,
             _stop: stop.drop_guard(),
@@ -624,17 +940,19 @@ impl Subscriber {
 type Channels = HashMap<String, (watch::Sender<Notices>, usize)>;
 
 async fn subscriber_loop(
-    target: RedisTarget,
+    topology: Arc<Topology>,
     mut requests: mpsc::UnboundedReceiver<SubscriberRequest>,
     stop: CancellationToken,
 ) {
+    let target = topology.target().clone();
+    let mut changes = topology.changes();
     let mut channels: Channels = HashMap::new();
     let mut backoff = Duration::from_millis(50);
     let mut warned = false;
     loop {
         let opened = tokio::select! {
             _ = stop.cancelled() => return,
-            opened = open_pubsub(&target) => opened,
+            opened = open_pubsub(&topology) => opened,
         };
         let failure = match opened {
             Ok(pubsub) => {
@@ -654,8 +972,11 @@ async fn subscriber_loop(
                     }
                     backoff = Duration::from_millis(50);
                     warned = false;
+                    changes.borrow_and_update();
                     loop {
                         tokio::select! {
+                            // Sentinel named another primary: follow it.
+                            _ = changes.changed() => return Ok(()),
                             message = stream.next() => match message {
                                 Some(message) => deliver(&channels, &message),
                                 None => return Ok::<(), Error>(()),
@@ -765,11 +1086,18 @@ fn deliver(channels: &Channels, message: &redis::Msg) {
     }
 }
 
-/// Open a pub/sub connection.
-async fn open_pubsub(target: &RedisTarget) -> Result<redis::aio::PubSub> {
-    let endpoint = target.endpoint()?;
+/// Open a pub/sub connection to the primary (on a cluster, to any node:
+/// `PUBLISH` reaches every node's subscribers).
+async fn open_pubsub(topology: &Topology) -> Result<redis::aio::PubSub> {
+    let node = topology.primary().await?;
     let limit = Duration::from_secs(5);
-    endpoint.pubsub(limit).await.map_err(|e| target.classify(e))
+    match node.endpoint.pubsub(limit).await {
+        Ok(pubsub) => Ok(pubsub),
+        Err(err) => {
+            topology.failed(&node);
+            Err(topology.target().classify(err))
+        }
+    }
 }
 
 /// The ttl of a `renewed:TOKEN:TTL` announcement.

@@ -1,0 +1,987 @@
+//! Where a Redis store's data lives: one server, the primary that Redis
+//! Sentinel names, or the shards of a Redis Cluster; and which node each
+//! command must go to.
+//!
+//! Everything above this module sees one store. [`Topology`] turns a slot
+//! (or none, outside a cluster) into the node that serves it, and hears
+//! back when a node failed, moved a slot or turned out to be a replica:
+//!
+//! - **Single server** (`redis://`, `rediss://`): always the same node.
+//! - **Sentinel** (`redis+sentinel://`, `rediss+sentinel://`): the primary
+//!   is asked of the sentinels, and used only after it says `role:master`
+//!   itself (a sentinel can be behind, and a demoted primary that comes
+//!   back still believes it is one until it is reconfigured). A failed
+//!   call, a `READONLY` reply or a `+switch-master` announcement makes the
+//!   next call ask the sentinels again. Nothing is cached across a
+//!   failover: a node is used for writes only while it is the primary the
+//!   sentinels name.
+//! - **Cluster** (`redis+cluster://`, `rediss+cluster://`): the slot map
+//!   comes from `CLUSTER SLOTS`; `MOVED` updates it, `ASK` sends one
+//!   command to the importing node. Every key of an election shares the
+//!   `{NAME}` hash tag, so each lease operation is one script on one node.
+//!
+//! Why tenure routes itself instead of using the redis crate's cluster and
+//! sentinel clients: those build their TLS from the process-wide rustls
+//! provider (see [`super::connection`]), retry commands on their own
+//! (a lease operation must be sent once, at a time the keeper knows), and
+//! hide which node answered, which the start-up hold-off and the
+//! per-node batching of partition sets need to know.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::Value;
+use tokio::sync::watch;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use super::connection::{Connection as NodeConnection, Endpoint};
+use super::redis::RedisTarget;
+use crate::{Error, Result};
+
+/// The number of hash slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16_384;
+
+/// The slot of a key: CRC16 (XMODEM) of its hash tag, or of the whole key
+/// when it has none, modulo [`SLOTS`].
+pub(crate) fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            let close = rest.iter().position(|b| *b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    crc16::State::<crc16::XMODEM>::calculate(tagged) % SLOTS
+}
+
+/// A short hash tag for every slot: `slot_of("{TAG}") == slot`. Keys that
+/// must share a slot with an election but not its name (the cluster's
+/// stand-in for the prefix's epoch) use it.
+pub(crate) fn tag_of_slot(slot: u16) -> &'static str {
+    static TAGS: OnceLock<Vec<String>> = OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags = vec![String::new(); usize::from(SLOTS)];
+        let mut missing = usize::from(SLOTS);
+        let mut n: u64 = 0;
+        while missing > 0 {
+            let tag = format!("s{n:x}");
+            let slot = usize::from(slot_of(&tag));
+            if tags[slot].is_empty() {
+                tags[slot] = tag;
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags
+    });
+    &tags[usize::from(slot % SLOTS)]
+}
+
+/// The shape of a store URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Layout {
+    Single,
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+        /// `user:password` (as written in the URL, percent-encoded) for the
+        /// sentinels, from the `sentinel_username`/`sentinel_password`
+        /// query parameters.
+        sentinel_userinfo: Option<String>,
+    },
+    Cluster {
+        seeds: Vec<String>,
+    },
+}
+
+/// A parsed store URL: its layout and what every node URL is made of.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreUrl {
+    pub layout: Layout,
+    tls: bool,
+    userinfo: Option<String>,
+    db: u32,
+}
+
+const SENTINEL_FORM: &str =
+    "redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[/DB] \
+     (rediss+sentinel:// for TLS)";
+const CLUSTER_FORM: &str =
+    "redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (rediss+cluster:// for TLS)";
+
+impl StoreUrl {
+    /// Parse a store URL. Single-server URLs are left to the redis crate's
+    /// parser (in [`Endpoint::new`]); Sentinel and Cluster URLs are parsed
+    /// here, into the node URLs they stand for.
+    pub fn parse(url: &str) -> Result<StoreUrl> {
+        let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+        let scheme = scheme.to_ascii_lowercase();
+        let (tls, sentinel) = match scheme.as_str() {
+            "redis+sentinel" => (false, true),
+            "rediss+sentinel" => (true, true),
+            "redis+cluster" => (false, false),
+            "rediss+cluster" => (true, false),
+            _ => {
+                return Ok(StoreUrl {
+                    layout: Layout::Single,
+                    tls: false,
+                    userinfo: None,
+                    db: 0,
+                })
+            }
+        };
+        let form = if sentinel {
+            SENTINEL_FORM
+        } else {
+            CLUSTER_FORM
+        };
+        let invalid = |detail: String| {
+            Error::Config(format!(
+                "invalid store URL {}: {detail} (expected {form})",
+                crate::redact_url(url)
+            ))
+        };
+        let (rest, query) = match rest.split_once('?') {
+            Some((rest, query)) => (rest, Some(query)),
+            None => (rest, None),
+        };
+        let (authority, path) = match rest.split_once('/') {
+            Some((authority, path)) => (authority, path),
+            None => (rest, ""),
+        };
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo.to_string()), hosts),
+            None => (None, authority),
+        };
+        let default_port = if sentinel { 26379 } else { 6379 };
+        let addrs = hosts
+            .split(',')
+            .map(|host| host_port(host, default_port).map_err(&invalid))
+            .collect::<Result<Vec<_>>>()?;
+        let mut sentinel_user = None;
+        let mut sentinel_password = None;
+        for param in query.into_iter().flat_map(|q| q.split('&')) {
+            if param.is_empty() {
+                continue;
+            }
+            let (key, value) = param.split_once('=').unwrap_or((param, ""));
+            match key {
+                "sentinel_username" if sentinel => sentinel_user = Some(value.to_string()),
+                "sentinel_password" if sentinel => sentinel_password = Some(value.to_string()),
+                _ => {
+                    let known = if sentinel {
+                        " (known: sentinel_username, sentinel_password)"
+                    } else {
+                        " (cluster URLs take none)"
+                    };
+                    return Err(invalid(format!("unknown query parameter {key:?}{known}")));
+                }
+            }
+        }
+        let (layout, db) = if sentinel {
+            let mut parts = path.split('/');
+            let service = parts.next().unwrap_or_default();
+            if service.is_empty() {
+                return Err(invalid("the service name (the path) is missing".into()));
+            }
+            let db = match parts.next() {
+                None | Some("") => 0,
+                Some(db) => db
+                    .parse::<u32>()
+                    .map_err(|_| invalid(format!("database {db:?} is not a number")))?,
+            };
+            if parts.next().is_some() {
+                return Err(invalid("too many path segments".into()));
+            }
+            let sentinel_userinfo = match (sentinel_user, sentinel_password) {
+                (None, None) => None,
+                (user, Some(password)) => Some(format!("{}:{password}", user.unwrap_or_default())),
+                (Some(user), None) => Some(user),
+            };
+            let layout = Layout::Sentinel {
+                sentinels: addrs,
+                service: service.to_string(),
+                sentinel_userinfo,
+            };
+            (layout, db)
+        } else {
+            if !matches!(path, "" | "0") {
+                return Err(invalid(format!(
+                    "a cluster has only database 0, not {path:?}"
+                )));
+            }
+            (Layout::Cluster { seeds: addrs }, 0)
+        };
+        Ok(StoreUrl {
+            layout,
+            tls,
+            userinfo,
+            db,
+        })
+    }
+
+    /// The URL of a data node at `addr` (`host:port`).
+    fn node_url(&self, addr: &str) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        match &self.userinfo {
+            Some(userinfo) => format!("{scheme}://{userinfo}@{addr}/{}", self.db),
+            None => format!("{scheme}://{addr}/{}", self.db),
+        }
+    }
+
+    /// The URL of a sentinel at `addr`.
+    fn sentinel_url(&self, addr: &str, userinfo: Option<&str>) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        match userinfo {
+            Some(userinfo) => format!("{scheme}://{userinfo}@{addr}"),
+            None => format!("{scheme}://{addr}"),
+        }
+    }
+}
+
+/// `host:port` from one entry of a host list, with the default port when
+/// it has none.
+fn host_port(host: &str, default_port: u16) -> std::result::Result<String, String> {
+    if host.is_empty() {
+        return Err("a host is missing".into());
+    }
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        let (name, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("{host:?} lacks its closing bracket"))?;
+        let port = match after.strip_prefix(':') {
+            Some(port) => Some(port),
+            None if after.is_empty() => None,
+            None => return Err(format!("{host:?} is not HOST:PORT")),
+        };
+        (format!("[{name}]"), port)
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) => (name.to_string(), Some(port)),
+            None => (host.to_string(), None),
+        }
+    };
+    if name.is_empty() || name == "[]" {
+        return Err(format!("{host:?} has no host name"));
+    }
+    let port = match port {
+        None => default_port,
+        Some(port) => port
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| format!("{port:?} is not a port number"))?,
+    };
+    Ok(format!("{name}:{port}"))
+}
+
+/// One data node: its address, how to reach it, and a connection to it.
+pub(crate) struct Node {
+    pub addr: String,
+    pub target: RedisTarget,
+    pub endpoint: Endpoint,
+    call_timeout: Duration,
+    conn: Mutex<NodeConnection>,
+}
+
+impl Node {
+    fn new(target: RedisTarget, addr: String, call_timeout: Duration) -> Result<Node> {
+        let endpoint = target.endpoint()?;
+        let conn = endpoint.connection(call_timeout)?;
+        Ok(Node {
+            addr,
+            target,
+            endpoint,
+            call_timeout,
+            conn: Mutex::new(conn),
+        })
+    }
+
+    /// The node's connection (clones share it).
+    pub fn conn(&self) -> NodeConnection {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Start over on a new connection. A call that timed out says nothing
+    /// about the connection (the client does not reconnect on timeouts), and
+    /// a silently dead connection would otherwise fail every later call.
+    pub fn reset(&self) {
+        match self.endpoint.connection(self.call_timeout) {
+            Ok(fresh) => *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = fresh,
+            Err(err) => tracing::warn!(error = %err, "cannot open a new Redis connection"),
+        }
+    }
+}
+
+/// What a topology knows at the moment.
+#[derive(Default)]
+struct State {
+    /// The single server, or the primary the sentinels named (`None`: ask
+    /// them again).
+    primary: Option<Arc<Node>>,
+    /// Cluster: the primary serving each slot (`None`: unknown or
+    /// unassigned).
+    slots: Vec<Option<Arc<Node>>>,
+    /// Cluster: every node met, by address.
+    nodes: HashMap<String, Arc<Node>>,
+    /// Cluster: the slot map is known to be out of date.
+    stale: bool,
+    /// Sentinel: the sentinel that answered last (asked first next time).
+    sentinel: usize,
+}
+
+/// The nodes of one store and the way to each (see the module docs).
+pub(crate) struct Topology {
+    target: RedisTarget,
+    url: StoreUrl,
+    call_timeout: Duration,
+    state: Mutex<State>,
+    /// One discovery (sentinels, `CLUSTER SLOTS`) at a time.
+    discovery: tokio::sync::Mutex<()>,
+    /// Bumped when the sentinels name another primary: the subscriber
+    /// moves its connection there.
+    changes: watch::Sender<u64>,
+    _stop: DropGuard,
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topology")
+            .field("url", &self.target.redacted())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Topology {
+    /// Parse the URL and find the nodes: the single server answers a PING,
+    /// the sentinels name a primary that says it is one, or a cluster node
+    /// answers `CLUSTER SLOTS`.
+    pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Arc<Topology>> {
+        let url = StoreUrl::parse(&target.url)?;
+        let stop = CancellationToken::new();
+        let topology = Arc::new(Topology {
+            url,
+            call_timeout,
+            state: Mutex::new(State::default()),
+            discovery: tokio::sync::Mutex::new(()),
+            changes: watch::channel(0).0,
+            _stop: stop.clone().drop_guard(),
+            target,
+        });
+        match &topology.url.layout {
+            Layout::Single => {
+                let addr = topology.target.redacted();
+                let node = Node::new(topology.target.clone(), addr, call_timeout)?;
+                redis::cmd("PING")
+                    .query_async::<()>(&mut node.conn())
+                    .await
+                    .map_err(|e| topology.target.classify_first(e))?;
+                topology.lock().primary = Some(Arc::new(node));
+            }
+            Layout::Sentinel { .. } => {
+                topology.discover_primary().await?;
+                tokio::spawn(watch_switches(Arc::downgrade(&topology), stop));
+            }
+            Layout::Cluster { .. } => {
+                topology.refresh_slots().await?;
+            }
+        }
+        Ok(topology)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn target(&self) -> &RedisTarget {
+        &self.target
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.url.layout, Layout::Cluster { .. })
+    }
+
+    /// Counts the primaries the sentinels named; the subscriber follows it.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The node that serves `slot` (cluster), or the primary.
+    pub async fn node_for(&self, slot: u16) -> Result<Arc<Node>> {
+        match &self.url.layout {
+            Layout::Single | Layout::Sentinel { .. } => self.primary().await,
+            Layout::Cluster { .. } => {
+                {
+                    let state = self.lock();
+                    if !state.stale {
+                        if let Some(Some(node)) = state.slots.get(usize::from(slot)) {
+                            return Ok(node.clone());
+                        }
+                    }
+                }
+                self.refresh_slots().await?;
+                let state = self.lock();
+                match state.slots.get(usize::from(slot)) {
+                    Some(Some(node)) => Ok(node.clone()),
+                    _ => Err(Error::Unreachable {
+                        url: self.target.redacted(),
+                        detail: format!(
+                            "no cluster node serves slot {slot} (the cluster is down or \
+                             being reconfigured)"
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// The single server, the primary the sentinels name, or any primary
+    /// of a cluster.
+    pub async fn primary(&self) -> Result<Arc<Node>> {
+        if let Some(node) = self.lock().primary.clone() {
+            return Ok(node);
+        }
+        match &self.url.layout {
+            Layout::Sentinel { .. } => self.discover_primary().await,
+            Layout::Cluster { .. } => self.any_cluster_node().await,
+            Layout::Single => Err(Error::redis("internal: the single node is missing")),
+        }
+    }
+
+    /// Any primary of the cluster (keyless commands, pub/sub).
+    async fn any_cluster_node(&self) -> Result<Arc<Node>> {
+        let first = || self.lock().slots.iter().flatten().next().cloned();
+        if let Some(node) = first() {
+            return Ok(node);
+        }
+        self.refresh_slots().await?;
+        first().ok_or_else(|| Error::Unreachable {
+            url: self.target.redacted(),
+            detail: "no cluster node serves any slot".into(),
+        })
+    }
+
+    /// Every primary: the single server, the sentinels' primary, or each
+    /// cluster node that serves a slot.
+    pub async fn primaries(&self) -> Result<Vec<Arc<Node>>> {
+        if !self.is_cluster() {
+            return Ok(vec![self.primary().await?]);
+        }
+        if self.lock().stale || self.lock().slots.is_empty() {
+            self.refresh_slots().await?;
+        }
+        let state = self.lock();
+        let mut seen = std::collections::HashSet::new();
+        Ok(state
+            .slots
+            .iter()
+            .flatten()
+            .filter(|node| seen.insert(node.addr.clone()))
+            .cloned()
+            .collect())
+    }
+
+    /// The node at `addr` (a `MOVED` or `ASK` target), met before or new.
+    pub fn node_at(&self, addr: &str) -> Result<Arc<Node>> {
+        let mut state = self.lock();
+        if let Some(node) = state.nodes.get(addr) {
+            return Ok(node.clone());
+        }
+        let target = RedisTarget {
+            url: self.url.node_url(addr),
+            tls_ca: self.target.tls_ca.clone(),
+        };
+        let node = Arc::new(Node::new(target, addr.to_string(), self.call_timeout)?);
+        state.nodes.insert(addr.to_string(), node.clone());
+        Ok(node)
+    }
+
+    /// A `MOVED` reply: `slot` is served by `addr` now. The rest of the map
+    /// is read again before the next command that needs it (a slot rarely
+    /// moves alone).
+    pub fn moved(&self, slot: u16, addr: &str) -> Result<Arc<Node>> {
+        let node = self.node_at(addr)?;
+        let mut state = self.lock();
+        if let Some(entry) = state.slots.get_mut(usize::from(slot)) {
+            *entry = Some(node.clone());
+        }
+        state.stale = true;
+        Ok(node)
+    }
+
+    /// A call to `node` failed (no answer, a dropped connection) or was
+    /// refused because it is not the primary (`READONLY`): ask which node
+    /// serves before the next call.
+    pub fn failed(&self, node: &Node) {
+        match &self.url.layout {
+            Layout::Single => node.reset(),
+            Layout::Sentinel { .. } => self.forget_primary(&node.addr),
+            Layout::Cluster { .. } => {
+                node.reset();
+                self.lock().stale = true;
+            }
+        }
+    }
+
+    /// Every connection anew (after a timeout).
+    pub fn reset(&self) {
+        let nodes: Vec<Arc<Node>> = {
+            let state = self.lock();
+            state
+                .primary
+                .iter()
+                .chain(state.nodes.values())
+                .cloned()
+                .collect()
+        };
+        match &self.url.layout {
+            Layout::Single => nodes.iter().for_each(|node| node.reset()),
+            Layout::Sentinel { .. } => {
+                if let Some(node) = nodes.first() {
+                    self.forget_primary(&node.addr);
+                }
+            }
+            Layout::Cluster { .. } => {
+                nodes.iter().for_each(|node| node.reset());
+                self.lock().stale = true;
+            }
+        }
+    }
+
+    /// Sentinel: stop using the primary at `addr` (if it is still the one
+    /// in use).
+    fn forget_primary(&self, addr: &str) {
+        let mut state = self.lock();
+        if state.primary.as_ref().is_some_and(|node| node.addr == addr) {
+            state.primary = None;
+            tracing::info!(primary = %addr, "asking the sentinels for the primary again");
+        }
+    }
+
+    /// Ask the sentinels, one after another, for the primary, and use it
+    /// once it says it is one.
+    async fn discover_primary(&self) -> Result<Arc<Node>> {
+        let Layout::Sentinel {
+            sentinels,
+            service,
+            sentinel_userinfo,
+        } = &self.url.layout
+        else {
+            return Err(Error::redis("internal: not a Sentinel store"));
+        };
+        let _one = self.discovery.lock().await;
+        if let Some(node) = self.lock().primary.clone() {
+            return Ok(node);
+        }
+        let start = self.lock().sentinel;
+        let mut problems = Vec::new();
+        let mut final_error = None;
+        for i in 0..sentinels.len() {
+            let index = (start + i) % sentinels.len();
+            let sentinel = &sentinels[index];
+            match self
+                .ask_sentinel(sentinel, service, sentinel_userinfo.as_deref())
+                .await
+            {
+                Ok(node) => {
+                    let changed = {
+                        let mut state = self.lock();
+                        state.sentinel = index;
+                        state.primary = Some(node.clone());
+                        state.nodes.insert(node.addr.clone(), node.clone());
+                        true
+                    };
+                    if changed {
+                        self.changes.send_modify(|n| *n += 1);
+                    }
+                    tracing::debug!(primary = %node.addr, %sentinel, "primary found through Sentinel");
+                    return Ok(node);
+                }
+                Err(err) => {
+                    problems.push(format!("{sentinel}: {err}"));
+                    if !err.is_transient() && final_error.is_none() {
+                        final_error = Some(err);
+                    }
+                }
+            }
+        }
+        if let Some(err) = final_error {
+            return Err(err);
+        }
+        Err(Error::Unreachable {
+            url: self.target.redacted(),
+            detail: format!(
+                "no sentinel named a primary for {service:?} that says it is one ({})",
+                problems.join("; ")
+            ),
+        })
+    }
+
+    /// One sentinel's answer: the primary of `service`, checked with ROLE.
+    async fn ask_sentinel(
+        &self,
+        sentinel: &str,
+        service: &str,
+        userinfo: Option<&str>,
+    ) -> Result<Arc<Node>> {
+        let sentinel_target = RedisTarget {
+            url: self.url.sentinel_url(sentinel, userinfo),
+            tls_ca: self.target.tls_ca.clone(),
+        };
+        let mut conn = sentinel_target.endpoint()?.connection(self.call_timeout)?;
+        let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(service)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| sentinel_target.classify_first(e))?;
+        let Some((host, port)) = reply else {
+            return Err(Error::Config(format!(
+                "sentinel {sentinel} does not monitor a service named {service:?}"
+            )));
+        };
+        let addr = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        let node = match self.lock().nodes.get(&addr) {
+            Some(node) => node.clone(),
+            None => {
+                let target = RedisTarget {
+                    url: self.url.node_url(&addr),
+                    tls_ca: self.target.tls_ca.clone(),
+                };
+                Arc::new(Node::new(target, addr.clone(), self.call_timeout)?)
+            }
+        };
+        let role: Value = redis::cmd("ROLE")
+            .query_async(&mut node.conn())
+            .await
+            .map_err(|e| node.target.classify_first(e))?;
+        let role = match &role {
+            Value::Array(items) => match items.first() {
+                Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+                Some(Value::SimpleString(text)) => text.clone(),
+                _ => String::new(),
+            },
+            _ => String::new(),
+        };
+        if role != "master" {
+            // Reset: the next discovery opens a fresh connection to it.
+            node.reset();
+            return Err(Error::Unreachable {
+                url: self.target.redacted(),
+                detail: format!(
+                    "the primary it named, {addr}, says it is a {}",
+                    if role.is_empty() {
+                        "non-primary"
+                    } else {
+                        &role
+                    }
+                ),
+            });
+        }
+        Ok(node)
+    }
+
+    /// Read the slot map with `CLUSTER SLOTS` from the first node that
+    /// answers: the nodes of the current map, then the URL's seeds.
+    async fn refresh_slots(&self) -> Result<()> {
+        let Layout::Cluster { seeds } = &self.url.layout else {
+            return Ok(());
+        };
+        let _one = self.discovery.lock().await;
+        {
+            let state = self.lock();
+            if !state.stale && !state.slots.is_empty() {
+                return Ok(());
+            }
+        }
+        let mut candidates: Vec<String> = {
+            let state = self.lock();
+            let mut seen = std::collections::HashSet::new();
+            state
+                .slots
+                .iter()
+                .flatten()
+                .map(|node| node.addr.clone())
+                .filter(|addr| seen.insert(addr.clone()))
+                .collect()
+        };
+        for seed in seeds {
+            if !candidates.contains(seed) {
+                candidates.push(seed.clone());
+            }
+        }
+        let mut problems = Vec::new();
+        let mut final_error = None;
+        for addr in &candidates {
+            let node = self.node_at(addr)?;
+            let reply = redis::cmd("CLUSTER")
+                .arg("SLOTS")
+                .query_async::<Value>(&mut node.conn())
+                .await;
+            let ranges = match reply {
+                Ok(value) => match parse_slots(value, addr) {
+                    Ok(ranges) => ranges,
+                    Err(why) => {
+                        problems.push(format!("{addr}: {why}"));
+                        continue;
+                    }
+                },
+                Err(err) => {
+                    let disabled = err
+                        .detail()
+                        .is_some_and(|d| d.contains("cluster support disabled"));
+                    if disabled {
+                        return Err(Error::Config(format!(
+                            "{addr} (of {}) is not in cluster mode; use redis:// for a single \
+                             server or redis+sentinel:// for Sentinel",
+                            self.target.redacted()
+                        )));
+                    }
+                    let err = node.target.classify_first(err);
+                    node.reset();
+                    problems.push(format!("{addr}: {err}"));
+                    if !err.is_transient() && final_error.is_none() {
+                        final_error = Some(err);
+                    }
+                    continue;
+                }
+            };
+            let mut slots = vec![None; usize::from(SLOTS)];
+            for (start, end, owner) in ranges {
+                let owner = self.node_at(&owner)?;
+                for slot in start..=end.min(SLOTS - 1) {
+                    slots[usize::from(slot)] = Some(owner.clone());
+                }
+            }
+            let mut state = self.lock();
+            state.slots = slots;
+            state.stale = false;
+            return Ok(());
+        }
+        if let Some(err) = final_error {
+            return Err(err);
+        }
+        Err(Error::Unreachable {
+            url: self.target.redacted(),
+            detail: format!(
+                "no cluster node answered CLUSTER SLOTS ({})",
+                problems.join("; ")
+            ),
+        })
+    }
+}
+
+/// Parse `CLUSTER SLOTS`: (first slot, last slot, primary `host:port`).
+/// A primary announced without an address is the node asked (`asked`).
+fn parse_slots(value: Value, asked: &str) -> std::result::Result<Vec<(u16, u16, String)>, String> {
+    let Value::Array(ranges) = value else {
+        return Err(format!("CLUSTER SLOTS replied {value:?}"));
+    };
+    let asked_host = asked.rsplit_once(':').map_or(asked, |(host, _)| host);
+    let int = |v: &Value| match v {
+        Value::Int(n) => u16::try_from(*n).ok(),
+        _ => None,
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for range in ranges {
+        let Value::Array(items) = range else {
+            return Err("a slot range is not an array".into());
+        };
+        let (Some(start), Some(end)) = (items.first().and_then(int), items.get(1).and_then(int))
+        else {
+            return Err("a slot range without its bounds".into());
+        };
+        let Some(Value::Array(primary)) = items.get(2) else {
+            return Err("a slot range without its primary".into());
+        };
+        let host = primary.first().and_then(text).unwrap_or_default();
+        let Some(port) = primary.get(1).and_then(int) else {
+            return Err("a primary without a port".into());
+        };
+        let host = if host.is_empty() || host == "?" {
+            asked_host.to_string()
+        } else if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        out.push((start, end, format!("{host}:{port}")));
+    }
+    Ok(out)
+}
+
+/// Sentinel: listen for `+switch-master` on the sentinels (one at a time)
+/// and stop using the old primary as soon as one is announced, instead of
+/// at the next failed call.
+async fn watch_switches(topology: Weak<Topology>, stop: CancellationToken) {
+    let mut index = 0usize;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let Some(strong) = topology.upgrade() else {
+            return;
+        };
+        let Layout::Sentinel {
+            sentinels,
+            service,
+            sentinel_userinfo,
+        } = &strong.url.layout
+        else {
+            return;
+        };
+        let sentinel = sentinels[index % sentinels.len()].clone();
+        let service = service.clone();
+        let target = RedisTarget {
+            url: strong
+                .url
+                .sentinel_url(&sentinel, sentinel_userinfo.as_deref()),
+            tls_ca: strong.target.tls_ca.clone(),
+        };
+        drop(strong);
+        let session = async {
+            let mut pubsub = target
+                .endpoint()?
+                .pubsub(Duration::from_secs(5))
+                .await
+                .map_err(|e| target.classify(e))?;
+            pubsub
+                .subscribe("+switch-master")
+                .await
+                .map_err(|e| target.classify(e))?;
+            let mut messages = pubsub.on_message();
+            while let Some(message) = messages.next().await {
+                // "SERVICE OLD-IP OLD-PORT NEW-IP NEW-PORT"
+                let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
+                let mut words = payload.split(' ');
+                if words.next() != Some(service.as_str()) {
+                    continue;
+                }
+                let old = match (words.next(), words.next()) {
+                    (Some(host), Some(port)) => format!("{host}:{port}"),
+                    _ => continue,
+                };
+                let Some(topology) = topology.upgrade() else {
+                    return Ok(());
+                };
+                tracing::info!(%payload, "Sentinel announced a new primary");
+                topology.forget_primary(&old);
+            }
+            Ok::<(), Error>(())
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            ended = session => {
+                if let Err(err) = ended {
+                    tracing::debug!(%sentinel, error = %err, "+switch-master subscription failed");
+                } else {
+                    backoff = Duration::from_millis(100);
+                }
+            }
+        }
+        index += 1;
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        assert_eq!(slot_of("123456789"), 12739);
+        assert_eq!(slot_of("foo"), 12182);
+        assert_eq!(
+            slot_of("{user1000}.following"),
+            slot_of("{user1000}.followers")
+        );
+        assert_eq!(slot_of("foo{}{bar}"), slot_of("foo{}{bar}"));
+        assert_ne!(slot_of("foo{}{bar}"), slot_of("bar"));
+        assert_eq!(slot_of("foo{{bar}}zap"), slot_of("{bar"));
+        assert_eq!(slot_of("tenure:{reports}:lease"), slot_of("reports"));
+    }
+
+    #[test]
+    fn every_slot_has_a_tag() {
+        for slot in [0, 1, 777, 12739, SLOTS - 1] {
+            assert_eq!(slot_of(&format!("x:{{{}}}:y", tag_of_slot(slot))), slot);
+        }
+    }
+
+    #[test]
+    fn sentinel_urls_parse() {
+        let url = StoreUrl::parse(
+            "redis+sentinel://app:pw@s1:26379,s2,[::1]:26380/mymaster/2?sentinel_password=spw",
+        )
+        .unwrap();
+        assert_eq!(
+            url.layout,
+            Layout::Sentinel {
+                sentinels: vec!["s1:26379".into(), "s2:26379".into(), "[::1]:26380".into()],
+                service: "mymaster".into(),
+                sentinel_userinfo: Some(":spw".into()),
+            }
+        );
+        assert_eq!(
+            url.node_url("10.0.0.1:6379"),
+            "redis://app:pw@10.0.0.1:6379/2"
+        );
+        assert_eq!(
+            url.sentinel_url("s1:26379", Some(":spw")),
+            "redis://:spw@s1:26379"
+        );
+        let tls = StoreUrl::parse("rediss+sentinel://s1/svc").unwrap();
+        assert_eq!(tls.node_url("h:1"), "rediss://h:1/0");
+    }
+
+    #[test]
+    fn cluster_urls_parse() {
+        let url = StoreUrl::parse("redis+cluster://u:p@a:7000,b").unwrap();
+        assert_eq!(
+            url.layout,
+            Layout::Cluster {
+                seeds: vec!["a:7000".into(), "b:6379".into()]
+            }
+        );
+        assert_eq!(url.node_url("c:7001"), "redis://u:p@c:7001/0");
+        assert_eq!(StoreUrl::parse("redis://h").unwrap().layout, Layout::Single);
+    }
+
+    #[test]
+    fn bad_urls_name_the_problem_without_the_password() {
+        for (url, needle) in [
+            ("redis+sentinel://u:secret@s1", "service name"),
+            ("redis+sentinel://s1:0/svc", "port"),
+            ("redis+sentinel://s1/svc/x", "not a number"),
+            (
+                "redis+sentinel://s1/svc?sentinel_pass=1",
+                "unknown query parameter",
+            ),
+            ("redis+cluster://u:secret@a,/", "host is missing"),
+            ("redis+cluster://a/3", "only database 0"),
+            ("redis+cluster://a?x=1", "take none"),
+        ] {
+            let err = StoreUrl::parse(url).unwrap_err().to_string();
+            assert!(err.contains(needle), "{url}: {err}");
+            assert!(!err.contains("secret"), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+}
