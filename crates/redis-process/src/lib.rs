@@ -11,17 +11,22 @@
 //! println!("redis at {}", server.url());
 //! # Ok::<(), redis_process::Error>(())
 //! ```
+
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod resp;
+
 /// How long a freshly started server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`RedisServer::command`] waits for a reply.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What can go wrong while starting or talking to a private server.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +58,7 @@ pub enum Error {
     },
 }
 
-fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let context = context.into();
     move |source| Error::Io { context, source }
 }
@@ -192,19 +197,8 @@ impl RedisServer {
     /// array's items one per line. Used for fault injection such as
     /// `CLIENT PAUSE`; not available with TLS.
     pub fn command(&self, args: &[&str]) -> Result<String, Error> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))
-            .map_err(io_err(format!("connecting to 127.0.0.1:{}", self.port)))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(io_err("setting a read timeout"))?;
-        let mut reader =
-            BufReader::new(stream.try_clone().map_err(io_err("cloning a TCP stream"))?);
-        if let Some(password) = &self.builder.password {
-            send(&mut stream, &["AUTH", password])?;
-            read_reply(&mut reader)?;
-        }
-        send(&mut stream, args)?;
-        read_reply(&mut reader)
+        let password = self.builder.password.as_deref();
+        resp::render(resp::call(self.port, password, args, COMMAND_TIMEOUT)?)
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
@@ -312,49 +306,4 @@ pub fn free_port() -> Result<u16, Error> {
         .map_err(io_err("finding a free port"))?
         .port();
     Ok(port)
-}
-
-fn send(stream: &mut TcpStream, args: &[&str]) -> Result<(), Error> {
-    let mut frame = format!("*{}\r\n", args.len());
-    for arg in args {
-        frame.push_str(&format!("${}\r\n{}\r\n", arg.len(), arg));
-    }
-    stream
-        .write_all(frame.as_bytes())
-        .map_err(io_err("writing a command"))
-}
-
-/// Reads one RESP2 reply and renders it as text (array items one per line).
-fn read_reply(reader: &mut BufReader<TcpStream>) -> Result<String, Error> {
-    let mut line = String::new();
-    reader
-        .read_line(&mut line)
-        .map_err(io_err("reading a reply"))?;
-    let line = line.trim_end_matches(['\r', '\n']);
-    let (kind, rest) = line.split_at(line.len().min(1));
-    match kind {
-        "+" | ":" => Ok(rest.to_string()),
-        "-" => Err(Error::Reply(rest.to_string())),
-        "$" => {
-            let len: i64 = rest.parse().unwrap_or(-1);
-            if len < 0 {
-                return Ok(String::new());
-            }
-            let mut body = vec![0u8; len as usize + 2];
-            reader
-                .read_exact(&mut body)
-                .map_err(io_err("reading a reply"))?;
-            body.truncate(len as usize);
-            Ok(String::from_utf8_lossy(&body).into_owned())
-        }
-        "*" => {
-            let count: i64 = rest.parse().unwrap_or(0);
-            let mut items = Vec::new();
-            for _ in 0..count.max(0) {
-                items.push(read_reply(reader)?);
-            }
-            Ok(items.join("\n"))
-        }
-        _ => Err(Error::Reply(format!("unexpected reply line {line:?}"))),
-    }
 }
