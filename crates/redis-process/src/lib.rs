@@ -20,7 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod node;
 mod resp;
+mod sentinel;
+
+pub use node::Node;
+pub use sentinel::{SentinelBuilder, SentinelGroup};
 
 /// How long a freshly started server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,6 +53,21 @@ pub enum Error {
     /// A command sent with [`RedisServer::command`] got an error reply.
     #[error("redis replied with an error: {0}")]
     Reply(String),
+    /// A Sentinel group did not reach the state being waited for
+    /// before the deadline.
+    #[error("timed out after {waited:?} waiting until {what}; last seen: {last}")]
+    Timeout {
+        /// The condition that was awaited.
+        what: String,
+        /// How long it was awaited.
+        waited: Duration,
+        /// Why the last check failed.
+        last: String,
+    },
+    /// A Sentinel group is not in the state an operation needs
+    /// (no agreed primary, a port that is not one of its nodes, ...).
+    #[error("{0}")]
+    Topology(String),
     /// Operating-system error (spawning, sockets, files).
     #[error("{context}: {source}")]
     Io {
@@ -306,4 +326,20 @@ pub fn free_port() -> Result<u16, Error> {
         .map_err(io_err("finding a free port"))?
         .port();
     Ok(port)
+}
+
+/// `count` distinct ports of 127.0.0.1 that were free a moment ago: every
+/// listener is held until all are chosen, so none is handed out twice.
+pub(crate) fn free_ports(count: usize) -> Result<Vec<u16>, Error> {
+    let listeners = (0..count)
+        .map(|_| TcpListener::bind(("127.0.0.1", 0)).map_err(io_err("finding a free port")))
+        .collect::<Result<Vec<_>, _>>()?;
+    listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(io_err("finding a free port"))
+        })
+        .collect()
 }

@@ -26,6 +26,34 @@ pub(crate) enum Value {
     Error(String),
 }
 
+impl Value {
+    /// The text of a simple or bulk string (empty for null).
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            Value::Simple(s) | Value::Bulk(Some(s)) => Some(s),
+            Value::Bulk(None) => Some(""),
+            _ => None,
+        }
+    }
+
+    /// The items of an array (empty for anything else).
+    pub(crate) fn items(&self) -> &[Value] {
+        match self {
+            Value::Array(items) => items,
+            _ => &[],
+        }
+    }
+
+    /// The value of `name` in a flat `[field, value, field, value, ...]`
+    /// array, which is how Sentinel describes an instance.
+    pub(crate) fn field(&self, name: &str) -> Option<&str> {
+        self.items()
+            .chunks(2)
+            .find(|pair| pair.len() == 2 && pair[0].text() == Some(name))
+            .and_then(|pair| pair[1].text())
+    }
+}
+
 /// Render a reply as text, array items one per line (nested arrays
 /// flattened); an error reply, even inside an array, becomes
 /// [`Error::Reply`].
