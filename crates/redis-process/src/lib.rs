@@ -20,10 +20,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod cluster;
 mod node;
 mod resp;
 mod sentinel;
 
+pub use cluster::{slot_of, ClusterBuilder, RedisCluster, SLOTS};
 pub use node::Node;
 pub use sentinel::{SentinelBuilder, SentinelGroup};
 
@@ -53,7 +55,7 @@ pub enum Error {
     /// A command sent with [`RedisServer::command`] got an error reply.
     #[error("redis replied with an error: {0}")]
     Reply(String),
-    /// A Sentinel group did not reach the state being waited for
+    /// A Sentinel group or cluster did not reach the state being waited for
     /// before the deadline.
     #[error("timed out after {waited:?} waiting until {what}; last seen: {last}")]
     Timeout {
@@ -64,7 +66,7 @@ pub enum Error {
         /// Why the last check failed.
         last: String,
     },
-    /// A Sentinel group is not in the state an operation needs
+    /// A Sentinel group or cluster is not in the state an operation needs
     /// (no agreed primary, a port that is not one of its nodes, ...).
     #[error("{0}")]
     Topology(String),

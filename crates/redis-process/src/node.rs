@@ -1,4 +1,4 @@
-//! One process of a [`crate::SentinelGroup`].
+//! One process of a [`crate::SentinelGroup`] or [`crate::RedisCluster`].
 //!
 //! Unlike [`crate::RedisServer`], whose settings are all on the command
 //! line, a node is started from a configuration file in its own directory,
@@ -43,6 +43,8 @@ pub(crate) enum Kind {
     Data,
     /// A `redis-server --sentinel`.
     Sentinel,
+    /// A `cluster-enabled` node.
+    Cluster,
 }
 
 impl Kind {
@@ -50,13 +52,14 @@ impl Kind {
         match self {
             Kind::Data => "data",
             Kind::Sentinel => "sentinel",
+            Kind::Cluster => "cluster",
         }
     }
 
     fn config_name(self) -> &'static str {
         match self {
             Kind::Sentinel => "sentinel.conf",
-            Kind::Data => "redis.conf",
+            Kind::Data | Kind::Cluster => "redis.conf",
         }
     }
 }
@@ -84,8 +87,8 @@ struct State {
 /// [`Node::kill`] stops it with SIGKILL by PID, [`Node::resume`] starts it
 /// again on the same port from the same (possibly rewritten) configuration
 /// file, [`Node::pause`] and [`Node::unpause`] send SIGSTOP and SIGCONT.
-/// The process is killed and its directory removed when the group that
-/// owns it is dropped.
+/// The process is killed and its directory removed when the group or
+/// cluster that owns it is dropped.
 #[derive(Debug)]
 pub struct Node {
     kind: Kind,
