@@ -11,7 +11,14 @@
 //! println!("redis at {}", server.url());
 //! # Ok::<(), redis_process::Error>(())
 //! ```
-
+//!
+//! Beyond a single server, [`SentinelGroup`] starts a primary, a replica and
+//! three sentinels, and [`RedisCluster`] a cluster of primaries and replicas
+//! (cluster bus ports chosen free too). Their nodes ([`Node`]) can be killed,
+//! resumed on the same port, paused and continued, and each topology offers
+//! failovers (and the cluster slot migrations) together with waits on the
+//! exact state that follows, so tests of failover handling poll a condition
+//! instead of sleeping.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
