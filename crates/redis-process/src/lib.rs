@@ -11,17 +11,36 @@
 //! println!("redis at {}", server.url());
 //! # Ok::<(), redis_process::Error>(())
 //! ```
+//!
+//! Beyond a single server, [`SentinelGroup`] starts a primary, a replica and
+//! three sentinels, and [`RedisCluster`] a cluster of primaries and replicas
+//! (cluster bus ports chosen free too). Their nodes ([`Node`]) can be killed,
+//! resumed on the same port, paused and continued, and each topology offers
+//! failovers (and the cluster slot migrations) together with waits on the
+//! exact state that follows, so tests of failover handling poll a condition
+//! instead of sleeping.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod cluster;
+mod node;
+mod resp;
+mod sentinel;
+
+pub use cluster::{slot_of, ClusterBuilder, RedisCluster, SLOTS};
+pub use node::Node;
+pub use sentinel::{SentinelBuilder, SentinelGroup};
+
 /// How long a freshly started server may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`RedisServer::command`] waits for a reply.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What can go wrong while starting or talking to a private server.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +62,21 @@ pub enum Error {
     /// A command sent with [`RedisServer::command`] got an error reply.
     #[error("redis replied with an error: {0}")]
     Reply(String),
+    /// A Sentinel group or cluster did not reach the state being waited for
+    /// before the deadline.
+    #[error("timed out after {waited:?} waiting until {what}; last seen: {last}")]
+    Timeout {
+        /// The condition that was awaited.
+        what: String,
+        /// How long it was awaited.
+        waited: Duration,
+        /// Why the last check failed.
+        last: String,
+    },
+    /// A Sentinel group or cluster is not in the state an operation needs
+    /// (no agreed primary, a port that is not one of its nodes, ...).
+    #[error("{0}")]
+    Topology(String),
     /// Operating-system error (spawning, sockets, files).
     #[error("{context}: {source}")]
     Io {
@@ -53,7 +87,7 @@ pub enum Error {
     },
 }
 
-fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let context = context.into();
     move |source| Error::Io { context, source }
 }
@@ -192,19 +226,8 @@ impl RedisServer {
     /// array's items one per line. Used for fault injection such as
     /// `CLIENT PAUSE`; not available with TLS.
     pub fn command(&self, args: &[&str]) -> Result<String, Error> {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port))
-            .map_err(io_err(format!("connecting to 127.0.0.1:{}", self.port)))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .map_err(io_err("setting a read timeout"))?;
-        let mut reader =
-            BufReader::new(stream.try_clone().map_err(io_err("cloning a TCP stream"))?);
-        if let Some(password) = &self.builder.password {
-            send(&mut stream, &["AUTH", password])?;
-            read_reply(&mut reader)?;
-        }
-        send(&mut stream, args)?;
-        read_reply(&mut reader)
+        let password = self.builder.password.as_deref();
+        resp::render(resp::call(self.port, password, args, COMMAND_TIMEOUT)?)
     }
 
     fn spawn(&mut self) -> Result<(), Error> {
@@ -314,47 +337,18 @@ pub fn free_port() -> Result<u16, Error> {
     Ok(port)
 }
 
-fn send(stream: &mut TcpStream, args: &[&str]) -> Result<(), Error> {
-    let mut frame = format!("*{}\r\n", args.len());
-    for arg in args {
-        frame.push_str(&format!("${}\r\n{}\r\n", arg.len(), arg));
-    }
-    stream
-        .write_all(frame.as_bytes())
-        .map_err(io_err("writing a command"))
-}
-
-/// Reads one RESP2 reply and renders it as text (array items one per line).
-fn read_reply(reader: &mut BufReader<TcpStream>) -> Result<String, Error> {
-    let mut line = String::new();
-    reader
-        .read_line(&mut line)
-        .map_err(io_err("reading a reply"))?;
-    let line = line.trim_end_matches(['\r', '\n']);
-    let (kind, rest) = line.split_at(line.len().min(1));
-    match kind {
-        "+" | ":" => Ok(rest.to_string()),
-        "-" => Err(Error::Reply(rest.to_string())),
-        "$" => {
-            let len: i64 = rest.parse().unwrap_or(-1);
-            if len < 0 {
-                return Ok(String::new());
-            }
-            let mut body = vec![0u8; len as usize + 2];
-            reader
-                .read_exact(&mut body)
-                .map_err(io_err("reading a reply"))?;
-            body.truncate(len as usize);
-            Ok(String::from_utf8_lossy(&body).into_owned())
-        }
-        "*" => {
-            let count: i64 = rest.parse().unwrap_or(0);
-            let mut items = Vec::new();
-            for _ in 0..count.max(0) {
-                items.push(read_reply(reader)?);
-            }
-            Ok(items.join("\n"))
-        }
-        _ => Err(Error::Reply(format!("unexpected reply line {line:?}"))),
-    }
+/// `count` distinct ports of 127.0.0.1 that were free a moment ago: every
+/// listener is held until all are chosen, so none is handed out twice.
+pub(crate) fn free_ports(count: usize) -> Result<Vec<u16>, Error> {
+    let listeners = (0..count)
+        .map(|_| TcpListener::bind(("127.0.0.1", 0)).map_err(io_err("finding a free port")))
+        .collect::<Result<Vec<_>, _>>()?;
+    listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(io_err("finding a free port"))
+        })
+        .collect()
 }
