@@ -253,6 +253,7 @@ struct Observed {
     generation: AtomicU64,
     members: Mutex<Vec<String>>,
     round_trips: AtomicU64,
+    cycles: AtomicU64,
 }
 
 /// A read-only view of a running [`PartitionSet`], for tests, status pages
@@ -320,9 +321,17 @@ impl PartitionObserver {
             .clone()
     }
 
-    /// Redis round trips (pipelines and single calls) made so far.
+    /// Round trips to the store made so far: pipelines and single calls,
+    /// one per node a batch goes to (on a Redis Cluster, one per primary
+    /// that holds some of the batch's keys).
     pub fn round_trips(&self) -> u64 {
         self.observed.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Renewal cycles (heartbeat and renewals, one per renew interval)
+    /// begun so far.
+    pub fn cycles(&self) -> u64 {
+        self.observed.cycles.load(Ordering::Relaxed)
     }
 }
 
@@ -530,8 +539,8 @@ impl PartitionSet {
     /// a dropped connection) yields `None`, and a timeout also replaces the
     /// connection.
     async fn send(&self, ops: &[Op<'_>], limit: Duration) -> Option<Vec<Result<Reply>>> {
-        self.observed.round_trips.fetch_add(1, Ordering::Relaxed);
-        match timeout(limit, self.store.batch(ops)).await {
+        let counted = self.store.batch_counted(ops, &self.observed.round_trips);
+        match timeout(limit, counted).await {
             Ok(Ok(replies)) => Some(replies),
             Ok(Err(err)) => {
                 tracing::warn!(group = %self.group, error = %err, "partition set round trip failed");
@@ -572,6 +581,7 @@ impl PartitionSet {
     /// again if the renewals failed. Acquisitions are not made here (see
     /// [`PartitionSet::next_acquisition`]).
     async fn cycle(&self, running: &mut Running) -> Result<Option<Instant>> {
+        self.observed.cycles.fetch_add(1, Ordering::Relaxed);
         running.look_for_work = true;
         let timing = &self.timing;
         let sent = Instant::now();

@@ -118,6 +118,31 @@ impl Endpoint {
     }
 }
 
+impl Endpoint {
+    /// A RESP3 connection whose push messages (sharded pub/sub) go to
+    /// `sender`, opened within `limit`. The URL must ask for RESP3
+    /// (`?protocol=resp3`).
+    pub async fn push_connection(
+        &self,
+        limit: Duration,
+        sender: impl redis::aio::AsyncPushSender,
+    ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(limit))
+            .set_response_timeout(Some(limit))
+            .set_push_sender(sender);
+        match self {
+            Endpoint::Plain(client) => {
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+            }
+            #[cfg(feature = "tls")]
+            Endpoint::Tls(endpoint) => endpoint.multiplexed(limit, config).await,
+        }
+    }
+}
+
 /// The URL with its TLS scheme replaced by the plain one, for the redis
 /// crate's parser; `None` for a URL without TLS.
 fn tls_scheme(url: &str) -> Option<String> {
@@ -287,6 +312,21 @@ mod tls {
                     ),
                 ))),
             }
+        }
+
+        /// A multiplexed connection with `config`, its driver spawned.
+        pub async fn multiplexed(
+            &self,
+            limit: Duration,
+            config: AsyncConnectionConfig,
+        ) -> RedisResult<MultiplexedConnection> {
+            let stream = self.stream(limit).await?;
+            let setup = MultiplexedConnection::new_with_config(&self.redis, stream, config);
+            let (conn, driver) = tokio::time::timeout(limit, setup)
+                .await
+                .map_err(|_| timed_out("setting up the connection".into(), limit))??;
+            tokio::spawn(driver);
+            Ok(conn)
         }
 
         pub async fn pubsub(&self, limit: Duration) -> RedisResult<PubSub> {

@@ -13,8 +13,10 @@
 pub(crate) mod connection;
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod sharded;
 pub(crate) mod topology;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::watch;
@@ -204,9 +206,23 @@ impl Store {
     /// a whole (no reply: the operations may or may not have run); the inner
     /// ones are each operation's own.
     pub async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
+        self.batch_counted(ops, &AtomicU64::new(0)).await
+    }
+
+    /// [`Store::batch`], adding to `round_trips` the pipelines it sends
+    /// (one per node it goes to, a retry after a redirection or a
+    /// script reload included).
+    pub async fn batch_counted(
+        &self,
+        ops: &[Op<'_>],
+        round_trips: &AtomicU64,
+    ) -> Result<Vec<Result<Reply>>> {
         match self {
-            Store::Redis(store) => store.batch(ops).await,
-            Store::Memory(store) => store.batch(ops).await,
+            Store::Redis(store) => store.batch(ops, round_trips).await,
+            Store::Memory(store) => {
+                round_trips.fetch_add(1, Ordering::Relaxed);
+                store.batch(ops).await
+            }
         }
     }
 

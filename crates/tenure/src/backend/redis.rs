@@ -9,6 +9,7 @@
 //! release, so waiting candidates re-check the lease instead of sleeping
 //! through a handover.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -227,8 +228,9 @@ pub(crate) async fn check_store(
     target: &RedisTarget,
     keys: &Keys,
     checks: StoreChecks,
+    sharded: bool,
 ) -> Result<()> {
-    let (maxmemory, policy): (u64, String) = Script::new(CHECK)
+    let (maxmemory, policy): (u64, String) = Script::new(&for_topology(CHECK, sharded))
         .key(&keys.probe)
         .arg(&keys.events)
         .arg(if checks.partitions { "1" } else { "0" })
@@ -260,6 +262,17 @@ pub(crate) async fn check_store(
         tracing::warn!(url = %target.redacted(), %policy, "eviction allowed: an evicted lease lets a second leader in while the first still believes it leads");
     }
     Ok(())
+}
+
+/// A script as the store runs it: on a cluster (`sharded`), announcements
+/// use sharded pub/sub (`SPUBLISH`), so they stay on the election's shard
+/// (see [`super::sharded`]).
+pub(crate) fn for_topology(code: &str, sharded: bool) -> String {
+    if sharded {
+        code.replace("call('PUBLISH',", "call('SPUBLISH',")
+    } else {
+        code.to_string()
+    }
 }
 
 /// How many times one batch follows `MOVED`/`ASK` redirections, reloads
@@ -336,15 +349,17 @@ impl RedisStore {
     /// Find the store's nodes ([`Topology::connect`]).
     pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Self> {
         let topology = Topology::connect(target, call_timeout).await?;
+        let sharded = topology.is_cluster();
+        let script = |code: &str| Script::new(&for_topology(code, sharded));
         Ok(RedisStore {
             topology,
             scripts: Scripts {
-                acquire: Script::new(ACQUIRE),
-                renew: Script::new(RENEW),
-                renew_many: Script::new(RENEW_MANY),
-                resign: Script::new(RESIGN),
-                inspect: Script::new(INSPECT),
-                members: Script::new(MEMBERS),
+                acquire: script(ACQUIRE),
+                renew: script(RENEW),
+                renew_many: script(RENEW_MANY),
+                resign: script(RESIGN),
+                inspect: script(INSPECT),
+                members: script(MEMBERS),
             },
         })
     }
@@ -360,7 +375,8 @@ impl RedisStore {
     /// [`check_store`] on the node that serves the election `keys` belong to.
     pub async fn check(&self, keys: &Keys, checks: StoreChecks) -> Result<()> {
         let node = self.topology.node_for(slot_of(&keys.probe)).await?;
-        let result = check_store(&mut node.conn(), self.target(), keys, checks).await;
+        let sharded = self.topology.is_cluster();
+        let result = check_store(&mut node.conn(), self.target(), keys, checks, sharded).await;
         if let Err(Error::Unreachable { .. } | Error::Timeout(_)) = &result {
             self.topology.failed(&node);
         }
@@ -523,7 +539,11 @@ impl RedisStore {
     ///
     /// The outer error means that no operation got any reply; otherwise
     /// each operation has its own result.
-    pub async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
+    pub async fn batch(
+        &self,
+        ops: &[Op<'_>],
+        round_trips: &AtomicU64,
+    ) -> Result<Vec<Result<Reply>>> {
         let cluster = self.topology.is_cluster();
         let mut parts = Vec::with_capacity(ops.len());
         let mut calls = Vec::with_capacity(ops.len());
@@ -554,7 +574,7 @@ impl RedisStore {
                 }
             }
         }
-        let outcomes = self.run(&calls).await?;
+        let outcomes = self.run(&calls, round_trips).await?;
         let mut replies: Vec<Option<Result<Reply>>> = (0..ops.len()).map(|_| None).collect();
         let mut many: HashMap<usize, Vec<Option<Result<RenewReply>>>> = HashMap::new();
         for (part, outcome) in parts.into_iter().zip(outcomes) {
@@ -602,7 +622,7 @@ impl RedisStore {
 
     /// Send `calls` to their nodes, following redirections (see
     /// [`RedisStore::batch`]).
-    async fn run(&self, calls: &[Call]) -> Result<Vec<Outcome>> {
+    async fn run(&self, calls: &[Call], round_trips: &AtomicU64) -> Result<Vec<Outcome>> {
         let mut outcomes: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
         let mut redirects: Vec<Option<Redirect>> = vec![None; calls.len()];
         let mut answered = false;
@@ -648,6 +668,7 @@ impl RedisStore {
                     .collect();
                 self.pipeline(node, commands)
             });
+            round_trips.fetch_add(groups.len() as u64, Ordering::Relaxed);
             let results = futures_util::future::join_all(sent).await;
             let mut reload: Vec<Arc<Node>> = Vec::new();
             let mut wait = false;
@@ -874,7 +895,7 @@ pub(crate) struct Subscriber {
     _stop: DropGuard,
 }
 
-enum SubscriberRequest {
+pub(crate) enum SubscriberRequest {
     Subscribe {
         channel: String,
         reply: oneshot::Sender<Result<watch::Receiver<Notices>>>,
@@ -904,7 +925,15 @@ impl Subscriber {
     pub fn start(topology: Arc<Topology>) -> Self {
         let (requests, receiver) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
-        tokio::spawn(subscriber_loop(topology, receiver, stop.clone()));
+        if topology.is_cluster() {
+            tokio::spawn(super::sharded::sharded_loop(
+                topology,
+                receiver,
+                stop.clone(),
+            ));
+        } else {
+            tokio::spawn(subscriber_loop(topology, receiver, stop.clone()));
+        }
         Subscriber {
             requests,
             _stop: stop.drop_guard(),
@@ -937,7 +966,7 @@ impl Subscriber {
 
 /// The channels subscribed, each with its notices and how many
 /// subscriptions share it.
-type Channels = HashMap<String, (watch::Sender<Notices>, usize)>;
+pub(crate) type Channels = HashMap<String, (watch::Sender<Notices>, usize)>;
 
 async fn subscriber_loop(
     topology: Arc<Topology>,
@@ -1059,7 +1088,7 @@ async fn subscriber_loop(
     }
 }
 
-fn unsubscribe(channels: &mut Channels, channel: &str) {
+pub(crate) fn unsubscribe(channels: &mut Channels, channel: &str) {
     if let Some((_, count)) = channels.get_mut(channel) {
         *count -= 1;
         if *count == 0 {
@@ -1070,10 +1099,18 @@ fn unsubscribe(channels: &mut Channels, channel: &str) {
 
 /// Hand one message to its channel's notices.
 fn deliver(channels: &Channels, message: &redis::Msg) {
-    let Some((notices, _)) = channels.get(message.get_channel_name()) else {
+    deliver_payload(
+        channels,
+        message.get_channel_name(),
+        message.get_payload_bytes(),
+    );
+}
+
+/// Hand one message (`payload` on `channel`) to its channel's notices.
+pub(crate) fn deliver_payload(channels: &Channels, channel: &str, payload: &[u8]) {
+    let Some((notices, _)) = channels.get(channel) else {
         return;
     };
-    let payload = message.get_payload_bytes();
     if payload.starts_with(b"released:") {
         notices.send_modify(|n| n.released += 1);
     } else if payload.starts_with(b"acquired:") {

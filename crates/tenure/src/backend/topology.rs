@@ -528,6 +528,14 @@ impl Topology {
         }
     }
 
+    /// Cluster: read the slot map again before the next command (a shard
+    /// channel moved, a subscription's node went away).
+    pub fn slots_changed(&self) {
+        if self.is_cluster() {
+            self.lock().stale = true;
+        }
+    }
+
     /// Every connection anew (after a timeout).
     pub fn reset(&self) {
         let nodes: Vec<Arc<Node>> = {

@@ -127,3 +127,110 @@ impl Drop for CrashableInstance {
         }
     }
 }
+
+/// One term as a contender saw it: when it began (the send time of its
+/// acquisition, `first deadline + margin - ttl`), and its deadline (when it
+/// ended, or the one it has now).
+#[derive(Debug, Clone)]
+pub struct TermRecord {
+    pub id: String,
+    pub token: u64,
+    pub began: tokio::time::Instant,
+    pub ended: tokio::time::Instant,
+    pub reason: Option<tenure::LostReason>,
+}
+
+/// Terms of many contenders, checked for overlap.
+#[derive(Debug, Clone, Default)]
+pub struct TermLog {
+    terms: std::sync::Arc<std::sync::Mutex<Vec<(tokio::time::Instant, Leadership)>>>,
+}
+
+impl TermLog {
+    /// Campaign with `election` again and again until the task is aborted,
+    /// recording each term. `ttl` and `margin` must be the election's.
+    pub fn contend(
+        &self,
+        election: Election,
+        ttl: Duration,
+        margin: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let terms = self.terms.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok(term) = election.campaign().await else {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                // Read at once, before the first renewal moves it.
+                let began = term.deadline() + margin - ttl;
+                terms
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((began, term.clone()));
+                term.lost().await;
+            }
+        })
+    }
+
+    /// Every term so far, in the order they began.
+    pub fn terms(&self) -> Vec<TermRecord> {
+        let terms = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        Self::records(&terms)
+    }
+
+    /// Every term so far, in the order they began; the log lets go of the
+    /// terms' handles (with the contenders stopped, the terms end).
+    pub fn finish(&self) -> Vec<TermRecord> {
+        let terms = std::mem::take(&mut *self.terms.lock().unwrap_or_else(|p| p.into_inner()));
+        Self::records(&terms)
+    }
+
+    fn records(terms: &[(tokio::time::Instant, Leadership)]) -> Vec<TermRecord> {
+        let mut records: Vec<TermRecord> = terms
+            .iter()
+            .map(|(began, term)| TermRecord {
+                id: term.id().to_string(),
+                token: term.token(),
+                began: *began,
+                ended: term.deadline(),
+                reason: term.lost_reason(),
+            })
+            .collect();
+        records.sort_by_key(|t| t.began);
+        records
+    }
+
+    /// Panic unless no two of `terms` overlap (each began after the one
+    /// before it had ended by its deadline) and tokens rise with every term.
+    pub fn assert_safe(terms: &[TermRecord]) {
+        for pair in terms.windows(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert!(
+                b.began >= a.ended,
+                "two leaders: {} (token {}) led until {:?}, {} (token {}) from {:?}",
+                a.id,
+                a.token,
+                a.ended,
+                b.id,
+                b.token,
+                b.began
+            );
+            assert!(b.token > a.token, "tokens fell: {a:?} then {b:?}");
+        }
+    }
+}
+
+/// How many times `INFO` ran on a node (from scripts too): tenure's
+/// acquisition script calls it, its renewal script does not.
+pub fn info_calls(node: &redis_process::Node) -> u64 {
+    let stats = node
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_info:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,334 @@
+//! Elections and partition sets on a real Redis Cluster (3 primaries, 3
+//! replicas): routing by slot, batching per node, resharding and shard
+//! failover under a held term.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_process::{slot_of, RedisCluster};
+use tenure::{Election, PartitionSet, Store};
+use tokio::time::timeout;
+
+use support::{campaign, init_logs, TermLog, HANG};
+
+const TTL: Duration = Duration::from_secs(1);
+const MARGIN: Duration = Duration::from_millis(100);
+
+fn cluster() -> RedisCluster {
+    init_logs();
+    RedisCluster::start().unwrap_or_else(|err| panic!("cannot start a Redis Cluster: {err}"))
+}
+
+async fn store(url: &str) -> Store {
+    Store::redis(url)
+        .connect()
+        .await
+        .unwrap_or_else(|err| panic!("connecting to {url}: {err}"))
+}
+
+async fn election(store: &Store, name: &str, id: &str) -> Election {
+    Election::builder(name)
+        .store(store)
+        .ttl(TTL)
+        .margin(MARGIN)
+        .id(id)
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("building {name} for {id}: {err}"))
+}
+
+async fn until_led(observer: &Election) -> u64 {
+    timeout(HANG, async {
+        loop {
+            if let Ok(Some(leader)) = observer.leader().await {
+                return leader.token;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a leader within the bound")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elections_spread_over_every_shard_work() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let store = store(&url).await;
+    let names: Vec<String> = (0..64).map(|i| format!("job-{i}")).collect();
+    // All at once: each slot new to its node holds off for one ttl.
+    let mut campaigns = Vec::new();
+    for name in &names {
+        let e = election(&store, name, "worker").await;
+        campaigns.push(tokio::spawn(async move {
+            let term = campaign(&e).await;
+            (e, term)
+        }));
+    }
+    let mut terms = Vec::new();
+    for campaign in campaigns {
+        terms.push(campaign.await.expect("campaign task"));
+    }
+    let mut shards = std::collections::HashSet::new();
+    for (e, _) in &terms {
+        let name = e.name();
+        // The lease is on the primary that serves the election's slot.
+        let port = cluster
+            .primary_of_slot(slot_of(format!("{{{name}}}")))
+            .expect("a primary");
+        shards.insert(port);
+        let owner = cluster
+            .command(
+                port,
+                &["HGET", &format!("tenure:{{{name}}}:lease"), "owner"],
+            )
+            .expect("HGET");
+        assert_eq!(owner, "worker", "{name}");
+    }
+    assert_eq!(shards.len(), 3, "64 names land on every shard");
+    let mut admin = tenure::admin::connect(&url, None, Duration::from_secs(2))
+        .await
+        .expect("admin connection");
+    let mut listed = tenure::admin::list_elections(&mut admin, "tenure")
+        .await
+        .expect("scans every primary");
+    listed.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(listed, expected);
+    for (e, term) in &terms {
+        let leader = tenure::admin::leader_of(&mut admin, "tenure", e.name())
+            .await
+            .expect("inspect")
+            .expect("led");
+        assert_eq!(leader.token, term.token());
+        term.resign().await.expect("resigns");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_set_renews_with_one_round_trip_per_primary() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let partitions: Vec<String> = (0..256).map(|i| format!("orders-{i}")).collect();
+    let set = PartitionSet::builder("orders", partitions)
+        .redis(&url)
+        .ttl(TTL)
+        .id("member")
+        .build()
+        .await
+        .expect("builds");
+    let observer = set.observer();
+    let checked = {
+        let observer = observer.clone();
+        async move {
+            timeout(HANG, async {
+                while observer.owned_count() < 256 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("all 256 partitions owned");
+            let (c0, r0) = (observer.cycles(), observer.round_trips());
+            timeout(HANG, async {
+                while observer.cycles() < c0 + 5 {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("five more cycles");
+            let (c1, r1) = (observer.cycles(), observer.round_trips());
+            // Heartbeat and 256 renewals: one pipeline to each of the 3
+            // primaries per cycle (one cycle may be half counted at each end).
+            let per_cycle_bound = 3 * (c1 - c0 + 1);
+            assert!(
+                r1 - r0 <= per_cycle_bound,
+                "{} round trips in {} cycles",
+                r1 - r0,
+                c1 - c0
+            );
+            assert_eq!(observer.owned_count(), 256, "nothing lost meanwhile");
+        }
+    };
+    set.run(
+        |_partition, term| async move {
+            term.lost().await;
+        },
+        checked,
+    )
+    .await
+    .expect("runs");
+}
+
+/// Contenders that campaign again and again, a store each.
+async fn contenders(url: &str, name: &str, log: &TermLog) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for id in ["a", "b", "c"] {
+        let store = store(url).await;
+        tasks.push(log.contend(election(&store, name, id).await, TTL, MARGIN));
+    }
+    tasks
+}
+
+/// A leader again, no overlap, and a new term's token above every earlier one.
+async fn afterwards(
+    url: &str,
+    name: &str,
+    log: &TermLog,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> tenure::Leadership {
+    let observer = election(&store(url).await, name, "observer").await;
+    until_led(&observer).await;
+    for task in tasks {
+        task.abort();
+        let _ = task.await;
+    }
+    let terms = log.finish();
+    TermLog::assert_safe(&terms);
+    assert!(!terms.is_empty(), "somebody led");
+    let highest = terms.iter().map(|t| t.token).max().unwrap_or(0);
+    let term = campaign(&observer).await;
+    assert!(term.token() > highest, "{} after {highest}", term.token());
+    term
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resharding_the_slot_of_a_held_election_is_safe() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let log = TermLog::default();
+    let tasks = contenders(&url, "moving", &log).await;
+    let observer = election(&store(&url).await, "moving", "observer").await;
+    let token = until_led(&observer).await;
+    let slot = slot_of("{moving}");
+    let from = cluster.primary_of_slot(slot).expect("owner");
+    let to = cluster
+        .primary_ports()
+        .expect("primaries")
+        .into_iter()
+        .find(|port| *port != from)
+        .expect("another primary");
+    cluster.begin_migration(slot, to).expect("migrating");
+    // Mid-migration the term is renewed on the old owner (its key is there)
+    // and the store answers (ASK for keys already moved).
+    let mid = until_led(&observer).await;
+    assert!(mid >= token);
+    cluster.migrate_keys(slot).expect("keys moved");
+    until_led(&observer).await;
+    cluster.finish_migration(slot).expect("slot moved");
+    assert_eq!(cluster.primary_of_slot(slot).expect("owner"), to);
+    let _term = afterwards(&url, "moving", &log, tasks).await;
+    let owner_port = cluster.primary_of_slot(slot).expect("owner");
+    let owner = cluster
+        .command(owner_port, &["HGET", "tenure:{moving}:lease", "owner"])
+        .expect("HGET");
+    assert_eq!(owner, "observer", "the new term lives on the new owner");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_of_the_elections_shard_is_safe() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let log = TermLog::default();
+    let tasks = contenders(&url, "shard", &log).await;
+    let observer = election(&store(&url).await, "shard", "observer").await;
+    until_led(&observer).await;
+    let primary = cluster.primary_of_slot(slot_of("{shard}")).expect("owner");
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.failover(primary).expect("CLUSTER FAILOVER");
+        cluster
+    })
+    .await
+    .expect("joins");
+    afterwards(&url, "shard", &log, tasks).await;
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_elections_shard_primary_is_safe() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let log = TermLog::default();
+    let tasks = contenders(&url, "crash", &log).await;
+    let observer = election(&store(&url).await, "crash", "observer").await;
+    until_led(&observer).await;
+    let primary = cluster.primary_of_slot(slot_of("{crash}")).expect("owner");
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill(primary).expect("kill -9");
+        cluster
+            .wait_for_failover(primary)
+            .expect("the replica takes over");
+        cluster
+    })
+    .await
+    .expect("joins");
+    afterwards(&url, "crash", &log, tasks).await;
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_url_for_a_single_server_is_a_clear_error() {
+    let server = support::redis();
+    let url = format!("redis+cluster://127.0.0.1:{}", server.port());
+    let err = Store::redis(&url)
+        .connect()
+        .await
+        .expect_err("not a cluster");
+    let text = err.to_string();
+    assert!(text.contains("not in cluster mode"), "{text}");
+    assert!(!err.is_transient());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resign_wakes_the_follower_through_sharded_pub_sub() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let ttl = Duration::from_secs(4);
+    let build = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            Election::builder("handover")
+                .store(&store(&url).await)
+                .ttl(ttl)
+                .id(id)
+                .build()
+                .await
+                .expect("builds")
+        }
+    };
+    let (a, b) = (build("a").await, build("b").await);
+    let term = campaign(&a).await;
+    // Only an acquisition calls INFO (renewals do not): once the count
+    // moves, b has found the lease held and waits.
+    let node = cluster
+        .node(
+            cluster
+                .primary_of_slot(slot_of("{handover}"))
+                .expect("owner"),
+        )
+        .expect("node");
+    let before = support::info_calls(node);
+    let follower = tokio::spawn(async move { campaign(&b).await });
+    timeout(HANG, async {
+        while support::info_calls(node) == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("b tries");
+    assert!(!follower.is_finished(), "b cannot win while a leads");
+    let resigned = tokio::time::Instant::now();
+    term.resign().await.expect("resigns");
+    let next = timeout(HANG, follower)
+        .await
+        .expect("b wins")
+        .expect("joins");
+    // Without the announcement b would look again only when the lease
+    // would have expired: a whole ttl after a's last renewal.
+    assert!(
+        tokio::time::Instant::now() < resigned + ttl / 2,
+        "the follower was not woken by the release announcement"
+    );
+    assert!(next.token() > 0);
+}

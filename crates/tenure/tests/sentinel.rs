@@ -1,0 +1,280 @@
+//! Elections on a Sentinel-managed Redis: real sentinels, a real primary
+//! and replica, real failovers.
+//!
+//! The promise under test is the same as on one server: never two
+//! instances within their deadlines, tokens that rise with every term,
+//! and a leader again once the failover is over and one ttl of start-up
+//! hold-off has passed on the promoted replica.
+
+mod support;
+
+use std::time::Duration;
+
+use redis_process::SentinelGroup;
+use tenure::{Election, Store};
+use tokio::time::timeout;
+
+use support::{campaign, init_logs, TermLog, HANG};
+
+const TTL: Duration = Duration::from_secs(1);
+const MARGIN: Duration = Duration::from_millis(100);
+
+fn group() -> SentinelGroup {
+    init_logs();
+    SentinelGroup::start().unwrap_or_else(|err| panic!("cannot start a Sentinel group: {err}"))
+}
+
+async fn election(store: &Store, name: &str, id: &str) -> Election {
+    Election::builder(name)
+        .store(store)
+        .ttl(TTL)
+        .margin(MARGIN)
+        .id(id)
+        .build()
+        .await
+        .unwrap_or_else(|err| panic!("building {name} for {id}: {err}"))
+}
+
+async fn store(url: &str) -> Store {
+    Store::redis(url)
+        .connect()
+        .await
+        .unwrap_or_else(|err| panic!("connecting to {url}: {err}"))
+}
+
+/// Wait until somebody leads `name` (as the store says).
+async fn until_led(observer: &Election) -> u64 {
+    timeout(HANG, async {
+        loop {
+            if let Ok(Some(leader)) = observer.leader().await {
+                return leader.token;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("a leader within the bound")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_winner_among_many_and_a_graceful_handover() {
+    let group = group();
+    let url = group.url();
+    let store = store(&url).await;
+    let (sender, mut winners) = tokio::sync::mpsc::unbounded_channel();
+    let mut elections = Vec::new();
+    for i in 0..4 {
+        let e = election(&store, "jobs", &format!("c{i}")).await;
+        elections.push(e.clone());
+        let sender = sender.clone();
+        tokio::spawn(async move {
+            let term = campaign(&e).await;
+            let _ = sender.send(term);
+        });
+    }
+    let first = timeout(HANG, winners.recv())
+        .await
+        .expect("a winner")
+        .expect("open");
+    let bystander = election(&store, "jobs", "bystander").await;
+    assert!(bystander.try_campaign().await.expect("asks").is_none());
+    let leader = bystander.leader().await.expect("asks").expect("a leader");
+    assert_eq!(
+        (leader.id.as_str(), leader.token),
+        (first.id(), first.token())
+    );
+    first.resign().await.expect("resigns");
+    let second = timeout(HANG, winners.recv())
+        .await
+        .expect("a second winner")
+        .expect("open");
+    assert_ne!(second.id(), first.id());
+    assert!(second.token() > first.token());
+    assert!(!first.is_leader());
+}
+
+/// Contenders on `url` that campaign again and again, recording terms.
+async fn contenders(url: &str, name: &str, log: &TermLog) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    for id in ["a", "b", "c"] {
+        // A store each: one instance's failover handling must not help another's.
+        let store = store(url).await;
+        tasks.push(log.contend(election(&store, name, id).await, TTL, MARGIN));
+    }
+    tasks
+}
+
+/// After a failover: a leader again, no overlap, and a new term's token
+/// above every earlier one.
+async fn after_failover(
+    url: &str,
+    name: &str,
+    log: &TermLog,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
+    let observer = election(&store(url).await, name, "observer").await;
+    until_led(&observer).await;
+    for task in tasks {
+        task.abort();
+        let _ = task.await;
+    }
+    let terms = log.finish();
+    TermLog::assert_safe(&terms);
+    assert!(!terms.is_empty(), "somebody led");
+    let highest = terms.iter().map(|t| t.token).max().unwrap_or(0);
+    let term = campaign(&observer).await;
+    assert!(term.token() > highest, "{} after {highest}", term.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_while_leading_is_safe() {
+    let group = group();
+    let url = group.url();
+    let log = TermLog::default();
+    let tasks = contenders(&url, "failover", &log).await;
+    let observer = election(&store(&url).await, "failover", "observer").await;
+    until_led(&observer).await;
+    let old = group.primary_port().expect("a primary");
+    let new = tokio::task::spawn_blocking(move || group.failover().map(|port| (port, group)))
+        .await
+        .expect("joins")
+        .expect("SENTINEL FAILOVER");
+    assert_ne!(new.0, old);
+    after_failover(&url, "failover", &log, tasks).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_primary_while_leading_is_safe() {
+    let group = group();
+    let url = group.url();
+    let log = TermLog::default();
+    let tasks = contenders(&url, "crash", &log).await;
+    let observer = election(&store(&url).await, "crash", "observer").await;
+    until_led(&observer).await;
+    let group = tokio::task::spawn_blocking(move || {
+        let old = group.kill_primary().expect("kill -9 of the primary");
+        let new = group
+            .wait_for_new_primary(old, HANG)
+            .expect("a replica is promoted");
+        assert_ne!(new, old);
+        group
+    })
+    .await
+    .expect("joins");
+    after_failover(&url, "crash", &log, tasks).await;
+    drop(group);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_primary_that_comes_back_is_never_used_for_acquiring() {
+    let group = group();
+    let url = group.url();
+    let store_before = store(&url).await;
+    let first = election(&store_before, "stale", "first").await;
+    let term = campaign(&first).await;
+    let before = term.token();
+    let (group, old, new) = tokio::task::spawn_blocking(move || {
+        // The old primary keeps its data (the lease of `first`) on disk.
+        let old = group
+            .kill_primary_keep_snapshot()
+            .expect("kill with a snapshot");
+        let new = group.wait_for_new_primary(old, HANG).expect("a promotion");
+        group
+            .node(old)
+            .expect("the old node")
+            .resume()
+            .expect("restarts");
+        (group, old, new)
+    })
+    .await
+    .expect("joins");
+    // Back, it believes it is a primary until the sentinels reconfigure it.
+    drop(term);
+    let later = election(&store(&url).await, "stale", "later").await;
+    let next = campaign(&later).await;
+    let owner = group
+        .node(new)
+        .expect("the new primary")
+        .command(&["HGET", "tenure:{stale}:lease", "owner"])
+        .expect("HGET");
+    assert_eq!(
+        owner, "later",
+        "the lease is on the primary the sentinels name"
+    );
+    assert!(next.token() > before, "{} after {before}", next.token());
+    // And the instance that led before the crash does not get in beside it.
+    assert!(first.try_campaign().await.expect("asks").is_none());
+    drop((group, old));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_errors_for_a_wrong_service_and_unreachable_sentinels() {
+    let group = group();
+    let sentinel = group.sentinel_ports()[0];
+    let wrong = format!("redis+sentinel://127.0.0.1:{sentinel}/no-such-service");
+    let err = Store::redis(&wrong)
+        .connect()
+        .await
+        .expect_err("unknown service");
+    let text = err.to_string();
+    assert!(text.contains("no-such-service"), "{text}");
+    assert!(
+        !err.is_transient(),
+        "a person must fix the service name: {text}"
+    );
+    let free = redis_process::free_port().expect("a port");
+    let nobody = format!("redis+sentinel://127.0.0.1:{free}/tenure-test");
+    let err = timeout(HANG, Store::redis(&nobody).connect())
+        .await
+        .expect("no hang")
+        .expect_err("unreachable");
+    assert!(err.is_transient(), "{err}");
+    assert!(!err.to_string().contains('\n'));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resign_wakes_the_follower_through_the_primary() {
+    let group = group();
+    let url = group.url();
+    let ttl = Duration::from_secs(4);
+    let build = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            Election::builder("handover")
+                .store(&store(&url).await)
+                .ttl(ttl)
+                .id(id)
+                .build()
+                .await
+                .expect("builds")
+        }
+    };
+    let (a, b) = (build("a").await, build("b").await);
+    let term = campaign(&a).await;
+    // Only an acquisition calls INFO (renewals do not): once the count
+    // moves, b has found the lease held and waits.
+    let node = group.primary().expect("primary");
+    let before = support::info_calls(node);
+    let follower = tokio::spawn(async move { campaign(&b).await });
+    timeout(HANG, async {
+        while support::info_calls(node) == before {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("b tries");
+    assert!(!follower.is_finished(), "b cannot win while a leads");
+    let resigned = tokio::time::Instant::now();
+    term.resign().await.expect("resigns");
+    let next = timeout(HANG, follower)
+        .await
+        .expect("b wins")
+        .expect("joins");
+    // Without the announcement b would look again only when the lease
+    // would have expired: a whole ttl after a's last renewal.
+    assert!(
+        tokio::time::Instant::now() < resigned + ttl / 2,
+        "the follower was not woken by the release announcement"
+    );
+    assert!(next.token() > 0);
+}
