@@ -26,8 +26,9 @@ use crate::{LeaderInfo, Result};
 /// Each command goes to the node that serves its first key (for
 /// `EVAL`/`EVALSHA`, `KEYS[1]`; a pipeline goes where its first keyed
 /// command goes); a command without keys goes to the primary (on a
-/// cluster, to any primary). On a cluster a `MOVED` reply is followed
-/// once. `SCAN` sees one node only: [`list_elections`] scans every
+/// cluster, to any primary), except `SCRIPT LOAD`, which goes to every
+/// primary (a script runs where its keys are). On a cluster a `MOVED` or
+/// `ASK` reply is followed once. `SCAN` sees one node only: [`list_elections`] scans every
 /// primary.
 ///
 /// ```no_run
@@ -78,6 +79,17 @@ const KEYLESS: &[&str] = &[
     "WAIT",
 ];
 
+/// Whether `cmd` is `SCRIPT LOAD`.
+fn is_script_load(cmd: &Cmd) -> bool {
+    let mut args = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(bytes),
+        _ => None,
+    });
+    args.next()
+        .is_some_and(|a| a.eq_ignore_ascii_case(b"SCRIPT"))
+        && args.next().is_some_and(|a| a.eq_ignore_ascii_case(b"LOAD"))
+}
+
 /// The slot of a command's first key, if it has one.
 fn command_slot(cmd: &Cmd) -> Option<u16> {
     let args: Vec<&[u8]> = cmd
@@ -123,6 +135,9 @@ impl Connection {
     }
 
     async fn command(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        if is_script_load(cmd) {
+            return self.on_every_primary(cmd).await;
+        }
         let node = self.node(command_slot(cmd)).await?;
         let result = node.conn().req_packed_command(cmd).await;
         let err = match result {
@@ -149,6 +164,25 @@ impl Connection {
                 .ok_or_else(|| RedisError::from((ErrorKind::Io, "no reply after ASKING")));
         }
         target.conn().req_packed_command(cmd).await
+    }
+
+    /// A script must be loaded on the node that will run it, which on a
+    /// cluster is the one its keys live on: load it on every primary.
+    async fn on_every_primary(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        let primaries = self
+            .topology
+            .primaries()
+            .await
+            .map_err(|e| RedisError::from((ErrorKind::Io, "no node", e.to_string())))?;
+        let mut last = Err(RedisError::from((ErrorKind::Io, "no primary")));
+        for node in primaries {
+            last = node.conn().req_packed_command(cmd).await;
+            if let Err(err) = &last {
+                self.after_error(&node, err);
+                return last;
+            }
+        }
+        last
     }
 
     async fn commands(

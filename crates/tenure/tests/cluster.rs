@@ -97,6 +97,22 @@ async fn elections_spread_over_every_shard_work() {
     let mut expected = names.clone();
     expected.sort();
     assert_eq!(listed, expected);
+    // Fenced writes through the same connection land on each key's shard
+    // (the script is loaded on every primary first).
+    for (e, term) in terms.iter().take(8) {
+        let marker =
+            tenure::FencedKey::new(tenure::admin::last_run_key("tenure", e.name()).expect("key"));
+        let written = marker
+            .set(&mut admin, term.token(), "done")
+            .await
+            .expect("fenced write");
+        assert!(written.is_accepted());
+        let stale = marker
+            .set(&mut admin, term.token() - 1, "late")
+            .await
+            .expect("fenced write");
+        assert!(!stale.is_accepted());
+    }
     for (e, term) in &terms {
         let leader = tenure::admin::leader_of(&mut admin, "tenure", e.name())
             .await
@@ -331,4 +347,33 @@ async fn a_resign_wakes_the_follower_through_sharded_pub_sub() {
         "the follower was not woken by the release announcement"
     );
     assert!(next.token() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_promoted_replica_of_a_shard_holds_off_before_its_first_lease() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let e = election(&store(&url).await, "holdoff", "a").await;
+    campaign(&e).await.resign().await.expect("resigns");
+    let primary = cluster
+        .primary_of_slot(slot_of("{holdoff}"))
+        .expect("owner");
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.failover(primary).expect("CLUSTER FAILOVER");
+        cluster
+    })
+    .await
+    .expect("joins");
+    let fresh = election(&store(&url).await, "holdoff", "b").await;
+    assert!(
+        fresh.leader().await.expect("asks").is_none(),
+        "nobody leads"
+    );
+    assert!(
+        fresh.try_campaign().await.expect("asks").is_none(),
+        "granted at once on a promoted replica"
+    );
+    let term = campaign(&fresh).await;
+    assert!(term.is_leader());
+    drop(cluster);
 }

@@ -278,3 +278,70 @@ async fn a_resign_wakes_the_follower_through_the_primary() {
     );
     assert!(next.token() > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_for_the_data_nodes_and_the_sentinels() {
+    init_logs();
+    let group = SentinelGroup::builder()
+        .password("data-secret")
+        .sentinel_password("sentinel-secret")
+        .start()
+        .expect("a Sentinel group with passwords");
+    let url = group.url();
+    let e = election(&store(&url).await, "secure", "a").await;
+    let term = campaign(&e).await;
+    term.resign().await.expect("resigns");
+
+    let wrong_sentinel = url.replace("sentinel-secret", "wrong");
+    let err = Store::redis(&wrong_sentinel)
+        .connect()
+        .await
+        .expect_err("bad sentinel password");
+    let text = err.to_string();
+    assert!(matches!(err, tenure::Error::Auth { .. }), "{text}");
+    assert!(
+        !text.contains("wrong") && !text.contains("data-secret"),
+        "{text}"
+    );
+
+    let wrong_data = url.replace("data-secret", "wrong");
+    let err = Store::redis(&wrong_data)
+        .connect()
+        .await
+        .expect_err("bad data password");
+    let text = err.to_string();
+    assert!(matches!(err, tenure::Error::Auth { .. }), "{text}");
+    assert!(
+        !text.contains("wrong") && !text.contains("sentinel-secret"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_promoted_replica_holds_off_before_its_first_lease() {
+    let group = group();
+    let url = group.url();
+    let e = election(&store(&url).await, "holdoff", "a").await;
+    // Elected and released before the failover: no lease left anywhere.
+    campaign(&e).await.resign().await.expect("resigns");
+    let group = tokio::task::spawn_blocking(move || {
+        group.failover().expect("SENTINEL FAILOVER");
+        group
+    })
+    .await
+    .expect("joins");
+    // The new primary never served this data: an old leader it does not
+    // know of may still lead, so no lease is granted for one ttl.
+    let fresh = election(&store(&url).await, "holdoff", "b").await;
+    assert!(
+        fresh.leader().await.expect("asks").is_none(),
+        "nobody leads"
+    );
+    assert!(
+        fresh.try_campaign().await.expect("asks").is_none(),
+        "granted at once on a promoted replica"
+    );
+    let term = campaign(&fresh).await;
+    assert!(term.is_leader());
+    drop(group);
+}

@@ -25,6 +25,7 @@ pub fn tenure() -> Command {
     // tests that care pass --ttl, which wins over the variable.
     command
         .env_remove("TENURE_REDIS_URL")
+        .env_remove("TENURE_STORE")
         .env("TENURE_LOG", "info")
         .env("TENURE_TTL", "1s");
     command

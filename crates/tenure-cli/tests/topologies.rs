@@ -1,0 +1,97 @@
+//! `tenure run` and `tenure status` end to end on Redis Sentinel and Redis
+//! Cluster: `--store URL` with the topology schemes.
+
+mod support;
+
+use nix::sys::signal::Signal;
+use redis_process::{slot_of, RedisCluster, SentinelGroup};
+
+use support::{eventually, tenure_output, Instance, Scratch, LONG_JOB};
+
+/// `tenure status --json --store URL`, parsed; (election, leader id) pairs.
+fn status(url: &str) -> Vec<(String, Option<String>)> {
+    let out = tenure_output(&["status", "--json", "--store", url]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    status["elections"]
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e["leader"]["id"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+fn tokens(scratch: &Scratch, id: &str) -> Vec<u64> {
+    scratch
+        .read(&format!("tokens-{id}"))
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn run_hands_over_and_status_reports_through_sentinel() {
+    let group = SentinelGroup::start().expect("a Sentinel group");
+    let url = group.url();
+    let scratch = Scratch::new("sentinel-run");
+    let mut a = Instance::start(&url, "nightly", "a", &[], LONG_JOB, &scratch);
+    eventually("a leads", || !tokens(&scratch, "a").is_empty());
+    let b = Instance::start(&url, "nightly", "b", &[], LONG_JOB, &scratch);
+    eventually("status shows a", || {
+        status(&url) == [("nightly".to_string(), Some("a".to_string()))]
+    });
+    // A graceful stop hands over to b.
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(), 0, "{}", a.log());
+    eventually("b leads", || !tokens(&scratch, "b").is_empty());
+    assert!(tokens(&scratch, "b")[0] > tokens(&scratch, "a")[0]);
+    eventually("status shows b", || {
+        status(&url) == [("nightly".to_string(), Some("b".to_string()))]
+    });
+    drop(b);
+}
+
+#[test]
+fn run_and_status_cover_every_shard_of_a_cluster() {
+    let cluster = RedisCluster::start().expect("a Redis Cluster");
+    let url = cluster.url();
+    let scratch = Scratch::new("cluster-run");
+    // Three election names on three different shards.
+    let mut names: Vec<String> = Vec::new();
+    let mut shards = std::collections::HashSet::new();
+    for i in 0.. {
+        let name = format!("job-{i}");
+        let shard = cluster
+            .primary_of_slot(slot_of(format!("{{{name}}}")))
+            .expect("owner");
+        if shards.insert(shard) {
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let instances: Vec<Instance> = names
+        .iter()
+        .map(|name| Instance::start(&url, name, name, &[], LONG_JOB, &scratch))
+        .collect();
+    for name in &names {
+        eventually("every election is led", || {
+            !tokens(&scratch, name).is_empty()
+        });
+    }
+    let mut expected: Vec<(String, Option<String>)> = names
+        .iter()
+        .map(|name| (name.clone(), Some(name.clone())))
+        .collect();
+    expected.sort();
+    eventually("status lists every shard's elections", || {
+        status(&url) == expected
+    });
+    drop(instances);
+}
