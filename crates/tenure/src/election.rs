@@ -151,9 +151,23 @@ impl Settings {
 }
 
 impl ElectionBuilder {
-    /// Use Redis at `url`: `redis://[user:password@]host[:port][/db]`, or
-    /// `rediss://` for TLS (server verified against the system's roots, or
-    /// [`ElectionBuilder::tls_ca_file`]).
+    /// Use Redis at `url`: one server (`redis://[user:password@]host[:port][/db]`),
+    /// Redis Sentinel (`redis+sentinel://[user:password@]host:port[,host:port…]/SERVICE[/db]`,
+    /// sentinel credentials as `?sentinel_username=U&sentinel_password=P`)
+    /// or Redis Cluster (`redis+cluster://[user:password@]host:port[,host:port…]`);
+    /// `rediss`, `rediss+sentinel` and `rediss+cluster` for TLS (server
+    /// verified against the system's roots, or
+    /// [`ElectionBuilder::tls_ca_file`]). The README's "Topologies" says
+    /// what each guarantees and what a failover costs.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let election = tenure::Election::builder("reports")
+    ///     .redis("redis+sentinel://s1:26379,s2:26379,s3:26379/mymaster")
+    ///     .build()
+    ///     .await?;
+    /// # drop(election); Ok(()) }
+    /// ```
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.store = Some(StoreSpec::Redis(url.into()));
         self

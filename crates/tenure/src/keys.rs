@@ -10,6 +10,7 @@
 //! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` of the Redis process that first served this data, `since` (ms), largest `ttl` (ms) granted; expires like the token |
 //! | `PREFIX:{NAME}:probe`       | none    | never written: permission checks run their no-op commands on it |
 //! | `PREFIX:epoch`              | hash    | `run_id` of the Redis process serving the prefix, `since` (ms): a new election's hold-off counts from it |
+//! | `PREFIX:{TAG}:slot-epoch`   | hash    | on a Redis Cluster, the same per slot (`TAG` hashes to the election's slot; scripts may touch one slot only) |
 //! | `PREFIX:{NAME}:last-run`    | hash    | fenced marker of `tenure run --at-most-every` (`token`, `value`) |
 //!
 //! A partition set `GROUP` adds `PREFIX:{GROUP}:members`, a sorted set of

@@ -1,7 +1,8 @@
 //! A store shared by many elections and partition sets.
 //!
 //! Each [`crate::ElectionBuilder::redis`] opens connections of its own: one
-//! for lease operations and one for announcements. A process with a
+//! for lease operations and one for announcements (per node, on a Redis
+//! Cluster). A process with a
 //! hundred elections on one Redis should not open two hundred: build one
 //! [`Store`] and hand it to every builder with `.store(&store)`. All of
 //! them then share one connection for lease operations and one pub/sub
@@ -46,8 +47,17 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Redis at `url`: `redis://[user:password@]host[:port][/db]`, or
-    /// `rediss://` for TLS.
+    /// Redis at `url`: one server, Redis Sentinel or Redis Cluster, with or
+    /// without TLS (the forms of [`crate::ElectionBuilder::redis`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::Store::redis("redis+cluster://10.0.0.1:6379,10.0.0.2:6379")
+    ///     .connect()
+    ///     .await?;
+    /// let reports = tenure::Election::builder("reports").store(&store).build().await?;
+    /// # drop(reports); Ok(()) }
+    /// ```
     pub fn redis(url: impl Into<String>) -> StoreBuilder {
         StoreBuilder {
             url: url.into(),

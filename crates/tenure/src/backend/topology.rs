@@ -564,10 +564,18 @@ impl Topology {
     /// Sentinel: stop using the primary at `addr` (if it is still the one
     /// in use).
     fn forget_primary(&self, addr: &str) {
-        let mut state = self.lock();
-        if state.primary.as_ref().is_some_and(|node| node.addr == addr) {
-            state.primary = None;
+        let forgot = {
+            let mut state = self.lock();
+            let current = state.primary.as_ref().is_some_and(|node| node.addr == addr);
+            if current {
+                state.primary = None;
+            }
+            current
+        };
+        if forgot {
             tracing::info!(primary = %addr, "asking the sentinels for the primary again");
+            // The subscriber leaves the old primary too.
+            self.changes.send_modify(|n| *n += 1);
         }
     }
 
@@ -597,17 +605,15 @@ impl Topology {
                 .await
             {
                 Ok(node) => {
-                    let changed = {
+                    {
                         let mut state = self.lock();
                         state.sentinel = index;
                         state.primary = Some(node.clone());
                         state.nodes.insert(node.addr.clone(), node.clone());
-                        true
-                    };
-                    if changed {
-                        self.changes.send_modify(|n| *n += 1);
                     }
+                    self.changes.send_modify(|n| *n += 1);
                     tracing::debug!(primary = %node.addr, %sentinel, "primary found through Sentinel");
+                    self.warn_without_min_replicas(&node).await;
                     return Ok(node);
                 }
                 Err(err) => {
@@ -628,6 +634,30 @@ impl Topology {
                 problems.join("; ")
             ),
         })
+    }
+
+    /// Sentinel fails over asynchronously: a primary cut off from the
+    /// sentinels keeps accepting writes, and a leader cut off with it keeps
+    /// renewing there, unless the primary refuses writes it cannot
+    /// replicate (`min-replicas-to-write`). Say so once per primary.
+    async fn warn_without_min_replicas(&self, node: &Node) {
+        let info: redis::RedisResult<String> = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut node.conn())
+            .await;
+        // Redis reports min_slaves_good_slaves only when
+        // min-replicas-to-write and min-replicas-max-lag are set.
+        if let Ok(info) = info {
+            if !info.contains("min_slaves_good_slaves:") {
+                tracing::warn!(
+                    primary = %node.addr,
+                    "the Sentinel primary accepts writes it cannot replicate (min-replicas-to-write 0): \
+                     a leader cut off together with it keeps renewing there after a failover; set \
+                     min-replicas-to-write 1 and min-replicas-max-lag below down-after-milliseconds \
+                     (README: Topologies), and fence every write"
+                );
+            }
+        }
     }
 
     /// One sentinel's answer: the primary of `service`, checked with ROLE.
