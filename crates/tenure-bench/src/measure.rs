@@ -434,7 +434,6 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         "tenure:{bench-scripts}:lease",
         "tenure:{bench-scripts}:token",
         "tenure:{bench-scripts}:epoch",
-        "tenure:{bench-scripts}:probe",
         "tenure:epoch",
     ];
     macro_rules! script {
@@ -457,7 +456,6 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
             .key(keys[1])
             .key(keys[2])
             .key(keys[3])
-            .key(keys[4])
             .arg("bench")
             .arg(5000)
             .arg("tenure:{bench-scripts}:events")

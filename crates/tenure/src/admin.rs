@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
-use crate::backend::redis::{classify, parse_inspect, RedisTarget, INSPECT};
+use crate::backend::redis::{classify, is_read_only, parse_inspect, RedisTarget, INSPECT};
 use crate::backend::topology::{slot_of, Node, Topology};
 use crate::keys::{validate_name, Keys};
 use crate::{LeaderInfo, Result};
@@ -128,7 +128,8 @@ impl Connection {
 
     /// After an error from `node`: forget what it says is out of date.
     fn after_error(&self, node: &Node, err: &RedisError) {
-        let read_only = err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        // Also READONLY inside a tenure script (a fenced write).
+        let read_only = is_read_only(err);
         if read_only || err.is_io_error() || err.is_timeout() || err.is_connection_dropped() {
             self.topology.failed(node);
         }
@@ -149,10 +150,11 @@ impl Connection {
             return Err(err);
         };
         let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
+        let addr = crate::backend::topology::reply_addr(addr, &node.addr);
         let target = if asking {
-            self.topology.node_at(addr)
+            self.topology.node_at(&addr)
         } else {
-            self.topology.moved(slot, addr)
+            self.topology.moved(slot, &addr)
         }
         .map_err(|e| RedisError::from((ErrorKind::Io, "redirect", e.to_string())))?;
         if asking {

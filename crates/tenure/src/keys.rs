@@ -7,8 +7,8 @@
 //! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock), `attempt`, `ttl` (ms); has a TTL |
 //! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; expires after max(24 h, 10 × ttl) unused |
 //! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN`, `renewed:TOKEN:TTL` and `released:TOKEN` messages |
-//! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` of the Redis process that first served this data, `since` (ms), largest `ttl` (ms) granted; expires like the token |
-//! | `PREFIX:{NAME}:probe`       | none    | never written: permission checks run their no-op commands on it |
+//! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` (`RUN_ID:REPLICATION_ID`: the Redis process and replication history) that first served this data, `since` (ms), largest `ttl` (ms) granted; expires like the token |
+//! | `PREFIX:{NAME}:probe`       | none    | never written: the permission check at connect time runs its no-op commands on it |
 //! | `PREFIX:epoch`              | hash    | `run_id` of the Redis process serving the prefix, `since` (ms): a new election's hold-off counts from it |
 //! | `PREFIX:{TAG}:slot-epoch`   | hash    | on a Redis Cluster, the same per slot (`TAG` hashes to the election's slot; scripts may touch one slot only) |
 //! | `PREFIX:{NAME}:last-run`    | hash    | fenced marker of `tenure run --at-most-every` (`token`, `value`) |

@@ -663,8 +663,17 @@ impl PartitionSet {
                         Ok(reply) => Some(reply),
                         // Foreign data in one lease: that term cannot be
                         // renewed (it ends at its deadline); the rest go on.
-                        Err(err) => {
+                        Err(err @ Error::ForeignData { .. }) => {
                             tracing::error!(group = %self.group, partition = %self.partitions[*index], error = %err, "cannot renew the partition's lease");
+                            None
+                        }
+                        // A person must act (a cluster node with other ACLs).
+                        Err(err) if !err.is_transient() => return Err(err),
+                        // No answer from the node of this lease (one shard of
+                        // a cluster): unknown, the deadline stays; try again
+                        // soon, as for a failed round trip.
+                        Err(_) => {
+                            failed = true;
                             None
                         }
                     };

@@ -177,6 +177,26 @@ async fn a_partition_set_renews_with_one_round_trip_per_primary() {
     .expect("runs");
 }
 
+/// Wait until `term` renews (its deadline moves on).
+async fn renewed(term: &tenure::Leadership) {
+    let before = term.deadline();
+    timeout(HANG, async {
+        while term.deadline() <= before {
+            assert!(term.is_leader(), "lost: {:?}", term.lost_reason());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a renewal");
+}
+
+/// The leading contender resigns (if one leads); wait for the next term.
+async fn handover(log: &TermLog) -> u64 {
+    let before = log.terms().iter().map(|t| t.token).max().unwrap_or(0);
+    let resigned = log.resign_current().await.unwrap_or(before);
+    log.until_term_after(resigned.max(before)).await
+}
+
 /// Contenders that campaign again and again, a store each.
 async fn contenders(url: &str, name: &str, log: &TermLog) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = Vec::new();
@@ -196,13 +216,15 @@ async fn afterwards(
 ) -> tenure::Leadership {
     let observer = election(&store(url).await, name, "observer").await;
     until_led(&observer).await;
+    // A hand-over after the fault: a term that began on the new node.
+    handover(log).await;
     for task in tasks {
         task.abort();
         let _ = task.await;
     }
     let terms = log.finish();
     TermLog::assert_safe(&terms);
-    assert!(!terms.is_empty(), "somebody led");
+    assert!(terms.len() >= 2, "a term before and one after: {terms:?}");
     let highest = terms.iter().map(|t| t.token).max().unwrap_or(0);
     let term = campaign(&observer).await;
     assert!(term.token() > highest, "{} after {highest}", term.token());
@@ -225,14 +247,20 @@ async fn resharding_the_slot_of_a_held_election_is_safe() {
         .into_iter()
         .find(|port| *port != from)
         .expect("another primary");
+    let term = log.current().expect("a leader");
     cluster.begin_migration(slot, to).expect("migrating");
-    // Mid-migration the term is renewed on the old owner (its key is there)
-    // and the store answers (ASK for keys already moved).
-    let mid = until_led(&observer).await;
-    assert!(mid >= token);
+    // Mid-migration, before the keys move: the term renews on the old owner.
+    renewed(&term).await;
     cluster.migrate_keys(slot).expect("keys moved");
-    until_led(&observer).await;
+    // Keys moved, slot not yet: it renews through ASK on the new owner.
+    renewed(&term).await;
+    // A hand-over now: the next acquisition (a script over several keys,
+    // some absent once the lease is gone) is refused with TRYAGAIN until
+    // the slot has moved, then goes through.
+    let resigned = log.resign_current().await.expect("a leader");
+    assert!(resigned >= token);
     cluster.finish_migration(slot).expect("slot moved");
+    log.until_term_after(resigned).await;
     assert_eq!(cluster.primary_of_slot(slot).expect("owner"), to);
     let _term = afterwards(&url, "moving", &log, tasks).await;
     let owner_port = cluster.primary_of_slot(slot).expect("owner");
@@ -315,8 +343,8 @@ async fn a_resign_wakes_the_follower_through_sharded_pub_sub() {
     };
     let (a, b) = (build("a").await, build("b").await);
     let term = campaign(&a).await;
-    // Only an acquisition calls INFO (renewals do not): once the count
-    // moves, b has found the lease held and waits.
+    // Only an acquisition that finds the lease held calls PTTL: once the
+    // count moves, b has found it held and waits.
     let node = cluster
         .node(
             cluster
@@ -324,10 +352,10 @@ async fn a_resign_wakes_the_follower_through_sharded_pub_sub() {
                 .expect("owner"),
         )
         .expect("node");
-    let before = support::info_calls(node);
+    let before = support::pttl_calls(node);
     let follower = tokio::spawn(async move { campaign(&b).await });
     timeout(HANG, async {
-        while support::info_calls(node) == before {
+        while support::pttl_calls(node) == before {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     })
@@ -376,4 +404,79 @@ async fn the_promoted_replica_of_a_shard_holds_off_before_its_first_lease() {
     let term = campaign(&fresh).await;
     assert!(term.is_leader());
     drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failback_of_a_shard_holds_off_like_a_failover() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let e = election(&store(&url).await, "failback", "a").await;
+    campaign(&e).await.resign().await.expect("resigns");
+    let first = cluster
+        .primary_of_slot(slot_of("{failback}"))
+        .expect("owner");
+    let cluster = tokio::task::spawn_blocking(move || {
+        let replica = cluster.failover(first).expect("away");
+        let back = cluster.failover(replica).expect("back");
+        assert_eq!(back, first, "failed back to the first primary");
+        cluster
+    })
+    .await
+    .expect("joins");
+    let fresh = election(&store(&url).await, "failback", "b").await;
+    assert!(
+        fresh.leader().await.expect("asks").is_none(),
+        "nobody leads"
+    );
+    assert!(
+        fresh.try_campaign().await.expect("asks").is_none(),
+        "granted at once after a failback"
+    );
+    drop(cluster);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_does_not_stop_the_other_shards() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let shared = store(&url).await;
+    // The node that serves slot 0 is the first a slot-map refresh meets.
+    let silent = cluster.primary_of_slot(0).expect("owner of slot 0");
+    let name_on = |want_silent: bool| {
+        (0..)
+            .map(|i| format!("e{i}"))
+            .find(|name| {
+                let port = cluster
+                    .primary_of_slot(slot_of(format!("{{{name}}}")))
+                    .expect("owner");
+                (port == silent) == want_silent
+            })
+            .expect("a name")
+    };
+    let (on_silent, elsewhere) = (name_on(true), name_on(false));
+    let doomed = campaign(&election(&shared, &on_silent, "a").await).await;
+    let other = election(&shared, &elsewhere, "a").await;
+    let kept = campaign(&other).await;
+    cluster
+        .node(silent)
+        .expect("node")
+        .pause()
+        .expect("SIGSTOP");
+    // The term on the silent node ends at its deadline...
+    timeout(HANG, doomed.lost()).await.expect("lost");
+    let lost_at = tokio::time::Instant::now();
+    // ...while the other shard's term keeps renewing through the same store.
+    timeout(HANG, async {
+        while kept.deadline() < lost_at + TTL / 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("renewed after the silent node's term ended");
+    assert!(kept.is_leader(), "{:?}", kept.lost_reason());
+    cluster
+        .node(silent)
+        .expect("node")
+        .unpause()
+        .expect("SIGCONT");
 }

@@ -527,13 +527,20 @@ async fn elections_sharing_a_store_share_two_connections_and_still_hand_over_at_
     };
     // As if this Redis had served the prefix for a minute, so that the new
     // election's first leader need not wait out a 30 s hold-off.
-    let info = server.command(&["INFO", "server"]).expect("INFO");
-    let run_id = info
-        .lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .expect("run_id")
-        .trim()
-        .to_string();
+    // The epoch names the process and its replication history.
+    let field = |section: &str, name: &str| {
+        let info = server.command(&["INFO", section]).expect("INFO");
+        info.lines()
+            .find_map(|line| line.strip_prefix(name))
+            .expect(name)
+            .trim()
+            .to_string()
+    };
+    let run_id = format!(
+        "{}:{}",
+        field("server", "run_id:"),
+        field("replication", "master_replid:")
+    );
     let time = server.command(&["TIME"]).expect("TIME");
     let now_ms: u64 = time
         .lines()

@@ -265,7 +265,6 @@ async fn a_missing_permission_leaves_the_election_untouched() {
             .key("tenure:{half}:lease")
             .key("tenure:{half}:token")
             .key("tenure:{half}:epoch")
-            .key("tenure:{half}:probe")
             .key("tenure:epoch")
             .arg("limited")
             .arg(1000)

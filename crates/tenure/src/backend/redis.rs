@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::connection::{Connection, Endpoint};
-use super::topology::{slot_of, tag_of_slot, Node, Topology};
+use super::topology::{reply_addr, slot_of, tag_of_slot, Node, Topology};
 use super::{Backend, Notices, Op, Reply, Store};
 use crate::keys::Keys;
 use crate::machine::{AcquireReply, RenewReply};
@@ -198,7 +198,7 @@ fn classify_command_error(detail: &str) -> Error {
 /// Whether a write was refused because the server is a replica. Only the
 /// check when connecting treats this as final: later, a primary demoted by a
 /// failover may be promoted back, so lease operations keep retrying.
-fn is_read_only(err: &RedisError) -> bool {
+pub(crate) fn is_read_only(err: &RedisError) -> bool {
     let detail = err.detail().unwrap_or_default();
     match err.code() {
         Some("READONLY") => true,
@@ -435,13 +435,7 @@ impl RedisStore {
                 let prefix_epoch = self.prefix_epoch(keys);
                 let mut cmd = evalsha(
                     &self.scripts.acquire,
-                    &[
-                        &keys.lease,
-                        &keys.token,
-                        &keys.epoch,
-                        &keys.probe,
-                        &prefix_epoch,
-                    ],
+                    &[&keys.lease, &keys.token, &keys.epoch, &prefix_epoch],
                 );
                 cmd.arg(request.id)
                     .arg(request.ttl_ms)
@@ -694,7 +688,7 @@ impl RedisStore {
                         Err(err) => err,
                     };
                     if let Some((addr, slot)) = err.redirect_node() {
-                        let addr = with_host(addr, &node.addr);
+                        let addr = reply_addr(addr, &node.addr);
                         let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
                         let target = if asking {
                             self.topology.node_at(&addr)
@@ -730,7 +724,18 @@ impl RedisStore {
                 let mut conn = node.conn();
                 for script in self.scripts.all() {
                     if let Err(err) = script.prepare_invoke().load_async(&mut conn).await {
-                        tracing::debug!(node = %node.addr, error = %err, "loading a script failed");
+                        // The operations that needed it fail with this error,
+                        // not with a misleading "too many redirections".
+                        let err = self.target().classify(err);
+                        for i in 0..calls.len() {
+                            let waiting = outcomes[i].is_none()
+                                && redirects[i]
+                                    .as_ref()
+                                    .is_none_or(|r| Arc::ptr_eq(&r.node, &node));
+                            if waiting && self.topology.serves(calls[i].slot, &node) {
+                                outcomes[i] = Some(Outcome::Failed(copy_error(&err)));
+                            }
+                        }
                         break;
                     }
                 }
@@ -789,19 +794,6 @@ impl RedisStore {
             );
         }
         Ok(out)
-    }
-}
-
-/// A redirection's `host:port`, with the host of the node that sent it
-/// when the server left it out (`:PORT`, a node that does not know its
-/// own address).
-fn with_host(addr: &str, from: &str) -> String {
-    match addr.strip_prefix(':') {
-        Some(port) => {
-            let host = from.rsplit_once(':').map_or(from, |(host, _)| host);
-            format!("{host}:{port}")
-        }
-        None => addr.to_string(),
     }
 }
 
@@ -1026,10 +1018,12 @@ async fn subscriber_loop(
                                         }
                                         Err(err) => {
                                             let dropped = err.is_connection_dropped() || err.is_io_error();
-                                            let _ = reply.send(Err(target.classify(err)));
                                             if dropped {
+                                                // Subscribed with the rest on the next connection.
+                                                let _ = reply.send(Ok(accept(&mut channels, channel)));
                                                 return Ok(());
                                             }
+                                            let _ = reply.send(Err(target.classify(err)));
                                         }
                                     }
                                 }
@@ -1062,21 +1056,22 @@ async fn subscriber_loop(
                 }
             }
         }
-        // Until the next connection, answer new subscriptions with the
-        // failure: an election being built must not wait for an outage.
+        // Until the next connection, new subscriptions are taken and made on
+        // it: announcements are hints, and an election being built must
+        // neither wait for an outage nor fail because of one (it finds the
+        // lease by itself meanwhile; the resubscription counts as a
+        // possible missed release). A new Sentinel primary ends the wait.
         let retry = tokio::time::sleep(backoff);
         tokio::pin!(retry);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = &mut retry => break,
+                _ = changes.changed() => break,
                 request = requests.recv() => match request {
                     None => return,
-                    Some(SubscriberRequest::Subscribe { reply, .. }) => {
-                        let _ = reply.send(Err(Error::Unreachable {
-                            url: target.redacted(),
-                            detail: "the pub/sub connection is down".into(),
-                        }));
+                    Some(SubscriberRequest::Subscribe { channel, reply }) => {
+                        let _ = reply.send(Ok(accept(&mut channels, channel)));
                     }
                     Some(SubscriberRequest::Unsubscribe { channel }) => {
                         unsubscribe(&mut channels, &channel);
@@ -1086,6 +1081,15 @@ async fn subscriber_loop(
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
+}
+
+/// Take a subscription to `channel` (one more, if it has some already).
+pub(crate) fn accept(channels: &mut Channels, channel: String) -> watch::Receiver<Notices> {
+    let (notices, count) = channels
+        .entry(channel)
+        .or_insert_with(|| (watch::channel(Notices::default()).0, 0));
+    *count += 1;
+    notices.subscribe()
 }
 
 pub(crate) fn unsubscribe(channels: &mut Channels, channel: &str) {

@@ -28,7 +28,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::redis::{deliver_payload, unsubscribe, Channels, RedisTarget, SubscriberRequest};
-use super::topology::{slot_of, Topology};
+use super::topology::{reply_addr, slot_of, Topology};
 use super::Notices;
 use crate::{Error, Result};
 
@@ -86,10 +86,21 @@ impl Shards {
                 .query_async::<Value>(&mut conn)
                 .await;
             match reply {
-                Ok(_) => return Ok(addr),
+                // The confirmation names the channel. The redis client takes
+                // any (s)unsubscribe push for the reply of the command in
+                // flight, and Redis sends one unasked when a slot moves away:
+                // anything else means this subscription is unconfirmed.
+                Ok(reply) if confirms(&reply, channel) => return Ok(addr),
+                Ok(other) => {
+                    tracing::debug!(%channel, node = %addr, reply = ?other, "SSUBSCRIBE not confirmed; starting over on a new connection");
+                    self.sessions.remove(&addr);
+                    continue;
+                }
                 Err(err) => {
                     if let Some((to, slot)) = err.redirect_node() {
-                        node = self.topology.moved(slot, to)?;
+                        let to = reply_addr(to, &addr);
+                        self.drop_idle_session(&addr);
+                        node = self.topology.moved(slot, &to)?;
                         continue;
                     }
                     if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() {
@@ -102,14 +113,25 @@ impl Shards {
         }
         Err(Error::Unreachable {
             url: self.topology.target().redacted(),
-            detail: format!("the slot of {channel} keeps moving"),
+            detail: format!(
+                "the subscription of {channel} was not confirmed (its slot keeps moving)"
+            ),
         })
+    }
+
+    /// Close the connection to `addr` if no channel is subscribed there.
+    fn drop_idle_session(&mut self, addr: &str) {
+        if !self.placed.values().any(|a| a == addr) {
+            self.sessions.remove(addr);
+        }
     }
 
     /// `channel` is subscribed nowhere now: a release may be missed until
     /// it is subscribed again.
     fn lose(&mut self, channel: &str) {
-        self.placed.remove(channel);
+        if let Some(addr) = self.placed.remove(channel) {
+            self.drop_idle_session(&addr);
+        }
         if let Some((notices, _)) = self.channels.get(channel) {
             notices.send_modify(|n| n.released += 1);
             self.homeless.insert(channel.to_string());
@@ -195,11 +217,25 @@ impl Shards {
                     .query_async::<Value>(&mut conn)
                     .await;
             }
-            if !self.placed.values().any(|a| *a == addr) {
-                self.sessions.remove(&addr);
-            }
+            self.drop_idle_session(&addr);
         }
     }
+}
+
+/// Whether `reply` confirms the subscription of `channel`.
+fn confirms(reply: &Value, channel: &str) -> bool {
+    let (kind_ok, data) = match reply {
+        Value::Push { kind, data } => (*kind == PushKind::SSubscribe, data.as_slice()),
+        // RESP2-shaped confirmations: ["ssubscribe", channel, count].
+        Value::Array(items) => match items.first() {
+            Some(Value::BulkString(kind)) => {
+                (kind.eq_ignore_ascii_case(b"ssubscribe"), &items[1..])
+            }
+            _ => (false, &items[..0]),
+        },
+        _ => (false, &[][..]),
+    };
+    kind_ok && matches!(data.first(), Some(Value::BulkString(name)) if name == channel.as_bytes())
 }
 
 /// The subscriber task of a cluster store (see the module docs).
@@ -237,6 +273,17 @@ pub(crate) async fn sharded_loop(
                             shards.channels.insert(channel.clone(), (notices, 1));
                             shards.placed.insert(channel, addr);
                             let _ = reply.send(Ok(receiver));
+                        }
+                        // Its node is down or moving: subscribed when it
+                        // settles (announcements are hints; see sharded_loop).
+                        Err(err) if err.is_transient() => {
+                            tracing::debug!(%channel, error = %err, "shard channel not subscribed yet");
+                            let (notices, receiver) = watch::channel(Notices::default());
+                            shards.channels.insert(channel.clone(), (notices, 1));
+                            shards.homeless.insert(channel);
+                            let _ = reply.send(Ok(receiver));
+                            backoff = Duration::from_millis(50);
+                            retry.as_mut().reset(tokio::time::Instant::now() + backoff);
                         }
                         Err(err) => {
                             let _ = reply.send(Err(err));

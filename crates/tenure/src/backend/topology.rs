@@ -280,6 +280,33 @@ fn host_port(host: &str, default_port: u16) -> std::result::Result<String, Strin
     Ok(format!("{name}:{port}"))
 }
 
+/// `host:port`, with an IPv6 address in brackets (as URLs and the slot map
+/// write it; Redis replies write it bare).
+pub(crate) fn host_and_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// A `host:port` from a Redis reply (`MOVED`, `ASK`), bracketed when the
+/// host is an IPv6 address; `from`'s host when the reply leaves it out
+/// (`:PORT`, a node that does not know its own address).
+pub(crate) fn reply_addr(addr: &str, from: &str) -> String {
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return addr.to_string();
+    };
+    let Ok(port) = port.parse::<u16>() else {
+        return addr.to_string();
+    };
+    if host.is_empty() {
+        let from_host = from.rsplit_once(':').map_or(from, |(host, _)| host);
+        return format!("{from_host}:{port}");
+    }
+    host_and_port(host, port)
+}
+
 /// One data node: its address, how to reach it, and a connection to it.
 pub(crate) struct Node {
     pub addr: String,
@@ -331,8 +358,13 @@ struct State {
     nodes: HashMap<String, Arc<Node>>,
     /// Cluster: the slot map is known to be out of date.
     stale: bool,
-    /// Sentinel: the sentinel that answered last (asked first next time).
-    sentinel: usize,
+    /// Sentinel: the address of the last primary used (announced to the
+    /// subscriber only when it changes).
+    last_primary: Option<String>,
+    /// Sentinel: primaries forgotten so far (`+switch-master`, failures).
+    /// A discovery that saw this move while it ran asks again: its answer
+    /// may predate the switch.
+    forgotten: u64,
 }
 
 /// The nodes of one store and the way to each (see the module docs).
@@ -424,7 +456,12 @@ impl Topology {
                         }
                     }
                 }
-                self.refresh_slots().await?;
+                if let Err(err) = self.refresh_slots().await {
+                    // Keep serving from the map we have: the node may well
+                    // still serve the slot, and a failed call marks it again.
+                    let known = self.lock().slots.get(usize::from(slot)).cloned().flatten();
+                    return known.ok_or(err);
+                }
                 let state = self.lock();
                 match state.slots.get(usize::from(slot)) {
                     Some(Some(node)) => Ok(node.clone()),
@@ -501,6 +538,18 @@ impl Topology {
         Ok(node)
     }
 
+    /// Whether `node` is the one a call for `slot` goes to (by the map,
+    /// or as the primary).
+    pub fn serves(&self, slot: u16, node: &Arc<Node>) -> bool {
+        let state = self.lock();
+        let owner = if self.is_cluster() {
+            state.slots.get(usize::from(slot)).cloned().flatten()
+        } else {
+            state.primary.clone()
+        };
+        owner.is_some_and(|owner| Arc::ptr_eq(&owner, node))
+    }
+
     /// A `MOVED` reply: `slot` is served by `addr` now. The rest of the map
     /// is read again before the next command that needs it (a slot rarely
     /// moves alone).
@@ -520,7 +569,11 @@ impl Topology {
     pub fn failed(&self, node: &Node) {
         match &self.url.layout {
             Layout::Single => node.reset(),
-            Layout::Sentinel { .. } => self.forget_primary(&node.addr),
+            Layout::Sentinel { .. } => {
+                // A silently dead connection would fail the ROLE check too.
+                node.reset();
+                self.forget_primary(&node.addr);
+            }
             Layout::Cluster { .. } => {
                 node.reset();
                 self.lock().stale = true;
@@ -564,18 +617,11 @@ impl Topology {
     /// Sentinel: stop using the primary at `addr` (if it is still the one
     /// in use).
     fn forget_primary(&self, addr: &str) {
-        let forgot = {
-            let mut state = self.lock();
-            let current = state.primary.as_ref().is_some_and(|node| node.addr == addr);
-            if current {
-                state.primary = None;
-            }
-            current
-        };
-        if forgot {
+        let mut state = self.lock();
+        state.forgotten += 1;
+        if state.primary.as_ref().is_some_and(|node| node.addr == addr) {
+            state.primary = None;
             tracing::info!(primary = %addr, "asking the sentinels for the primary again");
-            // The subscriber leaves the old primary too.
-            self.changes.send_modify(|n| *n += 1);
         }
     }
 
@@ -591,48 +637,83 @@ impl Topology {
             return Err(Error::redis("internal: not a Sentinel store"));
         };
         let _one = self.discovery.lock().await;
-        if let Some(node) = self.lock().primary.clone() {
-            return Ok(node);
-        }
-        let start = self.lock().sentinel;
-        let mut problems = Vec::new();
-        let mut final_error = None;
-        for i in 0..sentinels.len() {
-            let index = (start + i) % sentinels.len();
-            let sentinel = &sentinels[index];
-            match self
-                .ask_sentinel(sentinel, service, sentinel_userinfo.as_deref())
-                .await
-            {
-                Ok(node) => {
-                    {
-                        let mut state = self.lock();
-                        state.sentinel = index;
-                        state.primary = Some(node.clone());
-                        state.nodes.insert(node.addr.clone(), node.clone());
-                    }
-                    self.changes.send_modify(|n| *n += 1);
-                    tracing::debug!(primary = %node.addr, %sentinel, "primary found through Sentinel");
-                    self.warn_without_min_replicas(&node).await;
-                    return Ok(node);
+        for _ in 0..3 {
+            let forgotten = {
+                let state = self.lock();
+                if let Some(node) = &state.primary {
+                    return Ok(node.clone());
                 }
-                Err(err) => {
-                    problems.push(format!("{sentinel}: {err}"));
-                    if !err.is_transient() && final_error.is_none() {
-                        final_error = Some(err);
+                state.forgotten
+            };
+            // Every sentinel at once; the first primary that confirms it is
+            // one wins, so a silent sentinel holds up nothing.
+            let asked = sentinels.iter().map(|sentinel| async move {
+                let answer = tokio::time::timeout(
+                    self.call_timeout.max(Duration::from_millis(500)) * 2,
+                    self.ask_sentinel(sentinel, service, sentinel_userinfo.as_deref()),
+                )
+                .await;
+                match answer {
+                    Ok(Ok(node)) => Ok((sentinel, node)),
+                    Ok(Err(err)) => Err((format!("{sentinel}: {err}"), Some(err))),
+                    Err(_) => Err((format!("{sentinel}: no answer in time"), None)),
+                }
+            });
+            let mut pending: futures_util::stream::FuturesUnordered<_> = asked.collect();
+            let mut problems = Vec::new();
+            let mut final_error = None;
+            let mut found = None;
+            while let Some(answer) = pending.next().await {
+                match answer {
+                    Ok(found_here) => {
+                        found = Some(found_here);
+                        break;
+                    }
+                    Err((problem, err)) => {
+                        problems.push(problem);
+                        if let Some(err) = err.filter(|e| !e.is_transient()) {
+                            final_error.get_or_insert(err);
+                        }
                     }
                 }
             }
-        }
-        if let Some(err) = final_error {
-            return Err(err);
+            drop(pending);
+            let Some((sentinel, node)) = found else {
+                if let Some(err) = final_error {
+                    return Err(err);
+                }
+                return Err(Error::Unreachable {
+                    url: self.target.redacted(),
+                    detail: format!(
+                        "no sentinel named a primary for {service:?} that says it is one ({})",
+                        problems.join("; ")
+                    ),
+                });
+            };
+            let moved = {
+                let mut state = self.lock();
+                if state.forgotten != forgotten {
+                    // A switch was announced meanwhile: this answer may
+                    // name the old primary. Ask again.
+                    continue;
+                }
+                state.primary = Some(node.clone());
+                state.nodes.insert(node.addr.clone(), node.clone());
+                let moved = state.last_primary.as_deref() != Some(node.addr.as_str());
+                state.last_primary = Some(node.addr.clone());
+                moved
+            };
+            if moved {
+                // The subscriber follows the primary.
+                self.changes.send_modify(|n| *n += 1);
+                tracing::info!(primary = %node.addr, %sentinel, "primary found through Sentinel");
+                self.warn_without_min_replicas(&node).await;
+            }
+            return Ok(node);
         }
         Err(Error::Unreachable {
             url: self.target.redacted(),
-            detail: format!(
-                "no sentinel named a primary for {service:?} that says it is one ({})",
-                problems.join("; ")
-            ),
+            detail: "the sentinels keep announcing new primaries".into(),
         })
     }
 
@@ -683,11 +764,7 @@ impl Topology {
                 "sentinel {sentinel} does not monitor a service named {service:?}"
             )));
         };
-        let addr = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        let addr = host_and_port(&host, port);
         let node = match self.lock().nodes.get(&addr) {
             Some(node) => node.clone(),
             None => {
@@ -698,10 +775,13 @@ impl Topology {
                 Arc::new(Node::new(target, addr.clone(), self.call_timeout)?)
             }
         };
-        let role: Value = redis::cmd("ROLE")
-            .query_async(&mut node.conn())
-            .await
-            .map_err(|e| node.target.classify_first(e))?;
+        let role: Value = match redis::cmd("ROLE").query_async(&mut node.conn()).await {
+            Ok(role) => role,
+            Err(err) => {
+                node.reset();
+                return Err(node.target.classify_first(err));
+            }
+        };
         let role = match &role {
             Value::Array(items) => match items.first() {
                 Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
@@ -757,38 +837,57 @@ impl Topology {
                 candidates.push(seed.clone());
             }
         }
-        let mut problems = Vec::new();
-        let mut final_error = None;
-        for addr in &candidates {
-            let node = self.node_at(addr)?;
-            let reply = redis::cmd("CLUSTER")
-                .arg("SLOTS")
-                .query_async::<Value>(&mut node.conn())
-                .await;
-            let ranges = match reply {
-                Ok(value) => match parse_slots(value, addr) {
-                    Ok(ranges) => ranges,
-                    Err(why) => {
-                        problems.push(format!("{addr}: {why}"));
-                        continue;
-                    }
-                },
-                Err(err) => {
+        // Every candidate at once, each within the call timeout: the first
+        // map wins, so one silent node cannot hold up the others.
+        let asked = candidates.iter().map(|addr| async move {
+            let node = self.node_at(addr).map_err(|e| (e.to_string(), Some(e)))?;
+            let reply = tokio::time::timeout(
+                self.call_timeout,
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<Value>(&mut node.conn()),
+            )
+            .await;
+            match reply {
+                Err(_) => {
+                    node.reset();
+                    Err((
+                        format!("{addr}: no answer within {:?}", self.call_timeout),
+                        None,
+                    ))
+                }
+                Ok(Ok(value)) => {
+                    parse_slots(value, addr).map_err(|why| (format!("{addr}: {why}"), None))
+                }
+                Ok(Err(err)) => {
                     let disabled = err
                         .detail()
                         .is_some_and(|d| d.contains("cluster support disabled"));
                     if disabled {
-                        return Err(Error::Config(format!(
+                        let err = Error::Config(format!(
                             "{addr} (of {}) is not in cluster mode; use redis:// for a single \
                              server or redis+sentinel:// for Sentinel",
                             self.target.redacted()
-                        )));
+                        ));
+                        return Err((err.to_string(), Some(err)));
                     }
                     let err = node.target.classify_first(err);
                     node.reset();
-                    problems.push(format!("{addr}: {err}"));
-                    if !err.is_transient() && final_error.is_none() {
-                        final_error = Some(err);
+                    let text = format!("{addr}: {err}");
+                    Err((text, (!err.is_transient()).then_some(err)))
+                }
+            }
+        });
+        let mut pending: futures_util::stream::FuturesUnordered<_> = asked.collect();
+        let mut problems = Vec::new();
+        let mut final_error = None;
+        while let Some(answer) = pending.next().await {
+            let ranges = match answer {
+                Ok(ranges) => ranges,
+                Err((problem, fatal)) => {
+                    problems.push(problem);
+                    if final_error.is_none() {
+                        final_error = fatal;
                     }
                     continue;
                 }
@@ -890,25 +989,53 @@ async fn watch_switches(topology: Weak<Topology>, stop: CancellationToken) {
         };
         drop(strong);
         let session = async {
-            let mut pubsub = target
+            let limit = Duration::from_secs(5);
+            let pubsub = target
                 .endpoint()?
-                .pubsub(Duration::from_secs(5))
+                .pubsub(limit)
                 .await
                 .map_err(|e| target.classify(e))?;
-            pubsub
-                .subscribe("+switch-master")
+            let (mut sink, mut messages) = pubsub.split();
+            tokio::time::timeout(limit, sink.subscribe("+switch-master"))
                 .await
+                .map_err(|_| Error::Timeout(limit))?
                 .map_err(|e| target.classify(e))?;
-            let mut messages = pubsub.on_message();
-            while let Some(message) = messages.next().await {
+            // A switch may have been announced while we were not listening:
+            // check the primary again at the next call.
+            if let Some(topology) = topology.upgrade() {
+                let current = topology.lock().primary.as_ref().map(|n| n.addr.clone());
+                if let Some(current) = current {
+                    topology.forget_primary(&current);
+                }
+            }
+            // A half-open connection delivers nothing: ping it.
+            let mut keepalive = tokio::time::interval(limit);
+            keepalive.tick().await;
+            loop {
+                let message = tokio::select! {
+                    message = messages.next() => message,
+                    _ = keepalive.tick() => {
+                        tokio::time::timeout(limit, sink.ping::<()>())
+                            .await
+                            .map_err(|_| Error::Timeout(limit))?
+                            .map_err(|e| target.classify(e))?;
+                        continue;
+                    }
+                };
+                let Some(message) = message else {
+                    return Ok::<(), Error>(());
+                };
                 // "SERVICE OLD-IP OLD-PORT NEW-IP NEW-PORT"
                 let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
                 let mut words = payload.split(' ');
                 if words.next() != Some(service.as_str()) {
                     continue;
                 }
-                let old = match (words.next(), words.next()) {
-                    (Some(host), Some(port)) => format!("{host}:{port}"),
+                let old = match (
+                    words.next(),
+                    words.next().and_then(|p| p.parse::<u16>().ok()),
+                ) {
+                    (Some(host), Some(port)) => host_and_port(host, port),
                     _ => continue,
                 };
                 let Some(topology) = topology.upgrade() else {
@@ -917,7 +1044,6 @@ async fn watch_switches(topology: Weak<Topology>, stop: CancellationToken) {
                 tracing::info!(%payload, "Sentinel announced a new primary");
                 topology.forget_primary(&old);
             }
-            Ok::<(), Error>(())
         };
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -954,6 +1080,18 @@ mod tests {
         assert_ne!(slot_of("foo{}{bar}"), slot_of("bar"));
         assert_eq!(slot_of("foo{{bar}}zap"), slot_of("{bar"));
         assert_eq!(slot_of("tenure:{reports}:lease"), slot_of("reports"));
+    }
+
+    #[test]
+    fn addresses_from_replies_are_bracketed_and_completed() {
+        assert_eq!(reply_addr("::1:7001", "[::1]:7000"), "[::1]:7001");
+        assert_eq!(
+            reply_addr("10.0.0.2:7001", "10.0.0.1:7000"),
+            "10.0.0.2:7001"
+        );
+        assert_eq!(reply_addr(":7001", "10.0.0.1:7000"), "10.0.0.1:7001");
+        assert_eq!(reply_addr(":7001", "[::1]:7000"), "[::1]:7001");
+        assert_eq!(host_and_port("fe80::1", 6379), "[fe80::1]:6379");
     }
 
     #[test]

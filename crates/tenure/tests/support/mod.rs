@@ -158,12 +158,24 @@ impl TermLog {
         let terms = self.terms.clone();
         tokio::spawn(async move {
             loop {
-                let Ok(term) = election.campaign().await else {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
+                let term = match election.campaign().await {
+                    Ok(term) => term,
+                    Err(err) if err.is_transient() => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    Err(err) => panic!("{} cannot campaign: {err}", election.id()),
                 };
-                // Read at once, before the first renewal moves it.
-                let began = term.deadline() + margin - ttl;
+                // The send time of the acquisition, from the first deadline;
+                // if the first renewal (ttl/3 later) already moved it, or
+                // the term already ended, now is the better bound.
+                let now = tokio::time::Instant::now();
+                let from_deadline = term.deadline() + margin - ttl;
+                let began = if term.lost_reason().is_none() && from_deadline < now {
+                    from_deadline
+                } else {
+                    now
+                };
                 terms
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -171,6 +183,45 @@ impl TermLog {
                 term.lost().await;
             }
         })
+    }
+
+    /// The term that leads now, if any.
+    pub fn current(&self) -> Option<Leadership> {
+        let terms = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+        terms
+            .iter()
+            .map(|(_, term)| term.clone())
+            .find(|t| t.is_leader())
+    }
+
+    /// Resign the term that leads now, if any; its token.
+    pub async fn resign_current(&self) -> Option<u64> {
+        let current = {
+            let terms = self.terms.lock().unwrap_or_else(|p| p.into_inner());
+            terms
+                .iter()
+                .map(|(_, term)| term.clone())
+                .find(|t| t.is_leader())
+        };
+        let term = current?;
+        let token = term.token();
+        let _ = term.resign().await;
+        Some(token)
+    }
+
+    /// Wait until a term with a token above `token` has begun.
+    pub async fn until_term_after(&self, token: u64) -> u64 {
+        tokio::time::timeout(HANG, async {
+            loop {
+                let newest = self.terms().iter().map(|t| t.token).max().unwrap_or(0);
+                if newest > token {
+                    return newest;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no term after token {token} within {HANG:?}"))
     }
 
     /// Every term so far, in the order they began.
@@ -221,15 +272,16 @@ impl TermLog {
     }
 }
 
-/// How many times `INFO` ran on a node (from scripts too): tenure's
-/// acquisition script calls it, its renewal script does not.
-pub fn info_calls(node: &redis_process::Node) -> u64 {
+/// How many times `PTTL` ran on a node (from scripts too): tenure's
+/// acquisition script calls it when it finds the lease held; renewals by
+/// the holder, announcements and sentinels do not.
+pub fn pttl_calls(node: &redis_process::Node) -> u64 {
     let stats = node
         .command(&["INFO", "commandstats"])
         .expect("INFO commandstats");
     stats
         .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_info:calls="))
+        .find_map(|line| line.strip_prefix("cmdstat_pttl:calls="))
         .and_then(|rest| rest.split(',').next())
         .and_then(|calls| calls.parse().ok())
         .unwrap_or(0)

@@ -2,12 +2,17 @@
 --
 -- KEYS[1]  lease hash (fields owner, token, since, attempt, ttl)
 -- KEYS[2]  fencing-token counter (string)
--- KEYS[3]  epoch hash (fields run_id, since, ttl): which Redis process this
---          election's data was first seen on, when, and the largest ttl
---          granted since
--- KEYS[4]  probe key: never written; PEXPIRE on it checks the permission
--- KEYS[5]  the prefix's epoch hash (fields run_id, since): when the Redis
+-- KEYS[3]  epoch hash (fields run_id, since, ttl): which Redis process and
+--          replication history ("RUN_ID:REPLID") this election's data was
+--          first seen on, when, and the largest ttl granted since
+-- KEYS[4]  the prefix's epoch hash (fields run_id, since): when the Redis
 --          process serving it first served any election under the prefix
+--          (on a cluster, a key per slot: a script may touch one slot only)
+--
+-- No key that may be missing for good is named: during a cluster slot
+-- migration Redis refuses (TRYAGAIN) a script whose keys are partly absent
+-- on the node, so a never-written key would block every acquisition of the
+-- slot until the migration ends.
 -- ARGV[1]  candidate's instance id
 -- ARGV[2]  lease ttl in milliseconds
 -- ARGV[3]  events channel
@@ -37,7 +42,9 @@
 --
 -- Start-up hold-off: when this election's data is new to the Redis
 -- process serving it (first use, a restart that lost or rolled back data, a
--- failover to a replica), a leader from before may still hold a lease that
+-- failover to a replica, a failback to a primary that was a replica
+-- meanwhile: its run_id is the same, but its replication ID is new), a
+-- leader from before may still hold a lease that
 -- this server does not know, with a ttl up to the largest in use. No lease
 -- is granted, and no lease found is adopted, until that long after the
 -- moment the process first served the election. A name new to this
@@ -91,11 +98,14 @@ end
 
 local epoch, epoch_err = read_epoch(KEYS[3])
 if epoch_err then return epoch_err end
-local prefix_epoch, prefix_err = read_epoch(KEYS[5])
+local prefix_epoch, prefix_err = read_epoch(KEYS[4])
 if prefix_err then return prefix_err end
 
 local now_ms = server_ms()
-local run_id = string.match(call('INFO', 'server'), 'run_id:(%w+)')
+-- The process and its replication history: a restart changes the first, a
+-- promotion (failover, failback) the second.
+local run_id = (string.match(call('INFO', 'server'), 'run_id:(%w+)') or '') .. ':' ..
+  (string.match(call('INFO', 'replication'), 'master_replid:(%w+)') or '')
 
 if lease and not (lease.owner == ARGV[1] and lease.attempt == ARGV[4]) then
   local pttl = call('PTTL', KEYS[1])
@@ -105,14 +115,17 @@ if lease and not (lease.owner == ARGV[1] and lease.attempt == ARGV[4]) then
   return {0, lease.token, lease.owner, pttl, lease.since, lease.attempt, lease.ttl}
 end
 
--- Every write below needs PEXPIRE; prove it is allowed before the first.
-call('PEXPIRE', KEYS[4], ttl)
+-- Every write below needs PEXPIRE; prove it is allowed before the first
+-- (a no-op on the absent lease; our own lease is extended below anyway).
+if not lease then
+  call('PEXPIRE', KEYS[1], ttl)
+end
 
 if prefix_epoch.run_id ~= run_id then
   prefix_epoch = {run_id = run_id, since = now_ms}
-  call('HSET', KEYS[5], 'run_id', run_id, 'since', string.format('%d', now_ms))
+  call('HSET', KEYS[4], 'run_id', run_id, 'since', string.format('%d', now_ms))
 end
-call('PEXPIRE', KEYS[5], aux_ttl)
+call('PEXPIRE', KEYS[4], aux_ttl)
 if epoch.run_id ~= run_id then
   -- New to this process: the hold-off starts when the process began
   -- serving the prefix. A rolled-back epoch still tells the largest ttl
