@@ -7,48 +7,15 @@ mod support;
 use std::time::Duration;
 
 use redis_process::{slot_of, RedisCluster};
-use tenure::{Election, PartitionSet, Store};
+use tenure::{PartitionSet, Store};
 use tokio::time::timeout;
 
+use support::topo::{self, after_fault, contenders, election, renewed, store, until_led, TTL};
 use support::{campaign, init_logs, TermLog, HANG};
-
-const TTL: Duration = Duration::from_secs(1);
-const MARGIN: Duration = Duration::from_millis(100);
 
 fn cluster() -> RedisCluster {
     init_logs();
     RedisCluster::start().unwrap_or_else(|err| panic!("cannot start a Redis Cluster: {err}"))
-}
-
-async fn store(url: &str) -> Store {
-    Store::redis(url)
-        .connect()
-        .await
-        .unwrap_or_else(|err| panic!("connecting to {url}: {err}"))
-}
-
-async fn election(store: &Store, name: &str, id: &str) -> Election {
-    Election::builder(name)
-        .store(store)
-        .ttl(TTL)
-        .margin(MARGIN)
-        .id(id)
-        .build()
-        .await
-        .unwrap_or_else(|err| panic!("building {name} for {id}: {err}"))
-}
-
-async fn until_led(observer: &Election) -> u64 {
-    timeout(HANG, async {
-        loop {
-            if let Ok(Some(leader)) = observer.leader().await {
-                return leader.token;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("a leader within the bound")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,60 +144,6 @@ async fn a_partition_set_renews_with_one_round_trip_per_primary() {
     .expect("runs");
 }
 
-/// Wait until `term` renews (its deadline moves on).
-async fn renewed(term: &tenure::Leadership) {
-    let before = term.deadline();
-    timeout(HANG, async {
-        while term.deadline() <= before {
-            assert!(term.is_leader(), "lost: {:?}", term.lost_reason());
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("a renewal");
-}
-
-/// The leading contender resigns (if one leads); wait for the next term.
-async fn handover(log: &TermLog) -> u64 {
-    let before = log.terms().iter().map(|t| t.token).max().unwrap_or(0);
-    let resigned = log.resign_current().await.unwrap_or(before);
-    log.until_term_after(resigned.max(before)).await
-}
-
-/// Contenders that campaign again and again, a store each.
-async fn contenders(url: &str, name: &str, log: &TermLog) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    for id in ["a", "b", "c"] {
-        let store = store(url).await;
-        tasks.push(log.contend(election(&store, name, id).await, TTL, MARGIN));
-    }
-    tasks
-}
-
-/// A leader again, no overlap, and a new term's token above every earlier one.
-async fn afterwards(
-    url: &str,
-    name: &str,
-    log: &TermLog,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-) -> tenure::Leadership {
-    let observer = election(&store(url).await, name, "observer").await;
-    until_led(&observer).await;
-    // A hand-over after the fault: a term that began on the new node.
-    handover(log).await;
-    for task in tasks {
-        task.abort();
-        let _ = task.await;
-    }
-    let terms = log.finish();
-    TermLog::assert_safe(&terms);
-    assert!(terms.len() >= 2, "a term before and one after: {terms:?}");
-    let highest = terms.iter().map(|t| t.token).max().unwrap_or(0);
-    let term = campaign(&observer).await;
-    assert!(term.token() > highest, "{} after {highest}", term.token());
-    term
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resharding_the_slot_of_a_held_election_is_safe() {
     let cluster = cluster();
@@ -262,7 +175,7 @@ async fn resharding_the_slot_of_a_held_election_is_safe() {
     cluster.finish_migration(slot).expect("slot moved");
     log.until_term_after(resigned).await;
     assert_eq!(cluster.primary_of_slot(slot).expect("owner"), to);
-    let _term = afterwards(&url, "moving", &log, tasks).await;
+    let _term = after_fault(&url, "moving", &log, tasks).await;
     let owner_port = cluster.primary_of_slot(slot).expect("owner");
     let owner = cluster
         .command(owner_port, &["HGET", "tenure:{moving}:lease", "owner"])
@@ -285,7 +198,7 @@ async fn a_failover_of_the_elections_shard_is_safe() {
     })
     .await
     .expect("joins");
-    afterwards(&url, "shard", &log, tasks).await;
+    after_fault(&url, "shard", &log, tasks).await;
     drop(cluster);
 }
 
@@ -307,7 +220,7 @@ async fn killing_the_elections_shard_primary_is_safe() {
     })
     .await
     .expect("joins");
-    afterwards(&url, "crash", &log, tasks).await;
+    after_fault(&url, "crash", &log, tasks).await;
     drop(cluster);
 }
 
@@ -327,54 +240,11 @@ async fn a_cluster_url_for_a_single_server_is_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resign_wakes_the_follower_through_sharded_pub_sub() {
     let cluster = cluster();
-    let url = cluster.url();
-    let ttl = Duration::from_secs(4);
-    let build = |id: &'static str| {
-        let url = url.clone();
-        async move {
-            Election::builder("handover")
-                .store(&store(&url).await)
-                .ttl(ttl)
-                .id(id)
-                .build()
-                .await
-                .expect("builds")
-        }
-    };
-    let (a, b) = (build("a").await, build("b").await);
-    let term = campaign(&a).await;
-    // Only an acquisition that finds the lease held calls PTTL: once the
-    // count moves, b has found it held and waits.
-    let node = cluster
-        .node(
-            cluster
-                .primary_of_slot(slot_of("{handover}"))
-                .expect("owner"),
-        )
-        .expect("node");
-    let before = support::pttl_calls(node);
-    let follower = tokio::spawn(async move { campaign(&b).await });
-    timeout(HANG, async {
-        while support::pttl_calls(node) == before {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("b tries");
-    assert!(!follower.is_finished(), "b cannot win while a leads");
-    let resigned = tokio::time::Instant::now();
-    term.resign().await.expect("resigns");
-    let next = timeout(HANG, follower)
-        .await
-        .expect("b wins")
-        .expect("joins");
-    // Without the announcement b would look again only when the lease
-    // would have expired: a whole ttl after a's last renewal.
-    assert!(
-        tokio::time::Instant::now() < resigned + ttl / 2,
-        "the follower was not woken by the release announcement"
-    );
-    assert!(next.token() > 0);
+    let owner = cluster
+        .primary_of_slot(slot_of("{handover}"))
+        .expect("owner");
+    let node = cluster.node(owner).expect("node");
+    topo::a_resign_wakes_the_follower(&cluster.url(), node).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -392,17 +262,7 @@ async fn the_promoted_replica_of_a_shard_holds_off_before_its_first_lease() {
     })
     .await
     .expect("joins");
-    let fresh = election(&store(&url).await, "holdoff", "b").await;
-    assert!(
-        fresh.leader().await.expect("asks").is_none(),
-        "nobody leads"
-    );
-    assert!(
-        fresh.try_campaign().await.expect("asks").is_none(),
-        "granted at once on a promoted replica"
-    );
-    let term = campaign(&fresh).await;
-    assert!(term.is_leader());
+    topo::holds_off_after_the_failover(&url, "holdoff").await;
     drop(cluster);
 }
 
@@ -423,15 +283,7 @@ async fn a_failback_of_a_shard_holds_off_like_a_failover() {
     })
     .await
     .expect("joins");
-    let fresh = election(&store(&url).await, "failback", "b").await;
-    assert!(
-        fresh.leader().await.expect("asks").is_none(),
-        "nobody leads"
-    );
-    assert!(
-        fresh.try_campaign().await.expect("asks").is_none(),
-        "granted at once after a failback"
-    );
+    topo::holds_off_after_the_failover(&url, "failback").await;
     drop(cluster);
 }
 

@@ -8,52 +8,16 @@
 
 mod support;
 
-use std::time::Duration;
-
 use redis_process::SentinelGroup;
-use tenure::{Election, Store};
+use tenure::Store;
 use tokio::time::timeout;
 
+use support::topo::{self, after_fault, contenders, election, store, until_led};
 use support::{campaign, init_logs, TermLog, HANG};
-
-const TTL: Duration = Duration::from_secs(1);
-const MARGIN: Duration = Duration::from_millis(100);
 
 fn group() -> SentinelGroup {
     init_logs();
     SentinelGroup::start().unwrap_or_else(|err| panic!("cannot start a Sentinel group: {err}"))
-}
-
-async fn election(store: &Store, name: &str, id: &str) -> Election {
-    Election::builder(name)
-        .store(store)
-        .ttl(TTL)
-        .margin(MARGIN)
-        .id(id)
-        .build()
-        .await
-        .unwrap_or_else(|err| panic!("building {name} for {id}: {err}"))
-}
-
-async fn store(url: &str) -> Store {
-    Store::redis(url)
-        .connect()
-        .await
-        .unwrap_or_else(|err| panic!("connecting to {url}: {err}"))
-}
-
-/// Wait until somebody leads `name` (as the store says).
-async fn until_led(observer: &Election) -> u64 {
-    timeout(HANG, async {
-        loop {
-            if let Ok(Some(leader)) = observer.leader().await {
-                return leader.token;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("a leader within the bound")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,48 +57,6 @@ async fn one_winner_among_many_and_a_graceful_handover() {
     assert!(!first.is_leader());
 }
 
-/// The leading contender resigns (if one leads); wait for the next term.
-async fn handover(log: &TermLog) -> u64 {
-    let before = log.terms().iter().map(|t| t.token).max().unwrap_or(0);
-    let resigned = log.resign_current().await.unwrap_or(before);
-    log.until_term_after(resigned.max(before)).await
-}
-
-/// Contenders on `url` that campaign again and again, recording terms.
-async fn contenders(url: &str, name: &str, log: &TermLog) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
-    for id in ["a", "b", "c"] {
-        // A store each: one instance's failover handling must not help another's.
-        let store = store(url).await;
-        tasks.push(log.contend(election(&store, name, id).await, TTL, MARGIN));
-    }
-    tasks
-}
-
-/// After a failover: a leader again, no overlap, and a new term's token
-/// above every earlier one.
-async fn after_failover(
-    url: &str,
-    name: &str,
-    log: &TermLog,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-) {
-    let observer = election(&store(url).await, name, "observer").await;
-    until_led(&observer).await;
-    // A hand-over after the fault: a term that began on the new node.
-    handover(log).await;
-    for task in tasks {
-        task.abort();
-        let _ = task.await;
-    }
-    let terms = log.finish();
-    TermLog::assert_safe(&terms);
-    assert!(terms.len() >= 2, "a term before and one after: {terms:?}");
-    let highest = terms.iter().map(|t| t.token).max().unwrap_or(0);
-    let term = campaign(&observer).await;
-    assert!(term.token() > highest, "{} after {highest}", term.token());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_while_leading_is_safe() {
     let group = group();
@@ -149,7 +71,7 @@ async fn sentinel_failover_while_leading_is_safe() {
         .expect("joins")
         .expect("SENTINEL FAILOVER");
     assert_ne!(new.0, old);
-    after_failover(&url, "failover", &log, tasks).await;
+    after_fault(&url, "failover", &log, tasks).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,7 +92,7 @@ async fn killing_the_primary_while_leading_is_safe() {
     })
     .await
     .expect("joins");
-    after_failover(&url, "crash", &log, tasks).await;
+    after_fault(&url, "crash", &log, tasks).await;
     drop(group);
 }
 
@@ -234,15 +156,7 @@ async fn a_failback_holds_off_like_a_failover() {
     })
     .await
     .expect("joins");
-    let fresh = election(&store(&url).await, "failback", "b").await;
-    assert!(
-        fresh.leader().await.expect("asks").is_none(),
-        "nobody leads"
-    );
-    assert!(
-        fresh.try_campaign().await.expect("asks").is_none(),
-        "granted at once after a failback"
-    );
+    topo::holds_off_after_the_failover(&url, "failback").await;
     drop(group);
 }
 
@@ -274,48 +188,8 @@ async fn clear_errors_for_a_wrong_service_and_unreachable_sentinels() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resign_wakes_the_follower_through_the_primary() {
     let group = group();
-    let url = group.url();
-    let ttl = Duration::from_secs(4);
-    let build = |id: &'static str| {
-        let url = url.clone();
-        async move {
-            Election::builder("handover")
-                .store(&store(&url).await)
-                .ttl(ttl)
-                .id(id)
-                .build()
-                .await
-                .expect("builds")
-        }
-    };
-    let (a, b) = (build("a").await, build("b").await);
-    let term = campaign(&a).await;
-    // Only an acquisition that finds the lease held calls PTTL: once the
-    // count moves, b has found it held and waits.
-    let node = group.primary().expect("primary");
-    let before = support::pttl_calls(node);
-    let follower = tokio::spawn(async move { campaign(&b).await });
-    timeout(HANG, async {
-        while support::pttl_calls(node) == before {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("b tries");
-    assert!(!follower.is_finished(), "b cannot win while a leads");
-    let resigned = tokio::time::Instant::now();
-    term.resign().await.expect("resigns");
-    let next = timeout(HANG, follower)
-        .await
-        .expect("b wins")
-        .expect("joins");
-    // Without the announcement b would look again only when the lease
-    // would have expired: a whole ttl after a's last renewal.
-    assert!(
-        tokio::time::Instant::now() < resigned + ttl / 2,
-        "the follower was not woken by the release announcement"
-    );
-    assert!(next.token() > 0);
+    let primary = group.primary().expect("primary");
+    topo::a_resign_wakes_the_follower(&group.url(), primary).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,16 +245,6 @@ async fn the_promoted_replica_holds_off_before_its_first_lease() {
     .expect("joins");
     // The new primary never served this data: an old leader it does not
     // know of may still lead, so no lease is granted for one ttl.
-    let fresh = election(&store(&url).await, "holdoff", "b").await;
-    assert!(
-        fresh.leader().await.expect("asks").is_none(),
-        "nobody leads"
-    );
-    assert!(
-        fresh.try_campaign().await.expect("asks").is_none(),
-        "granted at once on a promoted replica"
-    );
-    let term = campaign(&fresh).await;
-    assert!(term.is_leader());
+    topo::holds_off_after_the_failover(&url, "holdoff").await;
     drop(group);
 }

@@ -5,6 +5,8 @@
 use std::time::Duration;
 
 pub use redis_process::RedisServer;
+
+pub mod topo;
 use tenure::{Election, Leadership};
 
 /// Generous bound for anything that should happen "soon", only to turn a
