@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::measure::Section;
 use crate::stats::Samples;
 
 #[derive(Debug, Serialize)]
@@ -157,14 +158,20 @@ impl Row {
 pub struct Report {
     pub machine: Machine,
     pub quick: bool,
+    /// The sections run (`--only`).
+    pub sections: Vec<Section>,
+    /// Wall time of the whole run.
+    pub seconds: f64,
     pub rows: Vec<Row>,
 }
 
 impl Report {
-    pub fn new(machine: Machine, quick: bool) -> Report {
+    pub fn new(machine: Machine, quick: bool, sections: Vec<Section>) -> Report {
         Report {
             machine,
             quick,
+            sections,
+            seconds: 0.0,
             rows: Vec::new(),
         }
     }
@@ -176,8 +183,14 @@ impl Report {
     /// A Markdown table.
     pub fn table(&self) -> String {
         let m = &self.machine;
+        let only = if self.sections.len() == Section::ALL.len() {
+            String::new()
+        } else {
+            let names: Vec<&str> = self.sections.iter().map(|s| s.name()).collect();
+            format!(" (only {})", names.join(", "))
+        };
         let mut out = format!(
-            "\nmachine: {} x {}, {:.0} GiB, Linux {}, {}{}\n\n",
+            "\nmachine: {} x {}, {:.0} GiB, Linux {}, {}{}{only}\n\n",
             m.cpus,
             m.cpu_model,
             m.memory_gb,
