@@ -120,7 +120,11 @@ fn main() {
                             }
                         }
                     }
-                    0
+                    if report.failures.is_empty() {
+                        0
+                    } else {
+                        1
+                    }
                 }
                 Err(err) => {
                     eprintln!("tenure-bench: {err}");

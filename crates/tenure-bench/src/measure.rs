@@ -102,6 +102,8 @@ impl Plan {
 
 /// Run the `sections` asked for (all when none is named), in the order
 /// single, sentinel, cluster; each starts its own Redis and stops it after.
+/// The error is for what stops the whole run; a section's own failure is
+/// in [`Report::failures`].
 pub async fn all(
     quick: bool,
     tenure_binary: Option<PathBuf>,
@@ -123,14 +125,18 @@ pub async fn all(
         "tenure-bench: {} mode",
         if quick { "quick" } else { "full" }
     );
+    // A section that fails is reported and the next one runs: a long run
+    // keeps what it measured.
     for section in sections {
         let t = std::time::Instant::now();
-        match section {
-            Section::Single => {
-                single(&plan, snapshotter, tenure_binary.clone(), &mut report).await?
-            }
-            Section::Sentinel => topology::sentinel(&plan, &mut report).await?,
-            Section::Cluster => topology::cluster(&plan, &mut report).await?,
+        let outcome = match section {
+            Section::Single => single(&plan, snapshotter, tenure_binary.clone(), &mut report).await,
+            Section::Sentinel => topology::sentinel(&plan, &mut report).await,
+            Section::Cluster => topology::cluster(&plan, &mut report).await,
+        };
+        if let Err(err) = outcome {
+            eprintln!("tenure-bench: the {} section failed: {err}", section.name());
+            report.failures.push(format!("{}: {err}", section.name()));
         }
         eprintln!(
             "  ({} rows: {:.0} s)",

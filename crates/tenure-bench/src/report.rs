@@ -163,6 +163,9 @@ pub struct Report {
     /// Wall time of the whole run.
     pub seconds: f64,
     pub rows: Vec<Row>,
+    /// Sections that stopped on an error (`section: error`); their rows
+    /// measured before the error are in `rows`.
+    pub failures: Vec<String>,
 }
 
 impl Report {
@@ -173,6 +176,7 @@ impl Report {
             sections,
             seconds: 0.0,
             rows: Vec::new(),
+            failures: Vec::new(),
         }
     }
 
@@ -221,6 +225,9 @@ impl Report {
                     None => "-",
                 }
             ));
+        }
+        for failure in &self.failures {
+            out.push_str(&format!("\nsection failed, rows missing: {failure}\n"));
         }
         out
     }

@@ -146,7 +146,7 @@ fn scale_rows(report: &mut Report, label: &str, set: &scale::ScaleFigures) {
         .round_trips_per_cycle
         .unwrap_or(set.round_trips_per_interval);
     report.push(Row::plain(
-        &format!("{label}: {n} partitions: Redis round trips per renew interval (per cycle)"),
+        &format!("{label}: {n} partitions: Redis round trips per renew interval (counted per renewal cycle)"),
         per_cycle,
         None,
         "<= 3 (one per primary)",
