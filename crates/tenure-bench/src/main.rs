@@ -136,3 +136,18 @@ fn main() {
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     std::process::exit(code);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_takes_a_comma_separated_list_of_sections() {
+        let cli = Cli::try_parse_from(["tenure-bench", "--only", "sentinel,cluster"])
+            .expect("valid sections");
+        assert_eq!(cli.only, [Section::Sentinel, Section::Cluster]);
+        let cli = Cli::try_parse_from(["tenure-bench"]).expect("no option");
+        assert!(cli.only.is_empty(), "no --only: every section");
+        assert!(Cli::try_parse_from(["tenure-bench", "--only", "redis"]).is_err());
+    }
+}

@@ -232,3 +232,35 @@ impl Report {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> Machine {
+        Machine {
+            cpus: 2,
+            cpu_model: "cpu".into(),
+            memory_gb: 1.0,
+            kernel: "6".into(),
+            redis: "Redis server v=7.0.15".into(),
+        }
+    }
+
+    #[test]
+    fn the_table_names_the_sections_run_and_those_that_failed() {
+        let mut report = Report::new(machine(), false, vec![Section::Cluster]);
+        report.push(Row::plain("figure", 3.0, None, "<= 3", true));
+        report.failures.push("cluster: it broke".into());
+        let table = report.table();
+        assert!(table.contains("(only cluster)"), "{table}");
+        assert!(
+            table.contains("| figure | 3.00 | - | - | <= 3 | yes |"),
+            "{table}"
+        );
+        assert!(table.ends_with("section failed, rows missing: cluster: it broke\n"));
+
+        let report = Report::new(machine(), false, Section::ALL.to_vec());
+        assert!(!report.table().contains("only"), "every section: no note");
+    }
+}
