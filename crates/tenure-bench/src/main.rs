@@ -4,7 +4,8 @@
 //! ttl/3, one command per election per tick, no release notification, one
 //! task per election).
 //!
-//! It starts its own private `redis-server`, prints a table for people and
+//! It starts its own private `redis-server` (and, for the topology rows, a
+//! private Sentinel group and Redis Cluster), prints a table for people and
 //! writes JSON for machines. Targets are goals the table reports against;
 //! nothing here is a test assertion.
 #![forbid(unsafe_code)]
@@ -15,10 +16,13 @@ mod naive;
 mod report;
 mod scale;
 mod stats;
+mod topology;
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+use measure::Section;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -29,6 +33,13 @@ struct Cli {
     /// Fewer rounds and smaller scales: finishes in under a minute.
     #[arg(long)]
     quick: bool,
+
+    /// Run only these sections, comma-separated (default: all): `single`
+    /// (every row on one redis-server), `sentinel` (hand-over and takeover
+    /// on a Sentinel group), `cluster` (hand-over, takeover and a 10,000
+    /// partition set on a 3-shard Redis Cluster).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Section>,
 
     /// Also write the results as JSON to this file.
     #[arg(long)]
@@ -89,7 +100,7 @@ fn main() {
                     1
                 }
             },
-            None => match measure::all(cli.quick, cli.tenure).await {
+            None => match measure::all(cli.quick, cli.tenure, &cli.only).await {
                 Ok(report) => {
                     print!("{}", report.table());
                     if let Some(path) = cli.json {
@@ -109,7 +120,11 @@ fn main() {
                             }
                         }
                     }
-                    0
+                    if report.failures.is_empty() {
+                        0
+                    } else {
+                        1
+                    }
                 }
                 Err(err) => {
                     eprintln!("tenure-bench: {err}");
@@ -120,4 +135,19 @@ fn main() {
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     std::process::exit(code);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_takes_a_comma_separated_list_of_sections() {
+        let cli = Cli::try_parse_from(["tenure-bench", "--only", "sentinel,cluster"])
+            .expect("valid sections");
+        assert_eq!(cli.only, [Section::Sentinel, Section::Cluster]);
+        let cli = Cli::try_parse_from(["tenure-bench"]).expect("no option");
+        assert!(cli.only.is_empty(), "no --only: every section");
+        assert!(Cli::try_parse_from(["tenure-bench", "--only", "redis"]).is_err());
+    }
 }

@@ -14,25 +14,54 @@ use crate::naive::NaiveElection;
 use crate::report::{Machine, Report, Row};
 use crate::scale;
 use crate::stats::Samples;
+use crate::topology;
 
 type Result<T> = std::result::Result<T, String>;
 
+/// A part of the bench that can be run alone (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Section {
+    /// Every row on one private redis-server (floor, operations, hand-over,
+    /// CLI, takeover, idle load, scale).
+    Single,
+    /// Hand-over and takeover on a Sentinel group.
+    Sentinel,
+    /// Hand-over, takeover and a large partition set on a Redis Cluster.
+    Cluster,
+}
+
+impl Section {
+    pub const ALL: [Section; 3] = [Section::Single, Section::Sentinel, Section::Cluster];
+
+    /// The name `--only` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Section::Single => "single",
+            Section::Sentinel => "sentinel",
+            Section::Cluster => "cluster",
+        }
+    }
+}
+
 /// How much of everything to do.
-struct Plan {
-    ops: usize,
+pub(crate) struct Plan {
+    pub(crate) ops: usize,
     /// Samples of calls made after an idle pause (20 ms each).
     idle_ops: usize,
     /// Lease ttls per load window.
     load_terms: u32,
-    handovers: usize,
+    pub(crate) handovers: usize,
     naive_handovers: usize,
     /// Rounds of two real `tenure run` processes.
     cli_handovers: usize,
-    crashes: usize,
+    pub(crate) crashes: usize,
     load_ttl: Duration,
     scales: Vec<usize>,
     naive_scales: Vec<usize>,
-    scale_seconds: u64,
+    pub(crate) scale_seconds: u64,
+    /// Partitions of the set on the Redis Cluster.
+    pub(crate) cluster_partitions: usize,
 }
 
 impl Plan {
@@ -50,6 +79,7 @@ impl Plan {
                 scales: vec![1_000, 10_000],
                 naive_scales: vec![1_000],
                 scale_seconds: 2,
+                cluster_partitions: 10_000,
             }
         } else {
             Plan {
@@ -64,29 +94,75 @@ impl Plan {
                 scales: vec![1_000, 10_000, 100_000],
                 naive_scales: vec![1_000, 10_000],
                 scale_seconds: 12,
+                cluster_partitions: 10_000,
             }
         }
     }
 }
 
-pub async fn all(quick: bool, tenure_binary: Option<PathBuf>) -> Result<Report> {
+/// Run the `sections` asked for (all when none is named), in the order
+/// single, sentinel, cluster; each starts its own Redis and stops it after.
+/// The error is for what stops the whole run; a section's own failure is
+/// in [`Report::failures`].
+pub async fn all(
+    quick: bool,
+    tenure_binary: Option<PathBuf>,
+    sections: &[Section],
+) -> Result<Report> {
+    let started = std::time::Instant::now();
+    let sections: Vec<Section> = Section::ALL
+        .into_iter()
+        .filter(|s| sections.is_empty() || sections.contains(s))
+        .collect();
     let plan = Plan::new(quick);
-    // Read the library's own renewal latencies from its metrics.
+    // Read the library's own renewal latencies from its metrics. Installed
+    // for the whole run, so every section measures with the same recorder.
     let recorder = metrics_util::debugging::DebuggingRecorder::new();
     let snapshotter = &recorder.snapshotter();
     recorder.install().map_err(|e| e.to_string())?;
+    let mut report = Report::new(Machine::describe(), quick, sections.clone());
+    eprintln!(
+        "tenure-bench: {} mode",
+        if quick { "quick" } else { "full" }
+    );
+    // A section that fails is reported and the next one runs: a long run
+    // keeps what it measured.
+    for section in sections {
+        let t = std::time::Instant::now();
+        let outcome = match section {
+            Section::Single => single(&plan, snapshotter, tenure_binary.clone(), &mut report).await,
+            Section::Sentinel => topology::sentinel(&plan, &mut report).await,
+            Section::Cluster => topology::cluster(&plan, &mut report).await,
+        };
+        if let Err(err) = outcome {
+            eprintln!("tenure-bench: the {} section failed: {err}", section.name());
+            report.failures.push(format!("{}: {err}", section.name()));
+        }
+        eprintln!(
+            "  ({} rows: {:.0} s)",
+            section.name(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    eprintln!("tenure-bench: done in {:.0} s", report.seconds);
+    Ok(report)
+}
+
+/// Every row on one private redis-server.
+async fn single(
+    plan: &Plan,
+    snapshotter: &metrics_util::debugging::Snapshotter,
+    tenure_binary: Option<PathBuf>,
+    report: &mut Report,
+) -> Result<()> {
     let server = tokio::task::spawn_blocking(RedisServer::start)
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
     let url = server.url();
     let conn = connect(&url).await?;
-    let mut report = Report::new(Machine::describe(), quick);
-    eprintln!(
-        "tenure-bench: redis-server on port {} ({} mode)",
-        server.port(),
-        if quick { "quick" } else { "full" }
-    );
+    eprintln!("tenure-bench: redis-server on port {}", server.port());
 
     eprintln!("  floor ...");
     let (ping, evalsha, evalsha_idle) = floor(&conn, plan.ops, plan.idle_ops).await?;
@@ -294,10 +370,10 @@ pub async fn all(quick: bool, tenure_binary: Option<PathBuf>) -> Result<Report> 
         }
     }
     drop(server);
-    Ok(report)
+    Ok(())
 }
 
-async fn connect(url: &str) -> Result<MultiplexedConnection> {
+pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     client
         .get_multiplexed_async_connection()
@@ -308,7 +384,7 @@ async fn connect(url: &str) -> Result<MultiplexedConnection> {
 /// PING and EVALSHA of `return 1` back to back (a busy client), and
 /// EVALSHA after 20 ms idle (a client that wakes up for each call, as a
 /// keeper renewing on a timer does).
-async fn floor(
+pub(crate) async fn floor(
     conn: &MultiplexedConnection,
     n: usize,
     idle_n: usize,
@@ -561,11 +637,14 @@ async fn naive_operations(conn: &MultiplexedConnection, n: usize, idle_n: usize)
     Ok(ops)
 }
 
+/// The election [`handovers`] hands over.
+pub(crate) const HANDOVER_ELECTION: &str = "bench-handover";
+
 /// Time from `resign()` being called to the follower's `campaign()` returning.
-async fn handovers(url: &str, rounds: usize) -> Result<Samples> {
+pub(crate) async fn handovers(url: &str, rounds: usize) -> Result<Samples> {
     let ttl = Duration::from_secs(5);
-    let a = election(url, "bench-handover", "a", ttl).await?;
-    let b = election(url, "bench-handover", "b", ttl).await?;
+    let a = election(url, HANDOVER_ELECTION, "a", ttl).await?;
+    let b = election(url, HANDOVER_ELECTION, "b", ttl).await?;
     let mut term = first_term(&a).await?;
     let (mut leader, mut follower) = (a, b);
     let mut samples = Samples::default();
@@ -667,7 +746,7 @@ impl Crashable {
 }
 
 /// Time from the crashed leader's lease expiry to the follower's election.
-async fn takeovers(url: &str, rounds: usize) -> Result<Samples> {
+pub(crate) async fn takeovers(url: &str, rounds: usize) -> Result<Samples> {
     let ttl = Duration::from_secs(1);
     let mut samples = Samples::default();
     let mut admin = tenure::admin::connect(url, None, Duration::from_secs(2))

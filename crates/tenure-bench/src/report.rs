@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::measure::Section;
 use crate::stats::Samples;
 
 #[derive(Debug, Serialize)]
@@ -157,15 +158,25 @@ impl Row {
 pub struct Report {
     pub machine: Machine,
     pub quick: bool,
+    /// The sections run (`--only`).
+    pub sections: Vec<Section>,
+    /// Wall time of the whole run.
+    pub seconds: f64,
     pub rows: Vec<Row>,
+    /// Sections that stopped on an error (`section: error`); their rows
+    /// measured before the error are in `rows`.
+    pub failures: Vec<String>,
 }
 
 impl Report {
-    pub fn new(machine: Machine, quick: bool) -> Report {
+    pub fn new(machine: Machine, quick: bool, sections: Vec<Section>) -> Report {
         Report {
             machine,
             quick,
+            sections,
+            seconds: 0.0,
             rows: Vec::new(),
+            failures: Vec::new(),
         }
     }
 
@@ -176,8 +187,14 @@ impl Report {
     /// A Markdown table.
     pub fn table(&self) -> String {
         let m = &self.machine;
+        let only = if self.sections.len() == Section::ALL.len() {
+            String::new()
+        } else {
+            let names: Vec<&str> = self.sections.iter().map(|s| s.name()).collect();
+            format!(" (only {})", names.join(", "))
+        };
         let mut out = format!(
-            "\nmachine: {} x {}, {:.0} GiB, Linux {}, {}{}\n\n",
+            "\nmachine: {} x {}, {:.0} GiB, Linux {}, {}{}{only}\n\n",
             m.cpus,
             m.cpu_model,
             m.memory_gb,
@@ -209,6 +226,41 @@ impl Report {
                 }
             ));
         }
+        for failure in &self.failures {
+            out.push_str(&format!("\nsection failed, rows missing: {failure}\n"));
+        }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine() -> Machine {
+        Machine {
+            cpus: 2,
+            cpu_model: "cpu".into(),
+            memory_gb: 1.0,
+            kernel: "6".into(),
+            redis: "Redis server v=7.0.15".into(),
+        }
+    }
+
+    #[test]
+    fn the_table_names_the_sections_run_and_those_that_failed() {
+        let mut report = Report::new(machine(), false, vec![Section::Cluster]);
+        report.push(Row::plain("figure", 3.0, None, "<= 3", true));
+        report.failures.push("cluster: it broke".into());
+        let table = report.table();
+        assert!(table.contains("(only cluster)"), "{table}");
+        assert!(
+            table.contains("| figure | 3.00 | - | - | <= 3 | yes |"),
+            "{table}"
+        );
+        assert!(table.ends_with("section failed, rows missing: cluster: it broke\n"));
+
+        let report = Report::new(machine(), false, Section::ALL.to_vec());
+        assert!(!report.table().contains("only"), "every section: no note");
     }
 }

@@ -21,6 +21,12 @@ pub struct ScaleFigures {
     pub cpu_percent: f64,
     pub peak_rss_mb: f64,
     pub round_trips_per_interval: f64,
+    /// Partition sets only ([`tenure::PartitionObserver::cycles`]): renewal
+    /// cycles per renew interval (one, unless renewals were retried).
+    pub cycles_per_interval: Option<f64>,
+    /// Partition sets only: round trips per renewal cycle (on a Redis
+    /// Cluster, one per primary holding some of the set's leases).
+    pub round_trips_per_cycle: Option<f64>,
 }
 
 /// Run `tenure-bench scale-child` and read its figures.
@@ -90,7 +96,7 @@ pub async fn child(
                 TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
             )
             .await?;
-            let figures = window(seconds, || observer.round_trips()).await;
+            let figures = window(seconds, || (observer.round_trips(), observer.cycles())).await;
             held.store(observer.owned_count() as u64, Ordering::Relaxed);
             let _ = stop.0.send(());
             Ok(finish(
@@ -126,7 +132,7 @@ pub async fn child(
             }
             let total = elections as u64;
             wait_until(|| held.load(Ordering::Relaxed) == total, TTL * 4).await?;
-            let figures = window(seconds, || round_trips.load(Ordering::Relaxed)).await;
+            let figures = window(seconds, || (round_trips.load(Ordering::Relaxed), 0)).await;
             Ok(finish(
                 elections,
                 held.load(Ordering::Relaxed) as usize,
@@ -155,25 +161,47 @@ async fn wait_until(mut done: impl FnMut() -> bool, limit: Duration) -> Result<(
     Ok(())
 }
 
-/// (cpu seconds, wall seconds, round trips) over a steady window.
-async fn window(seconds: u64, round_trips: impl Fn() -> u64) -> (f64, f64, u64) {
-    let (cpu0, trips0, t0) = (cpu_seconds(), round_trips(), Instant::now());
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    (
-        cpu_seconds() - cpu0,
-        t0.elapsed().as_secs_f64(),
-        round_trips() - trips0,
-    )
+/// What a steady window saw: CPU and wall seconds, round trips and renewal
+/// cycles (0 when the design has no cycles to count).
+struct Window {
+    cpu: f64,
+    wall: f64,
+    trips: u64,
+    cycles: u64,
 }
 
-fn finish(elections: usize, held: usize, (cpu, wall, trips): (f64, f64, u64)) -> ScaleFigures {
-    let intervals = wall / (TTL / 3).as_secs_f64();
+/// Measure a steady window; `counters` reads (round trips, cycles). When
+/// there are cycles, the window starts half a renew interval after one
+/// begins, away from the instant a cycle counts itself and its round trips
+/// (and, the window being whole intervals, so does it end).
+async fn window(seconds: u64, counters: impl Fn() -> (u64, u64)) -> Window {
+    let (_, cycles) = counters();
+    if cycles > 0 {
+        let _ = wait_until(|| counters().1 != cycles, TTL).await;
+        tokio::time::sleep(TTL / 6).await;
+    }
+    let (cpu0, (trips0, cycles0), t0) = (cpu_seconds(), counters(), Instant::now());
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let (trips1, cycles1) = counters();
+    Window {
+        cpu: cpu_seconds() - cpu0,
+        wall: t0.elapsed().as_secs_f64(),
+        trips: trips1 - trips0,
+        cycles: cycles1 - cycles0,
+    }
+}
+
+fn finish(elections: usize, held: usize, w: Window) -> ScaleFigures {
+    let intervals = w.wall / (TTL / 3).as_secs_f64();
+    let counted = w.cycles > 0;
     ScaleFigures {
         elections,
         held,
-        cpu_percent: cpu / wall * 100.0,
+        cpu_percent: w.cpu / w.wall * 100.0,
         peak_rss_mb: peak_rss_mb(),
-        round_trips_per_interval: trips as f64 / intervals,
+        round_trips_per_interval: w.trips as f64 / intervals,
+        cycles_per_interval: counted.then(|| w.cycles as f64 / intervals),
+        round_trips_per_cycle: counted.then(|| w.trips as f64 / w.cycles as f64),
     }
 }
 
