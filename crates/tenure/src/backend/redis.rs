@@ -506,20 +506,19 @@ impl RedisStore {
     }
 
     /// Read the reply of one operation (of some of its terms).
-    fn reply(&self, op: &Op<'_>, terms: Option<usize>, value: Value) -> Result<Reply> {
-        let url = self.target().redacted();
+    fn reply(&self, op: &Op<'_>, terms: Option<usize>, value: Value, url: &str) -> Result<Reply> {
         Ok(match op {
             Op::Heartbeat { .. } => {
-                let (members, phantoms) = parse_members(value, &url)?;
+                let (members, phantoms) = parse_members(value, url)?;
                 Reply::Members { members, phantoms }
             }
-            Op::Acquire { .. } => Reply::Acquire(parse_acquire(value, &url)?),
-            Op::Renew { .. } => Reply::Renew(parse_renew(value, &url)?),
+            Op::Acquire { .. } => Reply::Acquire(parse_acquire(value, url)?),
+            Op::Renew { .. } => Reply::Renew(parse_renew(value, url)?),
             Op::RenewMany { terms: all, .. } => {
-                Reply::RenewMany(parse_renew_many(value, terms.unwrap_or(all.len()), &url)?)
+                Reply::RenewMany(parse_renew_many(value, terms.unwrap_or(all.len()), url)?)
             }
-            Op::Resign { .. } => Reply::Resign(ReplyReader { url: &url }.int(&value)? == 1),
-            Op::Inspect { .. } => Reply::Inspect(parse_inspect(value, &url)?),
+            Op::Resign { .. } => Reply::Resign(ReplyReader { url }.int(&value)? == 1),
+            Op::Inspect { .. } => Reply::Inspect(parse_inspect(value, url)?),
         })
     }
 
@@ -569,13 +568,15 @@ impl RedisStore {
             }
         }
         let outcomes = self.run(&calls, round_trips).await?;
+        // Redacted once: a cluster batch may hold thousands of replies.
+        let url = self.target().redacted();
         let mut replies: Vec<Option<Result<Reply>>> = (0..ops.len()).map(|_| None).collect();
         let mut many: HashMap<usize, Vec<Option<Result<RenewReply>>>> = HashMap::new();
         for (part, outcome) in parts.into_iter().zip(outcomes) {
             let op = &ops[part.op];
             let result = match outcome {
                 Outcome::Reply(Ok(value)) => {
-                    self.reply(op, part.terms.as_ref().map(Vec::len), value)
+                    self.reply(op, part.terms.as_ref().map(Vec::len), value, &url)
                 }
                 Outcome::Reply(Err(err)) => Err(self.target().classify(err)),
                 Outcome::Failed(err) => Err(err),
