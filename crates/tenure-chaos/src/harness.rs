@@ -1018,6 +1018,25 @@ impl Harness {
         self.reap(index, how);
     }
 
+    /// Whether instance `index` is gone or has logged its start (a library
+    /// instance does so once it listens for SIGTERM).
+    fn listening(&mut self, index: usize) -> bool {
+        use std::io::BufRead;
+        let running = match self.slots[index].child.as_mut() {
+            None => false,
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+        };
+        if !running {
+            return true;
+        }
+        let stem = self.slots[index].inst().replace('#', "-");
+        let mut first = String::new();
+        std::fs::File::open(self.config.out.join(format!("{stem}.jsonl")))
+            .map(|file| std::io::BufReader::new(file).read_line(&mut first))
+            .is_ok()
+            && first.contains(r#""ev":"start""#)
+    }
+
     /// Restart any instance that is gone (killed, stopped, or crashed).
     fn respawn_dead(&mut self) -> Result<(), String> {
         for index in 0..self.slots.len() {
@@ -1036,6 +1055,16 @@ impl Harness {
     }
 
     async fn stop(&mut self) {
+        // Library mode: an instance respawned a moment ago may not listen
+        // for SIGTERM yet; wait (within 5 s) until each has logged its start.
+        if self.config.cli.is_none() {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while tokio::time::Instant::now() < deadline
+                && (0..self.slots.len()).any(|index| !self.listening(index))
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         for slot in &self.slots {
             if let Some(pid) = slot.pid() {
                 let _ = kill(pid, Signal::SIGTERM);
