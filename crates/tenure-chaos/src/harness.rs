@@ -10,8 +10,11 @@
 //! - `single`: one redis-server, reached by every instance through its own
 //!   fault-injecting proxy, so one instance can be cut off while the others
 //!   carry on;
-//! - `sentinel`: a [`SentinelGroup`] (a primary, a replica, three
-//!   sentinels), reached through its `redis+sentinel://` URL;
+//! - `sentinel`: a [`SentinelGroup`] (a primary, two replicas, three
+//!   sentinels, the data nodes set up with `min-replicas-to-write 1` as the
+//!   README's "Topologies" requires; with `--sentinel-without-min-replicas`,
+//!   one replica and Redis's defaults), reached through its
+//!   `redis+sentinel://` URL;
 //! - `cluster`: a [`RedisCluster`] (three primaries, three replicas),
 //!   reached through its `redis+cluster://` URL.
 //!
@@ -23,7 +26,7 @@
 //! keep the faults of instances (kill, pause, graceful, churn, dup-id,
 //! forged, and the CLI's) and add faults of the store:
 //! - `sentinel-kill-primary`: kill -9 the primary; once the sentinels have
-//!   promoted the replica and after the hold, start the old one again (half
+//!   promoted a replica and after the hold, start the old one again (half
 //!   the time from a snapshot taken just before the kill, so it comes back
 //!   as a stale primary with a stale lease) and wait until the sentinels
 //!   have demoted it to a replica of the new primary;
@@ -220,6 +223,9 @@ pub struct RunConfig {
     pub issue_9_bugs: bool,
     pub faults: Vec<String>,
     pub topology: Topology,
+    /// Sentinel: configure the data nodes with `min-replicas-to-write` (see
+    /// [`start_sentinel`]).
+    pub sentinel_min_replicas: bool,
 }
 
 impl RunConfig {
@@ -259,7 +265,7 @@ enum Store {
 }
 
 impl Store {
-    async fn start(topology: Topology) -> Result<Store, String> {
+    async fn start(topology: Topology, min_replicas: bool) -> Result<Store, String> {
         Ok(match topology {
             Topology::Single => {
                 let redis = RedisServer::start().map_err(|e| e.to_string())?;
@@ -274,7 +280,10 @@ impl Store {
                 }
             }
             Topology::Sentinel => Store::Sentinel(Arc::new(
-                blocking("starting a Sentinel group", SentinelGroup::start).await?,
+                blocking("starting a Sentinel group", move || {
+                    start_sentinel(min_replicas)
+                })
+                .await?,
             )),
             Topology::Cluster => Store::Cluster(Arc::new(
                 blocking("starting a Redis Cluster", RedisCluster::start).await?,
@@ -329,6 +338,30 @@ impl Store {
     }
 }
 
+/// Start the Sentinel group. With `min_replicas`, configured as the README
+/// ("Topologies") requires: every data node refuses writes unless a replica
+/// acknowledged within a second (`min-replicas-to-write 1`,
+/// `min-replicas-max-lag 1`), below the sentinels' `down-after` of two
+/// seconds; and two replicas, so that the primary keeps one while another
+/// is killed or resyncing. Without it, Redis's defaults: one replica, writes
+/// always accepted, a primary judged down after one second.
+fn start_sentinel(min_replicas: bool) -> Result<SentinelGroup, redis_process::Error> {
+    if !min_replicas {
+        return SentinelGroup::start();
+    }
+    let group = SentinelGroup::builder()
+        .replicas(2)
+        .down_after(Duration::from_secs(2))
+        .start()?;
+    for node in group.data_nodes() {
+        node.command(&["CONFIG", "SET", "min-replicas-to-write", "1"])?;
+        node.command(&["CONFIG", "SET", "min-replicas-max-lag", "1"])?;
+        // Kept across a kill and resume: nodes restart from this file.
+        node.command(&["CONFIG", "REWRITE"])?;
+    }
+    Ok(group)
+}
+
 /// Run a blocking call of redis-process (it polls with sleeps) off the
 /// runtime, whose threads also carry the proxies' traffic.
 async fn blocking<T: Send + 'static>(
@@ -377,7 +410,7 @@ impl Harness {
                 let _ = std::fs::remove_file(path);
             }
         }
-        let store = Store::start(config.topology).await?;
+        let store = Store::start(config.topology, config.sentinel_min_replicas).await?;
         let resource_redis = RedisServer::start().map_err(|e| e.to_string())?;
         let log = EventLog::create(&config.out.join("harness.jsonl")).map_err(|e| e.to_string())?;
         // Proxies only in front of a single server (see the module docs).

@@ -56,6 +56,13 @@ enum Command {
         /// primaries, three replicas; `redis+cluster://`).
         #[arg(long, value_enum, default_value_t = harness::Topology::Single)]
         topology: harness::Topology,
+        /// Sentinel: run the group with Redis's defaults (one replica,
+        /// `min-replicas-to-write 0`, down after 1 s) instead of the
+        /// configuration the README requires (two replicas,
+        /// `min-replicas-to-write 1`, `min-replicas-max-lag 1`, down after
+        /// 2 s).
+        #[arg(long)]
+        sentinel_without_min_replicas: bool,
         /// Fault kinds to draw from (comma-separated). Default: every kind
         /// of the mode and topology (library mode: all but
         /// `pause-tenure-only` and `kill-guardian`; CLI mode: all but churn,
@@ -183,6 +190,7 @@ fn main() {
                 cli,
                 escaping_cmd,
                 topology,
+                sentinel_without_min_replicas,
                 faults,
                 unsafe_no_deadline,
                 unsafe_no_fencing,
@@ -231,6 +239,7 @@ fn main() {
                     issue_9_bugs: unsafe_issue_9_bugs,
                     faults,
                     topology,
+                    sentinel_min_replicas: !sentinel_without_min_replicas,
                 };
                 println!(
                     "tenure-chaos: seed {seed}, {} topology, {instances} instances, ttl {}, {} -> {}",
