@@ -39,8 +39,22 @@ use crate::log::Event;
 const RESUME_SLACK: u64 = 50_000_000;
 
 /// A fault window during which no instance could be healthy: Redis is
-/// down, paused, or restarted (`rollback` and `mixed-ttl` restart it too).
-const REDIS_WIDE: [&str; 4] = ["restart", "stall", "rollback", "mixed-ttl"];
+/// down, paused, or restarted (`rollback` and `mixed-ttl` restart it too),
+/// or the election's data moved to another node (a failover, a killed
+/// primary, a resharded slot), whose start-up hold-off then lasts one ttl
+/// by design. Killing one of three sentinels is not among them: it should
+/// cost no leader at all.
+const REDIS_WIDE: [&str; 9] = [
+    "restart",
+    "stall",
+    "rollback",
+    "mixed-ttl",
+    "sentinel-kill-primary",
+    "sentinel-failover",
+    "cluster-failover",
+    "cluster-kill-primary",
+    "cluster-reshard",
+];
 
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Report {

@@ -1,11 +1,53 @@
 //! The harness: a real cluster of processes, faults on a seeded schedule.
 //!
-//! It starts two private redis-servers (the election's, reached by every
-//! instance through its own fault-injecting proxy, and the fenced resource,
-//! reached directly), K instance processes, and then, until the run time is
-//! up, picks a fault, applies it to the current leader (or to Redis), heals
-//! it, and waits. Everything it starts it stops by PID. The schedule
-//! depends only on the seed.
+//! It starts the election's store, a private redis-server for the fenced
+//! resource (reached directly), K instance processes, and then, until the
+//! run time is up, picks a fault, applies it to the current leader (or to
+//! the store), heals it, and waits. Everything it starts it stops by PID.
+//! The schedule depends only on the seed.
+//!
+//! The election's store has one of three topologies (`--topology`):
+//! - `single`: one redis-server, reached by every instance through its own
+//!   fault-injecting proxy, so one instance can be cut off while the others
+//!   carry on;
+//! - `sentinel`: a [`SentinelGroup`] (a primary, two replicas, three
+//!   sentinels, the data nodes set up with `min-replicas-to-write 1` as the
+//!   README's "Topologies" requires; with `--sentinel-without-min-replicas`,
+//!   one replica and Redis's defaults), reached through its
+//!   `redis+sentinel://` URL;
+//! - `cluster`: a [`RedisCluster`] (three primaries, three replicas),
+//!   reached through its `redis+cluster://` URL.
+//!
+//! With Sentinel or a Cluster the instances connect to the nodes that the
+//! sentinels or the cluster name, at their real addresses: a proxy placed
+//! in front of a sentinel or a seed would carry only the discovery traffic,
+//! and the lease operations would bypass it. So those topologies have no
+//! proxies and no per-instance link faults (`cut`, `drop`, `delay`); they
+//! keep the faults of instances (kill, pause, graceful, churn, dup-id,
+//! forged, and the CLI's) and add faults of the store:
+//! - `sentinel-kill-primary`: kill -9 the primary; once the sentinels have
+//!   promoted a replica and after the hold, start the old one again (half
+//!   the time from a snapshot taken just before the kill, so it comes back
+//!   as a stale primary with a stale lease) and wait until the sentinels
+//!   have demoted it to a replica of the new primary;
+//! - `sentinel-failover`: `SENTINEL FAILOVER`, then wait until the old
+//!   primary replicates from the new one;
+//! - `sentinel-kill-sentinel`: kill -9 one of the three sentinels, start it
+//!   again after the hold;
+//! - `cluster-failover`: `CLUSTER FAILOVER` on the replica of the primary
+//!   serving the election's slot;
+//! - `cluster-kill-primary`: kill -9 the primary serving the election's
+//!   slot; once its replica has taken over and after the hold, start it
+//!   again (empty), and wait until it has rejoined as a replica;
+//! - `cluster-reshard`: move the election's slot to another primary while
+//!   it is held: `MIGRATING`/`IMPORTING`, a third of the hold, the keys
+//!   moved, another third, the keys written meanwhile moved, then the slot
+//!   handed over.
+//!
+//! Before and after each fault of the store the harness waits until the
+//! topology is whole again (every node running, replicas linked, the
+//! sentinels or cluster nodes agreeing), so no fault is left half-applied;
+//! when that fails, the run stops with an error after a best-effort repair.
 //!
 //! Besides crashes, pauses and broken links, the faults cover the ways an
 //! application or an operator can make two instances believe they lead:
@@ -26,13 +68,14 @@
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redis_process::RedisServer;
+use redis_process::{RedisCluster, RedisServer, SentinelGroup};
 
 use crate::instance::ELECTION;
 use crate::log::{now_ns, Event, EventLog};
@@ -40,8 +83,9 @@ use crate::proxy::{Mode, Proxy};
 
 /// Kinds of fault, as named in logs and reports. `pause-tenure-only` and
 /// `kill-guardian` exist only in CLI mode (`--cli`); [`LIBRARY_ONLY`] kinds
-/// only in library mode.
-pub const FAULT_KINDS: [&str; 15] = [
+/// only in library mode; [`SINGLE_ONLY`], [`SENTINEL_ONLY`] and
+/// [`CLUSTER_ONLY`] kinds only in their topology.
+pub const FAULT_KINDS: [&str; 21] = [
     "kill",
     "pause",
     "restart",
@@ -57,7 +101,95 @@ pub const FAULT_KINDS: [&str; 15] = [
     "forged",
     "pause-tenure-only",
     "kill-guardian",
+    "sentinel-kill-primary",
+    "sentinel-failover",
+    "sentinel-kill-sentinel",
+    "cluster-failover",
+    "cluster-kill-primary",
+    "cluster-reshard",
 ];
+
+/// Kinds that need the single server: faults of the whole Redis (restart,
+/// stall, rollback, and mixed-ttl's restart) and faults of one instance's
+/// link, which only the per-instance proxies can inject.
+pub const SINGLE_ONLY: [&str; 7] = [
+    "restart",
+    "cut",
+    "drop",
+    "delay",
+    "stall",
+    "rollback",
+    "mixed-ttl",
+];
+
+/// Kinds that need `--topology sentinel`.
+pub const SENTINEL_ONLY: [&str; 3] = [
+    "sentinel-kill-primary",
+    "sentinel-failover",
+    "sentinel-kill-sentinel",
+];
+
+/// Kinds that need `--topology cluster`.
+pub const CLUSTER_ONLY: [&str; 3] = [
+    "cluster-failover",
+    "cluster-kill-primary",
+    "cluster-reshard",
+];
+
+/// Where the election's data lives. The fenced resource is always a single
+/// server of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Topology {
+    /// One redis-server behind a fault-injecting proxy per instance.
+    Single,
+    /// A primary, a replica and three sentinels (`redis+sentinel://`).
+    Sentinel,
+    /// Three primaries and three replicas (`redis+cluster://`).
+    Cluster,
+}
+
+impl Topology {
+    /// The topology `kind` needs, if it needs one.
+    pub fn of_kind(kind: &str) -> Option<Topology> {
+        if SINGLE_ONLY.contains(&kind) {
+            Some(Topology::Single)
+        } else if SENTINEL_ONLY.contains(&kind) {
+            Some(Topology::Sentinel)
+        } else if CLUSTER_ONLY.contains(&kind) {
+            Some(Topology::Cluster)
+        } else {
+            None
+        }
+    }
+
+    /// Whether `kind` can be injected in this topology.
+    pub fn fits(self, kind: &str) -> bool {
+        Topology::of_kind(kind).is_none_or(|needed| needed == self)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Topology::Single => "single",
+            Topology::Sentinel => "sentinel",
+            Topology::Cluster => "cluster",
+        }
+    }
+}
+
+/// The default fault kinds of a run: every kind of the topology and mode
+/// (library mode: all but [`CLI_ONLY`]; CLI mode: all but [`LIBRARY_ONLY`]).
+pub fn default_kinds(topology: Topology, cli: bool) -> Vec<String> {
+    let excluded: &[&str] = if cli { &LIBRARY_ONLY } else { &CLI_ONLY };
+    FAULT_KINDS
+        .iter()
+        .filter(|kind| !excluded.contains(kind) && topology.fits(kind))
+        .map(|kind| kind.to_string())
+        .collect()
+}
+
+/// How long the harness waits for a Sentinel group or cluster to reach the
+/// state a fault or its repair needs (a promotion, a demotion, a rejoin).
+const TOPOLOGY_WAIT: Duration = Duration::from_secs(60);
 
 /// Kinds that exist only in CLI mode.
 pub const CLI_ONLY: [&str; 2] = ["pause-tenure-only", "kill-guardian"];
@@ -90,6 +222,10 @@ pub struct RunConfig {
     pub fencing: bool,
     pub issue_9_bugs: bool,
     pub faults: Vec<String>,
+    pub topology: Topology,
+    /// Sentinel: configure the data nodes with `min-replicas-to-write` (see
+    /// [`start_sentinel`]).
+    pub sentinel_min_replicas: bool,
 }
 
 impl RunConfig {
@@ -102,7 +238,8 @@ struct Slot {
     name: String,
     incarnation: u32,
     child: Option<Child>,
-    proxy: Proxy,
+    /// The instance's own link to the election's Redis (single topology).
+    proxy: Option<Proxy>,
     ttl: Duration,
 }
 
@@ -116,19 +253,145 @@ impl Slot {
     }
 }
 
+/// The election's store.
+enum Store {
+    Single {
+        redis: Box<RedisServer>,
+        /// Where `SAVE` writes its snapshot.
+        snapshot: PathBuf,
+    },
+    Sentinel(Arc<SentinelGroup>),
+    Cluster(Arc<RedisCluster>),
+}
+
+impl Store {
+    async fn start(topology: Topology, min_replicas: bool) -> Result<Store, String> {
+        Ok(match topology {
+            Topology::Single => {
+                let redis = RedisServer::start().map_err(|e| e.to_string())?;
+                let dir = redis
+                    .command(&["CONFIG", "GET", "dir"])
+                    .map_err(|e| e.to_string())?;
+                let snapshot =
+                    PathBuf::from(dir.lines().nth(1).unwrap_or_default()).join("dump.rdb");
+                Store::Single {
+                    redis: Box::new(redis),
+                    snapshot,
+                }
+            }
+            Topology::Sentinel => Store::Sentinel(Arc::new(
+                blocking("starting a Sentinel group", move || {
+                    start_sentinel(min_replicas)
+                })
+                .await?,
+            )),
+            Topology::Cluster => Store::Cluster(Arc::new(
+                blocking("starting a Redis Cluster", RedisCluster::start).await?,
+            )),
+        })
+    }
+
+    /// The URL the harness itself reaches the store at (directly).
+    fn url(&self) -> String {
+        match self {
+            Store::Single { redis, .. } => redis.url(),
+            Store::Sentinel(group) => group.url(),
+            Store::Cluster(cluster) => cluster.url(),
+        }
+    }
+
+    /// The PIDs of the store's processes now.
+    fn pids(&self) -> Vec<i32> {
+        let pids: Vec<Option<u32>> = match self {
+            Store::Single { redis, .. } => vec![redis.pid()],
+            Store::Sentinel(group) => group
+                .data_nodes()
+                .iter()
+                .chain(group.sentinels())
+                .map(|node| node.pid())
+                .collect(),
+            Store::Cluster(cluster) => cluster.nodes().iter().map(|node| node.pid()).collect(),
+        };
+        pids.into_iter().flatten().map(|pid| pid as i32).collect()
+    }
+
+    /// Wait until a Sentinel group or cluster is whole and settled (see
+    /// [`SentinelGroup::wait_until_ready`], [`RedisCluster::wait_until_ready`]).
+    async fn settle(&self) -> Result<(), String> {
+        match self {
+            Store::Single { .. } => Ok(()),
+            Store::Sentinel(group) => {
+                let group = group.clone();
+                blocking("the Sentinel group is ready", move || {
+                    group.wait_until_ready(TOPOLOGY_WAIT).map(|_| ())
+                })
+                .await
+            }
+            Store::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                blocking("the cluster is settled", move || {
+                    cluster.wait_until_ready(TOPOLOGY_WAIT)
+                })
+                .await
+            }
+        }
+    }
+}
+
+/// Start the Sentinel group. With `min_replicas`, configured as the README
+/// ("Topologies") requires: every data node refuses writes unless a replica
+/// acknowledged within a second (`min-replicas-to-write 1`,
+/// `min-replicas-max-lag 1`), below the sentinels' `down-after` of two
+/// seconds; and two replicas, so that the primary keeps one while another
+/// is killed or resyncing. Without it, Redis's defaults: one replica, writes
+/// always accepted, a primary judged down after one second.
+fn start_sentinel(min_replicas: bool) -> Result<SentinelGroup, redis_process::Error> {
+    if !min_replicas {
+        return SentinelGroup::start();
+    }
+    let group = SentinelGroup::builder()
+        .replicas(2)
+        .down_after(Duration::from_secs(2))
+        .start()?;
+    for node in group.data_nodes() {
+        node.command(&["CONFIG", "SET", "min-replicas-to-write", "1"])?;
+        node.command(&["CONFIG", "SET", "min-replicas-max-lag", "1"])?;
+        // Kept across a kill and resume: nodes restart from this file.
+        node.command(&["CONFIG", "REWRITE"])?;
+    }
+    Ok(group)
+}
+
+/// Run a blocking call of redis-process (it polls with sleeps) off the
+/// runtime, whose threads also carry the proxies' traffic.
+async fn blocking<T: Send + 'static>(
+    what: &str,
+    call: impl FnOnce() -> Result<T, redis_process::Error> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(err)) => Err(format!("{what}: {err}")),
+        Err(err) => Err(format!("{what}: {err}")),
+    }
+}
+
+/// The slot of the election's keys on a cluster (they share its hash tag).
+fn election_slot() -> u16 {
+    redis_process::slot_of(ELECTION)
+}
+
 pub struct Harness {
     config: RunConfig,
     rng: StdRng,
-    election_redis: RedisServer,
+    store: Store,
     resource_redis: RedisServer,
     slots: Vec<Slot>,
-    /// The link of `dup-id`'s second process.
-    twin_proxy: Proxy,
+    /// The link of `dup-id`'s second process (single topology).
+    twin_proxy: Option<Proxy>,
     twins: u32,
-    /// Where `SAVE` writes the election Redis's snapshot.
-    snapshot: PathBuf,
     log: EventLog,
-    /// Every PID ever started, to check for leaks at the end.
+    /// Every PID ever started (instances and the store's processes), to
+    /// check for leaks at the end.
     started: Vec<i32>,
 }
 
@@ -147,14 +410,26 @@ impl Harness {
                 let _ = std::fs::remove_file(path);
             }
         }
-        let election_redis = RedisServer::start().map_err(|e| e.to_string())?;
+        let store = Store::start(config.topology, config.sentinel_min_replicas).await?;
         let resource_redis = RedisServer::start().map_err(|e| e.to_string())?;
         let log = EventLog::create(&config.out.join("harness.jsonl")).map_err(|e| e.to_string())?;
+        // Proxies only in front of a single server (see the module docs).
+        let upstream = match &store {
+            Store::Single { redis, .. } => Some(redis.port()),
+            _ => None,
+        };
+        let proxy = || async move {
+            match upstream {
+                Some(port) => Proxy::start(port)
+                    .await
+                    .map(Some)
+                    .map_err(|e| e.to_string()),
+                None => Ok(None),
+            }
+        };
         let mut slots = Vec::new();
         for i in 1..=config.instances {
-            let proxy = Proxy::start(election_redis.port())
-                .await
-                .map_err(|e| e.to_string())?;
+            let proxy = proxy().await?;
             slots.push(Slot {
                 name: format!("i{i}"),
                 incarnation: 0,
@@ -167,25 +442,20 @@ impl Harness {
                 },
             });
         }
-        let twin_proxy = Proxy::start(election_redis.port())
-            .await
-            .map_err(|e| e.to_string())?;
-        let dir = election_redis
-            .command(&["CONFIG", "GET", "dir"])
-            .map_err(|e| e.to_string())?;
-        let snapshot = PathBuf::from(dir.lines().nth(1).unwrap_or_default()).join("dump.rdb");
+        let twin_proxy = proxy().await?;
         let rng = StdRng::seed_from_u64(config.seed);
+        let mut started = store.pids();
+        started.extend(resource_redis.pid().map(|pid| pid as i32));
         let mut harness = Harness {
             config,
             rng,
-            election_redis,
+            store,
             resource_redis,
             slots,
             twin_proxy,
             twins: 0,
-            snapshot,
             log,
-            started: Vec::new(),
+            started,
         };
         for index in 0..harness.slots.len() {
             harness.spawn(index)?;
@@ -194,22 +464,31 @@ impl Harness {
     }
 
     fn spawn(&mut self, index: usize) -> Result<(), String> {
-        let slot = &mut self.slots[index];
-        slot.incarnation += 1;
-        let (inst, ttl, port) = (slot.inst(), slot.ttl, slot.proxy.port);
-        let child = self.launch(&inst, None, ttl, port)?;
+        self.slots[index].incarnation += 1;
+        let slot = &self.slots[index];
+        let (inst, ttl) = (slot.inst(), slot.ttl);
+        let url = self.instance_url(slot.proxy.as_ref());
+        let child = self.launch(&inst, None, ttl, &url)?;
         self.slots[index].child = Some(child);
         Ok(())
     }
 
+    /// The URL an instance campaigns through: its proxy's, or the store's.
+    fn instance_url(&self, proxy: Option<&Proxy>) -> String {
+        match proxy {
+            Some(proxy) => format!("redis://127.0.0.1:{}", proxy.port),
+            None => self.store.url(),
+        }
+    }
+
     /// Start one instance process named `inst`, campaigning under `id`
-    /// (default: `inst`) through the proxy on `proxy_port`.
+    /// (default: `inst`) through `url`.
     fn launch(
         &mut self,
         inst: &str,
         id: Option<&str>,
         ttl: Duration,
-        proxy_port: u16,
+        url: &str,
     ) -> Result<Child, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let config = &self.config;
@@ -217,13 +496,13 @@ impl Harness {
         let log_path = config.out.join(format!("{file_stem}.jsonl"));
         let stderr = std::fs::File::create(config.out.join(format!("{file_stem}.stderr")))
             .map_err(|e| e.to_string())?;
-        let proxy_url = format!("redis://127.0.0.1:{proxy_port}");
+        let proxy_url = url;
         let ttl = humantime::format_duration(ttl).to_string();
         let mut command = match &config.cli {
             None => {
                 let mut c = Command::new(&exe);
                 c.args([
-                    "instance", "--inst", inst, "--redis", &proxy_url, "--ttl", &ttl,
+                    "instance", "--inst", inst, "--redis", proxy_url, "--ttl", &ttl,
                 ]);
                 if let Some(id) = id {
                     c.args(["--id", id]);
@@ -247,7 +526,7 @@ impl Harness {
                     "--election",
                     ELECTION,
                     "--redis",
-                    &proxy_url,
+                    proxy_url,
                     "--ttl",
                     &ttl,
                     "--id",
@@ -289,7 +568,7 @@ impl Harness {
 
     /// The slot whose instance leads now, read from Redis directly.
     async fn leader_slot(&self) -> Option<usize> {
-        let url = self.election_redis.url();
+        let url = self.store.url();
         let mut conn = tenure::admin::connect(&url, None, Duration::from_secs(1))
             .await
             .ok()?;
@@ -335,13 +614,24 @@ impl Harness {
         }
     }
 
-    /// Inject faults until the run time is up, then stop everything.
+    /// Inject faults until the run time is up (or SIGINT or SIGTERM asks
+    /// to stop: the fault under way is healed first), then stop everything.
     pub async fn run(mut self) -> Result<RunOutcome, String> {
         let ttl = self.config.ttl;
         let end = tokio::time::Instant::now() + self.config.duration;
-        // Let the first election happen.
+        let mut stop = stop_requests();
+        // Let the first election happen. A new Sentinel group or cluster
+        // may take longer than one ttl (its start-up hold-off counts from
+        // the first acquire that reaches the primary): wait for a leader,
+        // within ten ttls, so the first fault has one to aim at.
         tokio::time::sleep(ttl).await;
-        while tokio::time::Instant::now() + ttl * 3 < end {
+        if self.config.topology != Topology::Single {
+            let deadline = tokio::time::Instant::now() + ttl * 10;
+            while self.leader_slot().await.is_none() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(ttl / 10).await;
+            }
+        }
+        while tokio::time::Instant::now() + ttl * 3 < end && !*stop.borrow() {
             let kind =
                 self.config.faults[self.rng.random_range(0..self.config.faults.len())].clone();
             let hold = ttl.mul_f64(self.rng.random_range(1.3..2.5));
@@ -349,12 +639,22 @@ impl Harness {
             self.inject(&kind, target, hold).await?;
             self.respawn_dead()?;
             let pause = ttl.mul_f64(self.rng.random_range(0.5..2.0));
-            tokio::time::sleep(pause).await;
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.wait_for(|stop| *stop) => {}
+            }
         }
-        tokio::time::sleep_until(end).await;
+        if *stop.borrow() {
+            eprintln!("tenure-chaos: asked to stop; stopping every process");
+        } else {
+            tokio::select! {
+                _ = tokio::time::sleep_until(end) => {}
+                _ = stop.wait_for(|stop| *stop) => {}
+            }
+        }
         self.stop().await;
         Ok(RunOutcome {
-            started: self.started,
+            started: std::mem::take(&mut self.started),
         })
     }
 
@@ -425,9 +725,9 @@ impl Harness {
                     // leases must survive.
                     _ => Mode::Delay(self.config.ttl / 20),
                 };
-                self.slots[i].proxy.set(mode);
+                self.set_link(i, mode);
                 tokio::time::sleep(hold).await;
-                self.slots[i].proxy.set(Mode::Pass);
+                self.set_link(i, Mode::Pass);
             }
             ("restart", _) => {
                 record(&mut self.log, t);
@@ -444,7 +744,7 @@ impl Harness {
                 // moment later Redis comes back from the snapshot, with that
                 // lease and an older token counter. The lease must still be
                 // live then, so the restart follows within a tenth of a ttl.
-                self.election_redis
+                self.single_redis()?
                     .command(&["SAVE"])
                     .map_err(|e| e.to_string())?;
                 if let Some(pid) = self.slots[i].pid() {
@@ -457,18 +757,18 @@ impl Harness {
             }
             ("mixed-ttl", Some(i)) => {
                 record(&mut self.log, until);
-                self.slots[i].proxy.set(Mode::Blackhole);
+                self.set_link(i, Mode::Blackhole);
                 self.restart_redis(false)?;
                 tokio::time::sleep(hold).await;
-                self.slots[i].proxy.set(Mode::Pass);
+                self.set_link(i, Mode::Pass);
             }
             ("dup-id", Some(i)) => {
                 record(&mut self.log, until);
                 self.twins += 1;
                 let twin = format!("dup#{}", self.twins);
                 let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
-                let port = self.twin_proxy.port;
-                let mut child = self.launch(&twin, Some(&id), ttl, port)?;
+                let url = self.instance_url(self.twin_proxy.as_ref());
+                let mut child = self.launch(&twin, Some(&id), ttl, &url)?;
                 tokio::time::sleep(hold).await;
                 let how = stop_child(&mut child, Duration::from_secs(10)).await;
                 self.log.record(&Event::Exit {
@@ -496,13 +796,168 @@ impl Harness {
                 let ms = hold.as_millis().to_string();
                 record(&mut self.log, until);
                 // CLIENT PAUSE answers at once; the blocking call is brief.
-                self.election_redis
+                self.single_redis()?
                     .command(&["CLIENT", "PAUSE", &ms, "ALL"])
                     .map_err(|e| e.to_string())?;
                 tokio::time::sleep(hold).await;
             }
+            (store, _) if SENTINEL_ONLY.contains(&store) || CLUSTER_ONLY.contains(&store) => {
+                self.store_fault(store, target_name.clone(), hold).await?;
+            }
             // No leader to aim at right now: nothing to do this round.
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// A fault of a Sentinel group or cluster (see the module docs). The
+    /// topology is whole before it begins and again when this returns. It
+    /// is recorded from when it began until the store could serve the
+    /// election again: a replica promoted, the slot handed over, the
+    /// sentinel back.
+    async fn store_fault(
+        &mut self,
+        kind: &str,
+        target: String,
+        hold: Duration,
+    ) -> Result<(), String> {
+        // Drawn for every such fault, so the schedule depends on the seed alone.
+        let coin = self.rng.random_bool(0.5);
+        let pick: usize = self.rng.random_range(0..1000);
+        self.store.settle().await?;
+        let (t, until) = match (&self.store, kind) {
+            (Store::Sentinel(group), "sentinel-kill-primary") => {
+                let g = group.clone();
+                let t = now_ns();
+                let old = blocking("killing the primary", move || {
+                    if coin {
+                        g.kill_primary_keep_snapshot()
+                    } else {
+                        g.kill_primary()
+                    }
+                })
+                .await?;
+                let g = group.clone();
+                let promoted = blocking("a replica is promoted", move || {
+                    g.wait_for_new_primary(old, TOPOLOGY_WAIT)
+                })
+                .await;
+                let until = now_ns();
+                if promoted.is_ok() {
+                    tokio::time::sleep(hold).await;
+                }
+                // Back as a stale primary, until the sentinels demote it.
+                let g = group.clone();
+                let resumed = blocking("the old primary starts again", move || {
+                    g.node(old)?.resume()
+                })
+                .await;
+                promoted?;
+                resumed?;
+                (t, until)
+            }
+            (Store::Sentinel(group), "sentinel-failover") => {
+                let g = group.clone();
+                let t = now_ns();
+                blocking("SENTINEL FAILOVER", move || g.failover()).await?;
+                (t, now_ns())
+            }
+            (Store::Sentinel(group), "sentinel-kill-sentinel") => {
+                let ports = group.sentinel_ports();
+                let port = ports[pick % ports.len()];
+                let t = now_ns();
+                group.node(port).map_err(|e| e.to_string())?.kill();
+                tokio::time::sleep(hold).await;
+                let g = group.clone();
+                blocking("the sentinel starts again", move || g.node(port)?.resume()).await?;
+                (t, now_ns())
+            }
+            (Store::Cluster(cluster), "cluster-failover") => {
+                let c = cluster.clone();
+                let t = now_ns();
+                blocking("CLUSTER FAILOVER", move || {
+                    c.failover(c.primary_of_slot(election_slot())?)
+                })
+                .await?;
+                (t, now_ns())
+            }
+            (Store::Cluster(cluster), "cluster-kill-primary") => {
+                let c = cluster.clone();
+                let old = blocking("the election's primary", move || {
+                    c.primary_of_slot(election_slot())
+                })
+                .await?;
+                let t = now_ns();
+                cluster.kill(old).map_err(|e| e.to_string())?;
+                let c = cluster.clone();
+                let moved =
+                    blocking("a replica takes over", move || c.wait_for_failover(old)).await;
+                let until = now_ns();
+                if moved.is_ok() {
+                    tokio::time::sleep(hold).await;
+                }
+                // Back empty; it rejoins as a replica of its successor.
+                let c = cluster.clone();
+                let resumed = blocking("the old primary rejoins", move || c.resume(old)).await;
+                moved?;
+                resumed?;
+                (t, until)
+            }
+            (Store::Cluster(cluster), "cluster-reshard") => {
+                let c = cluster.clone();
+                let slot = election_slot();
+                let (from, primaries) = blocking("the cluster's primaries", move || {
+                    Ok((c.primary_of_slot(slot)?, c.primary_ports()?))
+                })
+                .await?;
+                let others: Vec<u16> = primaries.into_iter().filter(|p| *p != from).collect();
+                let Some(to) = others.get(pick % others.len().max(1)).copied() else {
+                    return Err("the cluster has no other primary to move the slot to".into());
+                };
+                let c = cluster.clone();
+                let t = now_ns();
+                blocking("beginning the migration", move || {
+                    c.begin_migration(slot, to)
+                })
+                .await?;
+                tokio::time::sleep(hold / 3).await;
+                let c = cluster.clone();
+                let moved = blocking("moving the slot's keys", move || c.migrate_keys(slot)).await;
+                if moved.is_ok() {
+                    tokio::time::sleep(hold / 3).await;
+                }
+                // Keys written meanwhile (on the importing node, after ASK,
+                // or on the old owner while the lease was still there), then
+                // the hand-over; tried even after a failed step, so the slot
+                // is not left half-migrated.
+                let c = cluster.clone();
+                let finished = blocking("handing the slot over", move || {
+                    c.migrate_keys(slot)?;
+                    c.finish_migration(slot)
+                })
+                .await;
+                moved?;
+                finished?;
+                (t, now_ns())
+            }
+            (_, kind) => {
+                return Err(format!(
+                    "fault {kind} needs --topology {}",
+                    Topology::of_kind(kind).map_or("?", Topology::name)
+                ))
+            }
+        };
+        self.log.record(&Event::Fault {
+            kind: kind.to_string(),
+            target,
+            t,
+            until,
+        });
+        self.store.settle().await?;
+        for pid in self.store.pids() {
+            if !self.started.contains(&pid) {
+                self.started.push(pid);
+            }
         }
         Ok(())
     }
@@ -511,33 +966,67 @@ impl Harness {
     /// `SAVE` wrote when `from_snapshot`, else empty (the snapshot, if any,
     /// is removed first). No snapshot is left behind either way.
     fn restart_redis(&mut self, from_snapshot: bool) -> Result<(), String> {
+        let Store::Single { redis, snapshot } = &mut self.store else {
+            return Err(needs_single("restarting Redis"));
+        };
         if !from_snapshot {
-            self.remove_snapshot()?;
+            remove_snapshot(snapshot)?;
         }
-        self.election_redis.restart().map_err(|e| e.to_string())?;
-        self.remove_snapshot()
+        redis.restart().map_err(|e| e.to_string())?;
+        remove_snapshot(snapshot)?;
+        let pid = redis.pid().map(|pid| pid as i32);
+        self.started.extend(pid);
+        Ok(())
     }
 
-    fn remove_snapshot(&self) -> Result<(), String> {
-        match std::fs::remove_file(&self.snapshot) {
-            Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("cannot remove {}: {err}", self.snapshot.display()))
-            }
-            _ => Ok(()),
+    /// The election's Redis, in the single topology.
+    fn single_redis(&self) -> Result<&RedisServer, String> {
+        match &self.store {
+            Store::Single { redis, .. } => Ok(redis),
+            _ => Err(needs_single("this fault")),
         }
     }
 
-    /// Publish on the election's events channel, straight to Redis.
+    /// Set instance `index`'s link (single topology; elsewhere there is no
+    /// proxy, and the kinds that use it are not drawn).
+    fn set_link(&self, index: usize, mode: Mode) {
+        if let Some(proxy) = &self.slots[index].proxy {
+            proxy.set(mode);
+        }
+    }
+
+    /// Publish on the election's events channel, straight to the node
+    /// that serves it: the single server, the primary the sentinels name,
+    /// or (with `SPUBLISH`, as tenure's scripts do on a cluster) the primary
+    /// of the channel's slot.
     async fn publish(&self, messages: &[String]) -> Result<(), String> {
         let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
-        let client = redis::Client::open(self.election_redis.url()).map_err(|e| e.to_string())?;
+        let (url, command) = match &self.store {
+            Store::Single { redis, .. } => (redis.url(), "PUBLISH"),
+            Store::Sentinel(group) => {
+                let group = group.clone();
+                let port =
+                    blocking("the sentinels name a primary", move || group.primary_port()).await?;
+                (format!("redis://127.0.0.1:{port}"), "PUBLISH")
+            }
+            Store::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                let slot = redis_process::slot_of(&channel);
+                let port = blocking("the cluster names the channel's primary", move || {
+                    cluster.primary_of_slot(slot)
+                })
+                .await?;
+                (format!("redis://127.0.0.1:{port}"), "SPUBLISH")
+            }
+        };
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         let mut conn = client
             .get_multiplexed_async_connection()
             .await
             .map_err(|e| e.to_string())?;
         let mut pipe = redis::pipe();
         for message in messages {
-            pipe.cmd("PUBLISH").arg(&channel).arg(message).ignore();
+            pipe.cmd(command).arg(&channel).arg(message).ignore();
         }
         pipe.query_async::<()>(&mut conn)
             .await
@@ -562,6 +1051,25 @@ impl Harness {
         self.reap(index, how);
     }
 
+    /// Whether instance `index` is gone or has logged its start (a library
+    /// instance does so once it listens for SIGTERM).
+    fn listening(&mut self, index: usize) -> bool {
+        use std::io::BufRead;
+        let running = match self.slots[index].child.as_mut() {
+            None => false,
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+        };
+        if !running {
+            return true;
+        }
+        let stem = self.slots[index].inst().replace('#', "-");
+        let mut first = String::new();
+        std::fs::File::open(self.config.out.join(format!("{stem}.jsonl")))
+            .map(|file| std::io::BufReader::new(file).read_line(&mut first))
+            .is_ok()
+            && first.contains(r#""ev":"start""#)
+    }
+
     /// Restart any instance that is gone (killed, stopped, or crashed).
     fn respawn_dead(&mut self) -> Result<(), String> {
         for index in 0..self.slots.len() {
@@ -580,6 +1088,16 @@ impl Harness {
     }
 
     async fn stop(&mut self) {
+        // Library mode: an instance respawned a moment ago may not listen
+        // for SIGTERM yet; wait (within 5 s) until each has logged its start.
+        if self.config.cli.is_none() {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while tokio::time::Instant::now() < deadline
+                && (0..self.slots.len()).any(|index| !self.listening(index))
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         for slot in &self.slots {
             if let Some(pid) = slot.pid() {
                 let _ = kill(pid, Signal::SIGTERM);
@@ -598,9 +1116,61 @@ impl Harness {
     }
 }
 
+impl Drop for Harness {
+    /// A run that ends early (an error) leaves no instance behind; the
+    /// store's processes are killed by their own handles' drops.
+    fn drop(&mut self) {
+        for slot in &mut self.slots {
+            if let Some(mut child) = slot.child.take() {
+                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// A flag that turns true on SIGINT or SIGTERM.
+fn stop_requests() -> tokio::sync::watch::Receiver<bool> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let signals = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    );
+    tokio::spawn(async move {
+        match signals {
+            (Ok(mut interrupt), Ok(mut terminate)) => {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
+                }
+                let _ = tx.send(true);
+            }
+            // No handler: never asked to stop (and the sender lives on, so
+            // waiting on the flag waits).
+            _ => std::future::pending::<()>().await,
+        }
+    });
+    rx
+}
+
 pub struct RunOutcome {
     /// Every instance PID started, for the leak check.
     pub started: Vec<i32>,
+}
+
+fn needs_single(what: &str) -> String {
+    format!("{what} needs --topology single")
+}
+
+/// Remove a snapshot `SAVE` wrote, if there is one.
+fn remove_snapshot(snapshot: &std::path::Path) -> Result<(), String> {
+    match std::fs::remove_file(snapshot) {
+        Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+            Err(format!("cannot remove {}: {err}", snapshot.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// SIGTERM, then SIGKILL after `limit`; how it ended.

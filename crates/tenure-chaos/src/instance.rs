@@ -107,13 +107,28 @@ enum End {
 pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), String> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut log = EventLog::create(&settings.log).map_err(|e| e.to_string())?;
+    // Listen for the harness's SIGTERM from the start, and only then say
+    // so: the harness waits for this first line before stopping the run,
+    // so an instance it respawned just before exits 0 instead of dying of
+    // the signal.
+    let mut terminate = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     log.record(&Event::Start {
         inst: settings.inst.clone(),
         t: now_ns(),
     });
+    let mut shutdown = Box::pin(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    });
     let mut churn = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
     let mut handover = signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?;
-    let mut resource = Resource::connect(&settings.resource_url, settings.fencing).await?;
+    let mut resource = tokio::select! {
+        resource = Resource::connect(&settings.resource_url, settings.fencing) => resource?,
+        _ = &mut shutdown => return Ok(()),
+    };
     let ttl = campaign.ttl;
     let deadline = campaign.deadline;
     let election = loop {
@@ -125,14 +140,21 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
         if let Some(max_ttl) = campaign.max_ttl {
             builder = builder.max_ttl(max_ttl);
         }
-        // The proxy may be cutting us off right now; keep trying.
-        match builder.build().await {
+        // The proxy may be cutting us off right now, or the store failing
+        // over; keep trying.
+        let built = tokio::select! {
+            built = builder.build() => built,
+            _ = &mut shutdown => return Ok(()),
+        };
+        match built {
             Ok(election) => break election,
-            Err(err) if err.is_transient() => tokio::time::sleep(ttl / 4).await,
+            Err(err) if err.is_transient() => tokio::select! {
+                _ = tokio::time::sleep(ttl / 4) => {}
+                _ = &mut shutdown => return Ok(()),
+            },
             Err(err) => return Err(err.to_string()),
         }
     };
-    let mut shutdown = Box::pin(tenure::shutdown_signal());
     let mut churns = 0u32;
     loop {
         let campaigning = election.campaign();

@@ -50,10 +50,26 @@ enum Command {
         /// fork, out of CMD's process group.
         #[arg(long, requires = "cli")]
         escaping_cmd: bool,
+        /// Where the election's data lives: one redis-server behind a proxy
+        /// per instance, a Sentinel group (a primary, a replica, three
+        /// sentinels; `redis+sentinel://`), or a Redis Cluster (three
+        /// primaries, three replicas; `redis+cluster://`).
+        #[arg(long, value_enum, default_value_t = harness::Topology::Single)]
+        topology: harness::Topology,
+        /// Sentinel: run the group with Redis's defaults (one replica,
+        /// `min-replicas-to-write 0`, down after 1 s) instead of the
+        /// configuration the README requires (two replicas,
+        /// `min-replicas-to-write 1`, `min-replicas-max-lag 1`, down after
+        /// 2 s).
+        #[arg(long)]
+        sentinel_without_min_replicas: bool,
         /// Fault kinds to draw from (comma-separated). Default: every kind
-        /// of the mode (library mode: all but `pause-tenure-only` and
-        /// `kill-guardian`; CLI mode: all but churn, rollback, mixed-ttl and
-        /// dup-id).
+        /// of the mode and topology (library mode: all but
+        /// `pause-tenure-only` and `kill-guardian`; CLI mode: all but churn,
+        /// rollback, mixed-ttl and dup-id; single: all but the sentinel-*
+        /// and cluster-* kinds; sentinel and cluster: their own kinds and
+        /// kill, pause, graceful, churn, dup-id, forged, not the faults of
+        /// the whole Redis or of the proxies).
         #[arg(long, value_delimiter = ',')]
         faults: Vec<String>,
         /// Unsafe: instances ignore their local deadline (the checker must object).
@@ -173,6 +189,8 @@ fn main() {
                 out,
                 cli,
                 escaping_cmd,
+                topology,
+                sentinel_without_min_replicas,
                 faults,
                 unsafe_no_deadline,
                 unsafe_no_fencing,
@@ -180,16 +198,7 @@ fn main() {
                 require_live,
             } => {
                 let faults: Vec<String> = if faults.is_empty() {
-                    let excluded: &[&str] = if cli.is_some() {
-                        &harness::LIBRARY_ONLY
-                    } else {
-                        &harness::CLI_ONLY
-                    };
-                    harness::FAULT_KINDS
-                        .iter()
-                        .filter(|kind| !excluded.contains(kind))
-                        .map(|kind| kind.to_string())
-                        .collect()
+                    harness::default_kinds(topology, cli.is_some())
                 } else {
                     faults
                 };
@@ -212,6 +221,11 @@ fn main() {
                     eprintln!("tenure-chaos: fault {bad:?} needs library mode (no --cli)");
                     return 2;
                 }
+                if let Some(bad) = faults.iter().find(|f| !topology.fits(f)) {
+                    let needed = harness::Topology::of_kind(bad).map_or("?", |t| t.name());
+                    eprintln!("tenure-chaos: fault {bad:?} needs --topology {needed}");
+                    return 2;
+                }
                 let config = harness::RunConfig {
                     seed,
                     duration,
@@ -224,9 +238,12 @@ fn main() {
                     fencing: !unsafe_no_fencing,
                     issue_9_bugs: unsafe_issue_9_bugs,
                     faults,
+                    topology,
+                    sentinel_min_replicas: !sentinel_without_min_replicas,
                 };
                 println!(
-                    "tenure-chaos: seed {seed}, {instances} instances, ttl {}, {} -> {}",
+                    "tenure-chaos: seed {seed}, {} topology, {instances} instances, ttl {}, {} -> {}",
+                    topology.name(),
                     humantime::format_duration(ttl),
                     humantime::format_duration(duration),
                     out.display()
