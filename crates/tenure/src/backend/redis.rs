@@ -559,8 +559,15 @@ impl RedisStore {
                     }
                 }
                 _ => {
+                    // Outside a cluster there is one node: no slot to compute
+                    // on the renewal path.
+                    let slot = if cluster {
+                        slot_of(Self::routing_key(op))
+                    } else {
+                        0
+                    };
                     calls.push(Call {
-                        slot: slot_of(Self::routing_key(op)),
+                        slot,
                         cmd: self.command(op, None),
                     });
                     parts.push(Part { op: i, terms: None });

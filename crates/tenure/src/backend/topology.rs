@@ -591,27 +591,17 @@ impl Topology {
 
     /// Every connection anew (after a timeout).
     pub fn reset(&self) {
-        let nodes: Vec<Arc<Node>> = {
-            let state = self.lock();
-            state
-                .primary
-                .iter()
-                .chain(state.nodes.values())
-                .cloned()
-                .collect()
-        };
-        match &self.url.layout {
-            Layout::Single => nodes.iter().for_each(|node| node.reset()),
-            Layout::Sentinel { .. } => {
-                if let Some(node) = nodes.first() {
-                    self.forget_primary(&node.addr);
-                }
+        if !self.is_cluster() {
+            // The one node in use, as after a failed call to it.
+            let primary = self.lock().primary.clone();
+            if let Some(node) = primary {
+                self.failed(&node);
             }
-            Layout::Cluster { .. } => {
-                nodes.iter().for_each(|node| node.reset());
-                self.lock().stale = true;
-            }
+            return;
         }
+        let nodes: Vec<Arc<Node>> = self.lock().nodes.values().cloned().collect();
+        nodes.iter().for_each(|node| node.reset());
+        self.lock().stale = true;
     }
 
     /// Sentinel: stop using the primary at `addr` (if it is still the one
