@@ -99,6 +99,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         let standby = Standby::spawn(&args.command, &env, cgroup)
             .await
             .map_err(cannot_start)?;
+        tracing::info!(election = %name, guardian = standby.pid(), "the next term's guardian is ready; campaigning");
         let term = if args.no_wait {
             match election.try_campaign().await? {
                 Some(term) => term,

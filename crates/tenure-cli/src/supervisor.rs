@@ -194,6 +194,11 @@ impl Standby {
         }
     }
 
+    /// The waiting guardian's process id.
+    pub fn pid(&self) -> i32 {
+        self.pid.as_raw()
+    }
+
     /// Begin the term: the guardian starts CMD with `TENURE_TOKEN=token`
     /// and kills it at `kill_at` unless [`Job::extend`] moves that later.
     /// An error means the guardian is gone (it never got a whole `start`,

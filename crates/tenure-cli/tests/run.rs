@@ -791,7 +791,10 @@ fn a_followers_waiting_guardian_runs_nothing_and_dies_with_tenure() {
     eventually("a's command starts", || child_pid(&scratch, "a").is_some());
     let b = Instance::start(&server.url(), "standby", "b", &[], LONG_JOB, &scratch);
     let below_b = || tenure_procs::descendants(&tenure_procs::all(), b.pid().as_raw());
-    eventually("b's guardian waits for a term", || !below_b().is_empty());
+    // Connected to b and waiting: b campaigns only once it is.
+    eventually("b's guardian waits for a term", || {
+        b.log().contains("guardian is ready; campaigning")
+    });
     let waiting = below_b();
     assert_eq!(
         waiting.len(),
@@ -829,15 +832,20 @@ fn a_killed_waiting_guardian_is_replaced_when_the_term_begins() {
         &scratch,
     );
     let below_b = || tenure_procs::descendants(&tenure_procs::all(), b.pid().as_raw());
-    eventually("b's guardian waits for a term", || !below_b().is_empty());
+    // Connected to b and waiting: b campaigns only once it is.
+    eventually("b's guardian waits for a term", || {
+        b.log().contains("guardian is ready; campaigning")
+    });
     let guardian = below_b()[0].pid;
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(guardian), Signal::SIGKILL);
     eventually("b's guardian is dead", || !alive(guardian));
     a.signal(Signal::SIGTERM);
     assert_eq!(a.wait(), 0, "clean shutdown; log:\n{}", a.log());
-    eventually("b's command starts all the same", || {
-        child_pid(&scratch, "b").is_some()
-    });
+    eventually_or_show(
+        "b's command starts all the same",
+        || child_pid(&scratch, "b").is_some(),
+        || format!("b's log:\n{}", b.log()),
+    );
     let cmd = child_pid(&scratch, "b").unwrap();
     let new_guardian = parent_of(cmd).expect("b's command runs");
     assert_ne!(new_guardian, guardian);

@@ -214,6 +214,20 @@ pub fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// [`eventually`], printing `context()` (a log, say) should it time out.
+pub fn eventually_or_show(
+    what: &str,
+    condition: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) {
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        eventually(what, condition)
+    }));
+    if waited.is_err() {
+        panic!("timed out waiting for: {what}\n{}", context());
+    }
+}
+
 /// The PID the command of instance `id` wrote to `DIR/pid-ID`, once it has.
 pub fn child_pid(scratch: &Scratch, id: &str) -> Option<i32> {
     scratch.read(&format!("pid-{id}")).trim().parse().ok()
