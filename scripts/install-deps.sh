@@ -7,6 +7,10 @@ need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)  # scripts/msrv-check.sh
+command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)   # the etcd tests' clusters
+command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)  # etcd-client's build
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)  # its well-known types
 
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then

@@ -75,8 +75,10 @@ pub struct RedisArgs {
     /// for TLS, redis+unix:///path/to/redis.sock[?db=N]) for one server;
     /// redis+sentinel://[user[:password]@]host:port[,host:port...]/SERVICE[/db]
     /// for Redis Sentinel; redis+cluster://[user[:password]@]host:port[,host:port...]
-    /// for Redis Cluster (rediss+sentinel://, rediss+cluster:// for TLS).
-    /// [default: redis://127.0.0.1:6379; env TENURE_REDIS_URL is read too]
+    /// for Redis Cluster (rediss+sentinel://, rediss+cluster:// for TLS);
+    /// etcd://[user[:password]@]host:port[,host:port...] for etcd (etcds://
+    /// for TLS). [default: redis://127.0.0.1:6379; env TENURE_REDIS_URL is
+    /// read too]
     #[arg(
         long = "store",
         visible_alias = "redis",
@@ -91,14 +93,23 @@ pub struct RedisArgs {
     #[arg(skip)]
     pub url: String,
 
-    /// Read the Redis password from this file (one trailing newline is
+    /// Read the store's password from this file (one trailing newline is
     /// ignored) instead of putting it in the URL.
     #[arg(long, env = "TENURE_PASSWORD_FILE")]
     pub password_file: Option<PathBuf>,
 
-    /// CA certificate (PEM) to verify a rediss:// server with, instead of the system's roots.
+    /// CA certificate (PEM) to verify a rediss:// server or an etcds://
+    /// cluster with, instead of the system's roots.
     #[arg(long, env = "TENURE_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+
+    /// Client certificate (PEM) for an etcds:// cluster that requires one.
+    #[arg(long, env = "TENURE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The key (PEM) of --tls-cert.
+    #[arg(long, env = "TENURE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 
     /// Key prefix shared by all instances.
     #[arg(long, env = "TENURE_PREFIX", default_value = tenure::DEFAULT_PREFIX)]
@@ -131,6 +142,23 @@ impl RedisArgs {
     /// Fill in [`RedisArgs::url`].
     pub fn resolve(&mut self) {
         self.url = store_url(self.store.as_deref(), Some(DEFAULT_STORE)).unwrap_or_default();
+    }
+
+    /// The client certificate and key, when both are given.
+    pub fn tls_client(&self) -> Option<(&PathBuf, &PathBuf)> {
+        self.tls_cert.as_ref().zip(self.tls_key.as_ref())
+    }
+
+    /// Connect to the store (for `status`).
+    pub async fn connect(&self) -> tenure::Result<tenure::Store> {
+        let mut builder = tenure::Store::open(&self.url);
+        if let Some(ca) = &self.tls_ca {
+            builder = builder.tls_ca_file(ca);
+        }
+        if let Some((cert, key)) = self.tls_client() {
+            builder = builder.tls_client_cert_file(cert, key);
+        }
+        builder.connect().await
     }
 }
 

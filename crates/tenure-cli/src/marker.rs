@@ -21,6 +21,13 @@ pub struct Marker {
 
 impl Marker {
     pub async fn connect(args: &RunArgs, period: Duration) -> Result<Self, Failure> {
+        if args.redis.url.starts_with("etcd://") || args.redis.url.starts_with("etcds://") {
+            return Err(Failure::new(
+                crate::exit::USAGE,
+                "--at-most-every keeps its marker in Redis; it does not work with an etcd \
+                 store yet",
+            ));
+        }
         let conn = admin::connect(
             &args.redis.url,
             args.redis.tls_ca.as_deref(),

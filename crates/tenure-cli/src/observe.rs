@@ -7,11 +7,11 @@
 //! that a monitoring script notices that someone else's data sits under
 //! tenure's prefix.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use futures_util::StreamExt;
 use serde::Serialize;
-use tenure::{admin, Election, LeaderInfo};
+use tenure::{Election, LeaderInfo};
 
 use crate::cli::{StatusArgs, WatchArgs};
 use crate::complain;
@@ -52,20 +52,15 @@ fn rfc3339(time: SystemTime) -> String {
 }
 
 pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
-    let mut conn = admin::connect(
-        &args.redis.url,
-        args.redis.tls_ca.as_deref(),
-        Duration::from_secs(2),
-    )
-    .await?;
+    let store = args.redis.connect().await?;
     let names = if args.names.is_empty() {
-        admin::list_elections(&mut conn, &args.redis.prefix).await?
+        store.elections(&args.redis.prefix).await?
     } else {
         args.names.clone()
     };
     let mut rows = Vec::new();
     for name in names {
-        let row = match admin::leader_of(&mut conn, &args.redis.prefix, &name).await {
+        let row = match store.leader_of(&args.redis.prefix, &name).await {
             Ok(leader) => ElectionStatus {
                 name,
                 leader: leader.map(LeaderStatus::from),
@@ -171,6 +166,9 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
         .allow_eviction(true);
     if let Some(ca) = &args.redis.tls_ca {
         builder = builder.tls_ca_file(ca);
+    }
+    if let Some((cert, key)) = args.redis.tls_client() {
+        builder = builder.tls_client_cert_file(cert, key);
     }
     let election = builder.build().await?;
     let mut changes = Box::pin(election.watch());

@@ -55,7 +55,7 @@ fn with_password(url: &str, encoded: &str) -> Result<String, &'static str> {
     };
     match scheme {
         "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-        | "rediss+cluster" => {
+        | "rediss+cluster" | "etcd" | "etcds" => {
             // The authority ends at the path or the query.
             let end = rest.find(['/', '?']).unwrap_or(rest.len());
             let (authority, tail) = rest.split_at(end);
@@ -90,8 +90,8 @@ fn with_password(url: &str, encoded: &str) -> Result<String, &'static str> {
             }
         }
         _ => Err(
-            "it works with redis://, rediss://, redis+unix://, redis+sentinel:// and \
-             redis+cluster:// URLs",
+            "it works with redis://, rediss://, redis+unix://, redis+sentinel://, \
+             redis+cluster:// and etcd:// URLs",
         ),
     }
 }

@@ -374,6 +374,9 @@ async fn build_election(args: &RunArgs) -> Result<Election, Failure> {
     if let Some(ca) = &args.redis.tls_ca {
         builder = builder.tls_ca_file(ca);
     }
+    if let Some((cert, key)) = args.redis.tls_client() {
+        builder = builder.tls_client_cert_file(cert, key);
+    }
     Ok(builder.build().await?)
 }
 

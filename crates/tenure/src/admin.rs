@@ -52,6 +52,13 @@ impl std::fmt::Debug for Connection {
     }
 }
 
+impl Connection {
+    /// A connection on a store's topology (shared with its elections).
+    pub(crate) fn on(topology: Arc<Topology>) -> Connection {
+        Connection { topology }
+    }
+}
+
 /// Commands without a key: they go to the primary (any primary of a
 /// cluster).
 const KEYLESS: &[&str] = &[

@@ -87,6 +87,8 @@ pub(crate) struct Settings {
     pub id: Option<String>,
     pub prefix: String,
     pub tls_ca: Option<PathBuf>,
+    /// An etcd client certificate and its key (PEM files).
+    pub tls_client: Option<(PathBuf, PathBuf)>,
     pub max_ttl: Option<Duration>,
     pub allow_eviction: bool,
     /// See [`ElectionBuilder::unsafe_issue_9_bugs`]; elections only.
@@ -103,6 +105,7 @@ impl Default for Settings {
             id: None,
             prefix: DEFAULT_PREFIX.to_string(),
             tls_ca: None,
+            tls_client: None,
             max_ttl: None,
             allow_eviction: false,
             issue_9_bugs: false,
@@ -111,6 +114,16 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The TLS files given (taken: they are used once, to connect).
+    pub fn tls_files(&mut self) -> crate::backend::TlsFiles {
+        let (cert, key) = self.tls_client.take().unzip();
+        crate::backend::TlsFiles {
+            ca: self.tls_ca.take(),
+            cert,
+            key,
+        }
+    }
+
     /// Validate everything but the names, and fill in the defaults: the
     /// timing and this instance's id. `name` is for the log only.
     pub fn validate(&mut self, name: &str) -> Result<(Timing, String)> {
@@ -227,10 +240,32 @@ impl ElectionBuilder {
         self
     }
 
-    /// Verify a `rediss://` server against this CA certificate (PEM file)
-    /// instead of the system's roots.
+    /// Verify a `rediss://` server or an `etcds://` cluster against this
+    /// CA certificate (PEM file) instead of the system's roots.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.settings.tls_ca = Some(path.into());
+        self
+    }
+
+    /// Present this client certificate and key (PEM files) to an
+    /// `etcds://` cluster that requires one (`--client-cert-auth`).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let election = tenure::Election::builder("reports")
+    ///     .redis("etcds://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
+    ///     .tls_ca_file("/etc/tenure/etcd-ca.pem")
+    ///     .tls_client_cert_file("/etc/tenure/client.pem", "/etc/tenure/client-key.pem")
+    ///     .build()
+    ///     .await?;
+    /// # drop(election); Ok(()) }
+    /// ```
+    pub fn tls_client_cert_file(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.settings.tls_client = Some((cert.into(), key.into()));
         self
     }
 
@@ -307,7 +342,19 @@ impl ElectionBuilder {
                 match store.kind {
                     StoreKind::Memory(store) => store.backend(&self.name, keys),
                     StoreKind::Redis(shared) => shared.election(&self.name, keys, checks).await?,
+                    #[cfg(feature = "etcd")]
+                    StoreKind::Etcd(store) => store.election(&self.name, keys, timing.ttl).await?,
                 }
+            }
+            Some(StoreSpec::Redis(url)) if crate::backend::is_etcd_url(&url) => {
+                let tls = self.settings.tls_files();
+                let store = crate::backend::connect_etcd(url, tls, timing.call_timeout).await?;
+                #[cfg(feature = "etcd")]
+                {
+                    store.election(&self.name, keys, timing.ttl).await?
+                }
+                #[cfg(not(feature = "etcd"))]
+                match *store {}
             }
             Some(StoreSpec::Redis(url)) => {
                 let target = RedisTarget {

@@ -31,8 +31,8 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
-    /// Redis could not be reached (refused, DNS, network).
-    #[error("cannot reach Redis at {url}: {detail}")]
+    /// The store (Redis or etcd) could not be reached (refused, DNS, network).
+    #[error("cannot reach {} at {url}: {detail}", store_of(.url))]
     Unreachable {
         /// The URL, with any password replaced by `***`.
         url: String,
@@ -40,8 +40,9 @@ pub enum Error {
         detail: String,
     },
 
-    /// Redis rejected the username or password.
-    #[error("Redis at {url} rejected the credentials: {detail}")]
+    /// The store rejected the username or password (or, on etcd, the
+    /// user's role does not cover tenure's keys).
+    #[error("{} at {url} rejected the credentials: {detail}", store_of(.url))]
     Auth {
         /// The URL, with any password replaced by `***`.
         url: String,
@@ -50,7 +51,7 @@ pub enum Error {
     },
 
     /// The TLS handshake failed or TLS settings were unusable.
-    #[error("TLS to Redis at {url} failed: {detail}")]
+    #[error("TLS to {} at {url} failed: {detail}", store_of(.url))]
     Tls {
         /// The URL, with any password replaced by `***`.
         url: String,
@@ -97,7 +98,7 @@ pub enum Error {
     /// A Redis call did not answer within its timeout (zero when the
     /// client's own timeout fired). Its outcome is unknown: it may still have
     /// run on the server.
-    #[error("Redis did not answer in time{}", within(.0))]
+    #[error("the store did not answer in time{}", within(.0))]
     Timeout(Duration),
 
     /// Any other Redis error (transient connection drops, server errors).
@@ -110,6 +111,14 @@ pub enum Error {
         /// error code are there). Its text is already in `detail`.
         #[source]
         source: Option<redis::RedisError>,
+    },
+
+    /// An etcd call failed (no leader, a member unavailable, a dropped
+    /// connection): transient.
+    #[error("etcd error: {detail}")]
+    Etcd {
+        /// What failed, on one line.
+        detail: String,
     },
 
     /// The simulated outage of an in-memory store ([`crate::MemoryStore::set_fault`]).
@@ -137,6 +146,7 @@ impl Error {
             Error::Unreachable { .. }
                 | Error::Timeout(_)
                 | Error::Redis { .. }
+                | Error::Etcd { .. }
                 | Error::Unavailable
         )
     }
@@ -155,6 +165,16 @@ impl Error {
             detail: one_line(&err.to_string()),
             source: Some(err),
         }
+    }
+}
+
+/// The store a URL names, for messages: `etcd` for `etcd://`/`etcds://`,
+/// else Redis.
+fn store_of(url: &str) -> &'static str {
+    if url.starts_with("etcd") {
+        "etcd"
+    } else {
+        "Redis"
     }
 }
 

@@ -170,9 +170,20 @@ impl PartitionSetBuilder {
         self
     }
 
-    /// CA certificate for `rediss://`.
+    /// CA certificate for `rediss://` and `etcds://`.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.settings.tls_ca = Some(path.into());
+        self
+    }
+
+    /// Client certificate and key (PEM files) for an `etcds://` cluster
+    /// that requires one (see [`crate::ElectionBuilder::tls_client_cert_file`]).
+    pub fn tls_client_cert_file(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.settings.tls_client = Some((cert.into(), key.into()));
         self
     }
 
@@ -202,10 +213,10 @@ impl PartitionSetBuilder {
         };
         let store = Store::for_partition_set(
             spec,
-            self.settings.tls_ca.take(),
+            self.settings.tls_files(),
             &group_keys,
             self.settings.allow_eviction,
-            timing.call_timeout,
+            (timing.ttl, timing.call_timeout),
         )
         .await?;
         metrics::describe();

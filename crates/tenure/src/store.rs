@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::redis::{RedisShared, RedisTarget};
-use crate::{MemoryStore, Result};
+use crate::backend::TlsFiles;
+use crate::{LeaderInfo, MemoryStore, Result};
 
 /// Where leases are kept, shared by any number of elections and partition
 /// sets of this process. Cheap to clone.
@@ -33,6 +34,8 @@ pub struct Store {
 #[derive(Clone)]
 pub(crate) enum StoreKind {
     Redis(Arc<RedisShared>),
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<crate::backend::etcd::EtcdStore>),
     Memory(MemoryStore),
 }
 
@@ -40,6 +43,8 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match &self.kind {
             StoreKind::Redis(shared) => shared.store.target().redacted(),
+            #[cfg(feature = "etcd")]
+            StoreKind::Etcd(store) => store.url().to_string(),
             StoreKind::Memory(_) => "memory".to_string(),
         };
         f.debug_struct("Store").field("at", &kind).finish()
@@ -61,9 +66,68 @@ impl Store {
     pub fn redis(url: impl Into<String>) -> StoreBuilder {
         StoreBuilder {
             url: url.into(),
-            tls_ca: None,
+            tls: TlsFiles::default(),
             call_timeout: Duration::from_secs(2),
         }
+    }
+
+    /// The store at `url`, whichever kind it names: Redis (the forms of
+    /// [`Store::redis`]) or, with the crate's `etcd` feature, an etcd
+    /// cluster (`etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]`, `etcds://`
+    /// for TLS). Moving from one to the other changes the URL, not the code.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let url = std::env::var("TENURE_STORE").unwrap_or("redis://127.0.0.1:6379".into());
+    /// let store = tenure::Store::open(url).connect().await?;
+    /// let reports = tenure::Election::builder("reports").store(&store).build().await?;
+    /// # drop(reports); Ok(()) }
+    /// ```
+    pub fn open(url: impl Into<String>) -> StoreBuilder {
+        Store::redis(url)
+    }
+
+    /// Names of the elections that have a lease under `prefix` now,
+    /// sorted (what `tenure status` lists). Reads only.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let memory = tenure::MemoryStore::new();
+    /// let store = tenure::Store::memory(&memory);
+    /// let election = tenure::Election::builder("jobs").store(&store).build().await?;
+    /// let _term = election.campaign().await?;
+    /// assert_eq!(store.elections("tenure").await?, ["jobs"]);
+    /// let leader = store.leader_of("tenure", "jobs").await?.expect("a leader");
+    /// assert_eq!(leader.id, election.id());
+    /// # Ok(()) }
+    /// ```
+    pub async fn elections(&self, prefix: &str) -> Result<Vec<String>> {
+        crate::keys::validate_name("key prefix", prefix)?;
+        match &self.kind {
+            StoreKind::Redis(shared) => {
+                let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
+                crate::admin::list_elections(&mut conn, prefix).await
+            }
+            #[cfg(feature = "etcd")]
+            StoreKind::Etcd(store) => store.list_elections(prefix).await,
+            StoreKind::Memory(memory) => Ok(memory.elections()),
+        }
+    }
+
+    /// Who leads election `name` under `prefix` (`None`: nobody). Reads
+    /// only; see [`Store::elections`].
+    pub async fn leader_of(&self, prefix: &str, name: &str) -> Result<Option<LeaderInfo>> {
+        crate::keys::validate_name("key prefix", prefix)?;
+        crate::keys::validate_name("election name", name)?;
+        let keys = crate::keys::Keys::new(prefix, name);
+        let store = match &self.kind {
+            StoreKind::Redis(shared) => crate::backend::Store::Redis(shared.store.clone()),
+            #[cfg(feature = "etcd")]
+            StoreKind::Etcd(store) => crate::backend::Store::Etcd(store.clone()),
+            StoreKind::Memory(memory) => crate::backend::Store::Memory(memory.clone()),
+        };
+        let op = crate::backend::Op::Inspect { name, keys: &keys };
+        Ok(store.one(op).await?.into_inspect()?.map(LeaderInfo::from))
     }
 
     /// An in-memory store (tests).
@@ -101,7 +165,7 @@ impl Store {
 #[must_use]
 pub struct StoreBuilder {
     url: String,
-    tls_ca: Option<PathBuf>,
+    tls: TlsFiles,
     call_timeout: Duration,
 }
 
@@ -109,7 +173,29 @@ impl StoreBuilder {
     /// Verify a `rediss://` server against this CA certificate (PEM file)
     /// instead of the system's roots.
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.tls_ca = Some(path.into());
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Present this client certificate and key (PEM files) to an
+    /// `etcds://` cluster that requires one.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::Store::open("etcds://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
+    ///     .tls_ca_file("/etc/tenure/etcd-ca.pem")
+    ///     .tls_client_cert_file("/etc/tenure/client.pem", "/etc/tenure/client-key.pem")
+    ///     .connect()
+    ///     .await?;
+    /// # drop(store); Ok(()) }
+    /// ```
+    pub fn tls_client_cert_file(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls.cert = Some(cert.into());
+        self.tls.key = Some(key.into());
         self
     }
 
@@ -128,9 +214,18 @@ impl StoreBuilder {
     /// # Cancel safety
     /// Cancel safe: nothing is left behind.
     pub async fn connect(self) -> Result<Store> {
+        if crate::backend::is_etcd_url(&self.url) {
+            let store = crate::backend::connect_etcd(self.url, self.tls, self.call_timeout).await?;
+            #[cfg(feature = "etcd")]
+            return Ok(Store {
+                kind: StoreKind::Etcd(store),
+            });
+            #[cfg(not(feature = "etcd"))]
+            match *store {}
+        }
         let target = RedisTarget {
             url: self.url,
-            tls_ca: self.tls_ca,
+            tls_ca: self.tls.ca,
         };
         Ok(Store {
             kind: StoreKind::Redis(RedisShared::connect(target, self.call_timeout).await?),

@@ -220,9 +220,8 @@ pub fn eventually_or_show(
     condition: impl FnMut() -> bool,
     context: impl Fn() -> String,
 ) {
-    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        eventually(what, condition)
-    }));
+    let waited =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| eventually(what, condition)));
     if waited.is_err() {
         panic!("timed out waiting for: {what}\n{}", context());
     }

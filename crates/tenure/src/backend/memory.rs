@@ -296,6 +296,20 @@ impl MemoryStore {
             .map(|lease| LeaderInfo::from(holder_of(lease, now)))
     }
 
+    /// Names of the elections with a live lease, sorted (the memory store
+    /// has no prefixes).
+    pub(crate) fn elections(&self) -> Vec<String> {
+        let mut state = self.lock();
+        let now = Instant::now();
+        let names: Vec<String> = state.leases.keys().cloned().collect();
+        let mut live: Vec<String> = names
+            .into_iter()
+            .filter(|name| state.live_lease(name, now).is_some())
+            .collect();
+        live.sort();
+        live
+    }
+
     /// One election's view of this store, as the election's backend.
     pub(crate) fn backend(&self, election: &str, keys: Keys) -> Backend {
         let notices = self

@@ -11,6 +11,8 @@
 //! public API.
 
 pub(crate) mod connection;
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod sharded;
@@ -164,6 +166,8 @@ impl Reply {
 #[derive(Clone)]
 pub(crate) enum Store {
     Redis(Arc<redis::RedisStore>),
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<etcd::EtcdStore>),
     Memory(memory::MemoryStore),
 }
 
@@ -172,10 +176,10 @@ impl Store {
     /// for partition sets (the group's member set included).
     pub async fn for_partition_set(
         spec: crate::election::StoreSpec,
-        tls_ca: Option<std::path::PathBuf>,
+        tls: TlsFiles,
         group_keys: &Keys,
         allow_eviction: bool,
-        call_timeout: std::time::Duration,
+        (ttl, call_timeout): (std::time::Duration, std::time::Duration),
     ) -> Result<Store> {
         use crate::election::StoreSpec;
         use crate::store::StoreKind;
@@ -191,9 +195,27 @@ impl Store {
                     shared.store.check(group_keys, checks).await?;
                     Store::Redis(shared.store.clone())
                 }
+                #[cfg(feature = "etcd")]
+                StoreKind::Etcd(store) => {
+                    store.check(group_keys, true, ttl).await?;
+                    Store::Etcd(store)
+                }
             },
+            StoreSpec::Redis(url) if is_etcd_url(&url) => {
+                let store = connect_etcd(url, tls, call_timeout).await?;
+                store.check(group_keys, true, ttl).await?;
+                #[cfg(feature = "etcd")]
+                {
+                    Store::Etcd(store)
+                }
+                #[cfg(not(feature = "etcd"))]
+                match *store {}
+            }
             StoreSpec::Redis(url) => {
-                let target = redis::RedisTarget { url, tls_ca };
+                let target = redis::RedisTarget {
+                    url,
+                    tls_ca: tls.ca,
+                };
                 let store = redis::RedisStore::connect(target, call_timeout).await?;
                 store.check(group_keys, checks).await?;
                 Store::Redis(Arc::new(store))
@@ -219,6 +241,8 @@ impl Store {
     ) -> Result<Vec<Result<Reply>>> {
         match self {
             Store::Redis(store) => store.batch(ops, round_trips).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(store) => store.batch(ops, round_trips).await,
             Store::Memory(store) => {
                 round_trips.fetch_add(1, Ordering::Relaxed);
                 store.batch(ops).await
@@ -240,6 +264,63 @@ impl Store {
         if let Store::Redis(store) = self {
             store.reset();
         }
+    }
+}
+
+/// TLS files a builder was given: a CA certificate to verify the store
+/// against, and (etcd only) a client certificate and its key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+/// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).
+pub(crate) fn is_etcd_url(url: &str) -> bool {
+    url.starts_with("etcd://") || url.starts_with("etcds://")
+}
+
+/// Connect to the etcd cluster at `url`.
+#[cfg(feature = "etcd")]
+pub(crate) async fn connect_etcd(
+    url: String,
+    tls: TlsFiles,
+    call_timeout: std::time::Duration,
+) -> Result<Arc<etcd::EtcdStore>> {
+    let target = etcd::EtcdTarget {
+        url,
+        tls_ca: tls.ca,
+        tls_cert: tls.cert,
+        tls_key: tls.key,
+    };
+    Ok(Arc::new(
+        etcd::EtcdStore::connect(target, call_timeout).await?,
+    ))
+}
+
+/// Without the `etcd` feature, an etcd URL is a configuration error.
+#[cfg(not(feature = "etcd"))]
+pub(crate) async fn connect_etcd(
+    url: String,
+    _tls: TlsFiles,
+    _call_timeout: std::time::Duration,
+) -> Result<Arc<NoEtcd>> {
+    Err(Error::Config(format!(
+        "{} is an etcd URL, but this build of tenure has no etcd support (enable the \
+         crate's `etcd` feature)",
+        crate::redact_url(&url)
+    )))
+}
+
+/// Stands in for the etcd store in builds without it.
+#[cfg(not(feature = "etcd"))]
+pub(crate) enum NoEtcd {}
+
+#[cfg(not(feature = "etcd"))]
+impl NoEtcd {
+    pub async fn check(&self, _: &Keys, _: bool, _: std::time::Duration) -> Result<()> {
+        match *self {}
     }
 }
 

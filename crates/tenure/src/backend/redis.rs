@@ -836,6 +836,9 @@ pub(crate) fn copy_error(err: &Error) -> Error {
         },
         Error::Timeout(limit) => Error::Timeout(*limit),
         Error::Unavailable => Error::Unavailable,
+        Error::Etcd { detail } => Error::Etcd {
+            detail: detail.clone(),
+        },
         Error::NotLeader(reason) => Error::NotLeader(reason.clone()),
         Error::Redis { detail, .. } => Error::redis(detail.clone()),
     }

@@ -288,3 +288,17 @@ pub fn pttl_calls(node: &redis_process::Node) -> u64 {
         .and_then(|calls| calls.parse().ok())
         .unwrap_or(0)
 }
+
+/// A private 3-member etcd cluster with a short election timeout (500 ms),
+/// so that its leases may be as short as one second and a lost etcd
+/// leader is replaced quickly.
+pub fn etcd() -> etcd_process::EtcdCluster {
+    init_logs();
+    match etcd_process::EtcdCluster::builder()
+        .election_timeout(Duration::from_millis(500))
+        .start()
+    {
+        Ok(cluster) => cluster,
+        Err(err) => panic!("cannot start an etcd cluster for the tests: {err}"),
+    }
+}

@@ -1,0 +1,155 @@
+//! Private `etcd` clusters for tests, demos and benchmarks.
+//!
+//! Code that keeps a lease or a leadership in etcd can only be trusted once
+//! it has been run against real members losing their leader, crashing,
+//! stalling and coming back, so this crate starts the real thing: every
+//! member is an `etcd` process of its own, on free ports of 127.0.0.1 (never
+//! the shared 2379/2380), with its data in a temporary directory, stopped by
+//! its PID (never by name) and cleaned up when the [`EtcdCluster`] is
+//! dropped. Several test binaries can therefore run side by side on one
+//! machine.
+//!
+//! ```no_run
+//! let mut cluster = etcd_process::EtcdCluster::start()?; // 3 members
+//! println!("etcd at {}", cluster.url()); // etcd://127.0.0.1:P1,127.0.0.1:P2,...
+//! let old = cluster.leader()?;
+//! cluster.kill(old); // SIGKILL by PID, data kept
+//! let new = cluster.wait_for_leader(std::time::Duration::from_secs(10))?;
+//! assert_ne!(old, new);
+//! cluster.restart(old)?; // same ports, same data
+//! # Ok::<(), etcd_process::Error>(())
+//! ```
+//!
+//! The crate talks to etcd only over plain HTTP on the client port
+//! (`/health` and the JSON gRPC gateway under `/v3/`), with a client of its
+//! own a few dozen lines long: it needs neither `etcdctl` nor an async
+//! runtime, so synchronous tests can use it from any thread.
+//!
+//! Faults between a client and etcd, rather than inside etcd, come from
+//! [`Proxy`]: a TCP forwarder that can cut every connection or stop
+//! forwarding without closing anything.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+mod cluster;
+mod http;
+mod member;
+mod proxy;
+
+pub use cluster::{EtcdBuilder, EtcdCluster};
+pub use proxy::Proxy;
+
+/// How long starting or restarting members may take before it counts as a
+/// failure. A cluster is usually serving in one to two seconds; the margin
+/// is for loaded machines.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What can go wrong while starting, faulting or asking a private cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The `etcd` binary is not installed.
+    #[error(
+        "etcd was not found on PATH (set ETCD_BIN to its path, or install it: \
+         `apt-get install etcd-server` on Debian/Ubuntu, `brew install etcd` on macOS)"
+    )]
+    NotInstalled,
+    /// A member exited, or did not report itself healthy in time, while
+    /// starting or restarting.
+    #[error("etcd member m{member} (client port {port}) did not start: {detail}")]
+    DidNotStart {
+        /// The member's index in its cluster.
+        member: usize,
+        /// Its client port.
+        port: u16,
+        /// What was observed (exit status or last check), and the last lines
+        /// of its log.
+        detail: String,
+    },
+    /// etcd answered an HTTP request with an error, or with something that
+    /// was not the JSON expected.
+    #[error("{0}")]
+    Http(String),
+    /// A wait on the cluster's state passed its deadline.
+    #[error("timed out after {waited:?} waiting until {what}; last seen: {last}")]
+    Timeout {
+        /// The condition that was awaited.
+        what: String,
+        /// How long it was awaited.
+        waited: Duration,
+        /// Why the last check failed.
+        last: String,
+    },
+    /// The cluster is not in the state an operation needs (no leader, a
+    /// member that is not running, ...).
+    #[error("{0}")]
+    Topology(String),
+    /// A builder setting etcd cannot run with.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Operating-system error (spawning, sockets, files).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}
+
+/// Find `etcd`: `$ETCD_BIN`, then each directory of `$PATH`, then
+/// `/usr/bin` and `/usr/local/bin`.
+pub fn find_etcd() -> Result<PathBuf, Error> {
+    if let Some(path) = std::env::var_os("ETCD_BIN") {
+        return Ok(PathBuf::from(path));
+    }
+    let path_dirs = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let found = path_dirs
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([Path::new("/usr/bin"), Path::new("/usr/local/bin")])
+        .map(|dir| dir.join("etcd"))
+        .find(|candidate| candidate.is_file());
+    found.ok_or(Error::NotInstalled)
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (never etcd's
+/// default 2379 or 2380).
+pub fn free_port() -> Result<u16, Error> {
+    Ok(free_ports(1)?[0])
+}
+
+/// etcd's well-known ports, which a shared etcd may be using: never handed
+/// out, even if the system's ephemeral range contains them.
+const RESERVED: [u16; 2] = [2379, 2380];
+
+/// `count` distinct ports of 127.0.0.1 that were free a moment ago: every
+/// listener is held until all are chosen, so none is handed out twice.
+pub(crate) fn free_ports(count: usize) -> Result<Vec<u16>, Error> {
+    let mut listeners = Vec::with_capacity(count + RESERVED.len());
+    let mut ports = Vec::with_capacity(count);
+    while ports.len() < count {
+        let listener =
+            TcpListener::bind(("127.0.0.1", 0)).map_err(io_err("finding a free port"))?;
+        let port = listener
+            .local_addr()
+            .map_err(io_err("finding a free port"))?
+            .port();
+        if !RESERVED.contains(&port) {
+            ports.push(port);
+        }
+        // Held even when reserved, so the next bind cannot return it again.
+        listeners.push(listener);
+    }
+    Ok(ports)
+}

@@ -1,0 +1,109 @@
+//! `tenure run`, `status` and `demo` end to end on a private 3-member etcd
+//! cluster: `--store etcd://…`.
+
+mod support;
+
+use nix::sys::signal::Signal;
+
+use support::{eventually, tenure_output, Instance, Scratch, LONG_JOB};
+
+fn cluster() -> etcd_process::EtcdCluster {
+    etcd_process::EtcdCluster::builder()
+        .election_timeout(std::time::Duration::from_millis(500))
+        .start()
+        .expect("an etcd cluster")
+}
+
+/// `tenure status --json --store URL`: (election, leader id) pairs.
+fn status(url: &str) -> Vec<(String, Option<String>)> {
+    let out = tenure_output(&["status", "--json", "--store", url]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    status["elections"]
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e["leader"]["id"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+fn tokens(scratch: &Scratch, id: &str) -> Vec<u64> {
+    scratch
+        .read(&format!("tokens-{id}"))
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn run_hands_over_on_sigterm_and_after_a_kill_and_status_follows() {
+    let cluster = cluster();
+    let url = cluster.url();
+    let scratch = Scratch::new("etcd-run");
+    let ttl = ["--ttl", "2s"];
+    let mut a = Instance::start(&url, "nightly", "a", &ttl, LONG_JOB, &scratch);
+    eventually("a leads", || !tokens(&scratch, "a").is_empty());
+    let mut b = Instance::start(&url, "nightly", "b", &ttl, LONG_JOB, &scratch);
+    eventually("status shows a", || {
+        status(&url) == [("nightly".to_string(), Some("a".to_string()))]
+    });
+    // A graceful stop hands over to b at once.
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(), 0, "{}", a.log());
+    eventually("b leads", || !tokens(&scratch, "b").is_empty());
+    assert!(tokens(&scratch, "b")[0] > tokens(&scratch, "a")[0]);
+    eventually("status shows b", || {
+        status(&url) == [("nightly".to_string(), Some("b".to_string()))]
+    });
+    // b's tenure is killed: its command goes with it, and c leads once b's
+    // lease expired.
+    let c = Instance::start(&url, "nightly", "c", &ttl, LONG_JOB, &scratch);
+    b.kill_group();
+    b.wait();
+    eventually("c leads", || !tokens(&scratch, "c").is_empty());
+    assert!(tokens(&scratch, "c")[0] > tokens(&scratch, "b")[0]);
+    drop(c);
+}
+
+#[test]
+fn the_demo_runs_on_etcd() {
+    let cluster = cluster();
+    let out = tenure_output(&["demo", "--store", &cluster.url()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("leader election on etcd"), "{stdout}");
+    assert!(stdout.contains("refuses a late write"), "{stdout}");
+}
+
+#[test]
+fn what_etcd_cannot_do_is_refused_in_one_line() {
+    let cluster = cluster();
+    let url = cluster.url();
+    for (args, says) in [
+        (
+            vec!["--ttl", "1500ms", "--", "true"],
+            "whole number of seconds",
+        ),
+        (
+            vec!["--once", "--at-most-every", "1h", "--", "true"],
+            "does not work with an etcd store",
+        ),
+    ] {
+        let mut all = vec!["run", "--store", &url, "--election", "refused"];
+        all.extend(args);
+        let out = tenure_output(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.contains(says), "{stderr}");
+    }
+}

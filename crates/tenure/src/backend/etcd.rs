@@ -1,0 +1,1170 @@
+//! The etcd backend: the same operations as Redis, on consensus.
+//!
+//! etcd replicates every write through Raft before it answers, so an
+//! acknowledged lease survives the loss of any minority of members, a
+//! leader change and a restart of the whole cluster: the store never "forgets"
+//! a lease the way a Redis primary without its replica's last writes does.
+//! That is what makes it the backend for work that must never see two
+//! leaders at once (and why no start-up hold-off is needed here).
+//!
+//! **Layout.** Election `NAME` under prefix `PREFIX` is the key
+//! `PREFIX/NAME`, created in a transaction only if it does not exist
+//! (`create_revision == 0`) and attached to an etcd lease. Its value is
+//! `tenure/1`, the ttl (ms), the start (ms since the epoch, the
+//! candidate's clock), the attempt nonce and the owner's id, one per line.
+//! A partition set `GROUP` keeps its members under
+//! `PREFIX/{GROUP}/members/ID` (names cannot contain braces, so that never
+//! clashes with an election's key).
+//!
+//! **The fencing token is the key's creating revision.** etcd's revision is
+//! one counter for the whole cluster, bumped by every write, replicated by
+//! Raft and persisted with the data: a later term's key is created by a
+//! later write, so its revision is larger, across leader changes and
+//! restarts. No token counter and no grace period are needed. (Restoring a
+//! cluster from an old snapshot is the exception: it rolls the revision
+//! back. Restore with `etcdutl snapshot restore --bump-revision` and wait a
+//! ttl, or move to a new prefix.)
+//!
+//! **Leases.** Each instance id keeps one etcd lease per ttl (a *session*,
+//! like etcd's own `concurrency.Session`): every term of that instance, every
+//! partition of a set and the set's membership key hang on it, so one
+//! keep-alive renews them all. The local deadline follows the same rule as
+//! on Redis: the caller notes the instant *before* it hands an operation to
+//! this module, and every grant or keep-alive of the operation is sent after
+//! it; a lease that a keep-alive found alive cannot expire on the etcd
+//! leader before that keep-alive was received plus the ttl.
+//!
+//! **Announcements** are an etcd watch on the election's key: a delete
+//! (resign, or the lease expiring) wakes followers at once. Like Redis'
+//! pub/sub they are hints: the key and its lease are the truth.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
+    TxnOp, TxnOpResponse, WatchOptions,
+};
+use futures_util::future::join_all;
+use tokio::sync::watch;
+
+use super::{Backend, Notices, Op, Reply, Store};
+use crate::error::one_line;
+use crate::keys::Keys;
+use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
+use crate::term::Holder;
+use crate::{redact_url, Error, Result};
+
+/// The first line of every value tenure writes.
+const MAGIC: &str = "tenure/1";
+
+/// The most compares one transaction of a [`Op::RenewMany`] carries (two
+/// per term): etcd refuses transactions of more than 128 operations by
+/// default (`--max-txn-ops`).
+const TERMS_PER_CHECK: usize = 64;
+
+/// The form of an etcd URL, for messages.
+const FORM: &str = "etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (etcds:// for TLS)";
+
+/// Where an etcd store is and how to reach it.
+#[derive(Debug, Clone)]
+pub(crate) struct EtcdTarget {
+    pub url: String,
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate and its key (PEM), both or neither.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+}
+
+/// An etcd URL taken apart.
+#[derive(Debug, PartialEq, Eq)]
+struct EtcdUrl {
+    endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    tls: bool,
+}
+
+impl EtcdTarget {
+    pub fn redacted(&self) -> String {
+        redact_url(&self.url)
+    }
+
+    fn parse(&self) -> Result<EtcdUrl> {
+        let bad = |why: &str| {
+            Error::Config(format!(
+                "invalid etcd URL {}: {why} (expected {FORM})",
+                self.redacted()
+            ))
+        };
+        let (tls, rest) = if let Some(rest) = self.url.strip_prefix("etcd://") {
+            (false, rest)
+        } else if let Some(rest) = self.url.strip_prefix("etcds://") {
+            (true, rest)
+        } else {
+            return Err(bad("the scheme must be etcd or etcds"));
+        };
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains(['/', '?', '#']) {
+            return Err(bad("etcd URLs have no path or query"));
+        }
+        let (user, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                let (name, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                let decode = |part: &str| {
+                    percent_encoding::percent_decode_str(part)
+                        .decode_utf8()
+                        .map(|s| s.into_owned())
+                        .map_err(|_| bad("the user information is not valid UTF-8"))
+                };
+                let name = decode(name)?;
+                if name.is_empty() {
+                    return Err(bad("the user name is empty"));
+                }
+                (Some((name, decode(password)?)), hosts)
+            }
+            None => (None, rest),
+        };
+        let mut endpoints = Vec::new();
+        for host in hosts.split(',') {
+            let Some((name, port)) = host.rsplit_once(':') else {
+                return Err(bad(&format!("{host:?} has no port")));
+            };
+            if name.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+                return Err(bad(&format!("{host:?} is not HOST:PORT")));
+            }
+            let scheme = if tls { "https" } else { "http" };
+            endpoints.push(format!("{scheme}://{host}"));
+        }
+        Ok(EtcdUrl {
+            endpoints,
+            user,
+            tls,
+        })
+    }
+
+    fn tls_options(&self, parsed: &EtcdUrl) -> Result<Option<etcd_tls::Options>> {
+        let tls_error = |detail: String| Error::Tls {
+            url: self.redacted(),
+            detail,
+        };
+        if !parsed.tls {
+            if self.tls_cert.is_some() || self.tls_key.is_some() {
+                return Err(Error::Config(format!(
+                    "a client certificate is given, but {} is not an etcds:// URL",
+                    self.redacted()
+                )));
+            }
+            return Ok(None);
+        }
+        etcd_tls::options(self).map(Some).map_err(tls_error)
+    }
+}
+
+#[cfg(feature = "tls")]
+mod etcd_tls {
+    pub type Options = etcd_client::TlsOptions;
+
+    /// TLS settings of an `etcds://` store: the CA file (else the system's
+    /// roots) and the client certificate, if any.
+    pub fn options(target: &super::EtcdTarget) -> Result<Options, String> {
+        let read = |path: &std::path::Path, what: &str| {
+            std::fs::read(path)
+                .map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+        };
+        let mut options = Options::new();
+        match &target.tls_ca {
+            Some(ca) => {
+                options = options.ca_certificate(etcd_client::Certificate::from_pem(read(
+                    ca,
+                    "CA certificate",
+                )?));
+            }
+            None => options = options.with_native_roots(),
+        }
+        match (&target.tls_cert, &target.tls_key) {
+            (Some(cert), Some(key)) => {
+                options = options.identity(etcd_client::Identity::from_pem(
+                    read(cert, "client certificate")?,
+                    read(key, "client key")?,
+                ));
+            }
+            (None, None) => {}
+            _ => {
+                return Err("a client certificate needs its key, and a key its certificate".into())
+            }
+        }
+        Ok(options)
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+mod etcd_tls {
+    pub type Options = ();
+
+    pub fn options(_: &super::EtcdTarget) -> Result<Options, String> {
+        Err("etcds:// needs tenure built with its `tls` feature".into())
+    }
+}
+
+/// An etcd cluster: the client (one HTTP/2 connection per member, requests
+/// balanced over them) and the sessions' leases.
+pub(crate) struct EtcdStore {
+    client: Client,
+    url: String,
+    call_timeout: Duration,
+    /// The session lease of each (instance id, ttl in ms).
+    sessions: Mutex<HashMap<(String, u64), i64>>,
+    /// Requests sent (every gRPC call, keep-alives included).
+    requests: AtomicU64,
+}
+
+/// The outcome of one keep-alive: positive when the lease lives on (for
+/// its granted ttl from when etcd's leader received it), zero when it is
+/// gone.
+struct KeptAlive(i64);
+
+impl EtcdStore {
+    /// Connect to `target` and check that the cluster answers and accepts
+    /// the credentials.
+    pub async fn connect(target: EtcdTarget, call_timeout: Duration) -> Result<EtcdStore> {
+        let parsed = target.parse()?;
+        let url = target.redacted();
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(call_timeout)
+            .with_timeout(call_timeout)
+            .with_keep_alive(call_timeout, call_timeout)
+            // A member cut off from the quorum refuses at once instead of
+            // answering from a stale view.
+            .with_require_leader(true);
+        #[cfg(feature = "tls")]
+        if let Some(tls) = target.tls_options(&parsed)? {
+            options = options.with_tls(tls);
+        }
+        #[cfg(not(feature = "tls"))]
+        target.tls_options(&parsed)?;
+        if let Some((name, password)) = &parsed.user {
+            options = options.with_user(name.clone(), password.clone());
+        }
+        let connected = tokio::time::timeout(
+            call_timeout.saturating_mul(2),
+            Client::connect(parsed.endpoints.clone(), Some(options)),
+        )
+        .await;
+        let mut client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(err)) => return Err(classify_connect(err, &url)),
+            Err(_) => {
+                return Err(Error::Unreachable {
+                    url,
+                    detail: format!("no answer within {:?}", call_timeout.saturating_mul(2)),
+                })
+            }
+        };
+        // The first call proves the cluster answers (and has a leader).
+        let status = tokio::time::timeout(call_timeout, client.status()).await;
+        match status {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => return Err(classify_connect(err, &url)),
+            Err(_) => {
+                return Err(Error::Unreachable {
+                    url,
+                    detail: format!("no answer within {call_timeout:?}"),
+                })
+            }
+        }
+        Ok(EtcdStore {
+            client,
+            url,
+            call_timeout,
+            sessions: Mutex::new(HashMap::new()),
+            requests: AtomicU64::new(0),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Check that `ttl` suits etcd's leases (whole seconds, at least the
+    /// cluster's minimum: a lease is granted and revoked to find out), and
+    /// that the user may read and write an election's key (or a partition
+    /// set's members), without writing anything: etcd checks the
+    /// permissions of both branches of a transaction whichever runs.
+    pub async fn check(&self, keys: &Keys, partitions: bool, ttl: Duration) -> Result<()> {
+        if ttl.subsec_nanos() != 0 {
+            return Err(Error::Config(format!(
+                "ttl must be a whole number of seconds on etcd, whose leases count seconds \
+                 (got {ttl:?})"
+            )));
+        }
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let probe = self.grant(ttl_ms).await?;
+        let _ = self
+            .call(|mut c| async move { c.lease_revoke(probe).await })
+            .await;
+        let key = if partitions {
+            members_prefix(keys)?
+        } else {
+            lease_key(&keys.lease)?
+        };
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Less, 0)])
+            // Deleting needs the same (write) permission as putting.
+            .and_then([TxnOp::put(key.clone(), "", None)])
+            .or_else([TxnOp::get(
+                key.clone(),
+                Some(GetOptions::new().with_count_only()),
+            )]);
+        self.call(|mut c| async move { c.txn(txn).await }).await?;
+        Ok(())
+    }
+
+    /// An election's storage on this cluster: its key and a watch on it.
+    pub async fn election(
+        self: &Arc<Self>,
+        name: &str,
+        keys: Keys,
+        ttl: Duration,
+    ) -> Result<Backend> {
+        self.check(&keys, false, ttl).await?;
+        let key = lease_key(&keys.lease)?;
+        let (notices, watcher) = self.watch(key);
+        Ok(Backend::new(
+            Store::Etcd(self.clone()),
+            name.to_string(),
+            keys,
+            notices,
+            Some(Box::new(watcher)),
+        ))
+    }
+
+    /// Carry out `ops`, all at once; each has its own outcome (there is no
+    /// round trip shared by all of them to fail as a whole).
+    pub async fn batch(
+        &self,
+        ops: &[Op<'_>],
+        round_trips: &AtomicU64,
+    ) -> Result<Vec<Result<Reply>>> {
+        let before = self.requests.load(Ordering::Relaxed);
+        let replies = join_all(ops.iter().map(|op| self.apply(op))).await;
+        round_trips.fetch_add(
+            self.requests.load(Ordering::Relaxed).saturating_sub(before),
+            Ordering::Relaxed,
+        );
+        Ok(replies)
+    }
+
+    async fn apply(&self, op: &Op<'_>) -> Result<Reply> {
+        let bounded = tokio::time::timeout(self.call_timeout, async {
+            match *op {
+                Op::Heartbeat {
+                    keys,
+                    member,
+                    ttl_ms,
+                    join,
+                    ..
+                } => self.heartbeat(keys, member, ttl_ms, join).await,
+                Op::Acquire { keys, request, .. } => {
+                    self.acquire(keys, &request).await.map(Reply::Acquire)
+                }
+                Op::Renew {
+                    keys,
+                    id,
+                    token,
+                    ttl_ms,
+                    ..
+                } => self.renew(keys, id, token, ttl_ms).await.map(Reply::Renew),
+                Op::RenewMany { id, ttl_ms, terms } => {
+                    Ok(Reply::RenewMany(self.renew_many(id, ttl_ms, terms).await))
+                }
+                Op::Resign {
+                    keys, id, token, ..
+                } => self.resign(keys, id, token).await.map(Reply::Resign),
+                Op::Inspect { keys, .. } => self.inspect(keys).await.map(Reply::Inspect),
+            }
+        })
+        .await;
+        bounded.unwrap_or(Err(Error::Timeout(self.call_timeout)))
+    }
+
+    /// One gRPC call, counted, with its error in tenure's terms.
+    async fn call<T, F>(&self, call: impl FnOnce(Client) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        call(self.client.clone())
+            .await
+            .map_err(|e| classify(e, &self.url))
+    }
+
+    /// The session lease of (`id`, `ttl_ms`), granted now if there is none.
+    /// Returns it and whether it was granted by this call (a grant is as
+    /// good as a keep-alive sent now).
+    async fn session(&self, id: &str, ttl_ms: u64) -> Result<(i64, bool)> {
+        let known = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
+        if let Some(lease) = known {
+            return Ok((lease, false));
+        }
+        let lease = self.grant(ttl_ms).await?;
+        self.sessions_lock().insert((id.to_string(), ttl_ms), lease);
+        Ok((lease, true))
+    }
+
+    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), i64>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forget a session lease that is gone, so that the next operation
+    /// grants a new one.
+    fn forget(&self, id: &str, ttl_ms: u64, lease: i64) {
+        let mut sessions = self.sessions_lock();
+        let key = (id.to_string(), ttl_ms);
+        if sessions.get(&key) == Some(&lease) {
+            sessions.remove(&key);
+        }
+    }
+
+    /// A new lease of `ttl_ms`, which must be whole seconds (checked when
+    /// the election is built). A cluster whose minimum lease ttl (1.5
+    /// election timeouts) is longer grants more than asked: that lease is
+    /// revoked and the ttl refused, since our deadlines would be wrong.
+    async fn grant(&self, ttl_ms: u64) -> Result<i64> {
+        let seconds = i64::try_from(ttl_ms / 1000).unwrap_or(i64::MAX);
+        let granted = self
+            .call(|mut c| async move { c.lease_grant(seconds, None).await })
+            .await?;
+        if !granted.error().is_empty() {
+            return Err(Error::Etcd {
+                detail: one_line(granted.error()),
+            });
+        }
+        if granted.ttl() != seconds {
+            let lease = granted.id();
+            let _ = self
+                .call(|mut c| async move { c.lease_revoke(lease).await })
+                .await;
+            return Err(Error::Config(format!(
+                "ttl {seconds} s is shorter than the smallest lease {} grants ({} s, 1.5 times \
+                 its election timeout): use a ttl of at least {} s",
+                self.url,
+                granted.ttl(),
+                granted.ttl()
+            )));
+        }
+        Ok(granted.id())
+    }
+
+    /// Send one keep-alive of `lease` (on a stream of its own, so that a
+    /// late answer can never be taken for another's) and wait for its
+    /// answer: the client reads it and reports a lease that is gone as an
+    /// error of its own, which is no error here.
+    async fn keep_alive(&self, lease: i64) -> Result<KeptAlive> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match self.client.clone().lease_keep_alive(lease).await {
+            Ok(_) => Ok(KeptAlive(1)),
+            Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => {
+                Ok(KeptAlive(0))
+            }
+            Err(err) => Err(classify(err, &self.url)),
+        }
+    }
+
+    /// The ttl left of `lease`, `None` when it is gone.
+    async fn ttl_left(&self, lease: i64) -> Result<Option<Duration>> {
+        let answer = self
+            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await?;
+        Ok(u64::try_from(answer.ttl()).ok().map(Duration::from_secs))
+    }
+
+    async fn acquire(&self, keys: &Keys, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
+        let key = lease_key(&keys.lease)?;
+        // A session lease may have expired since it was last used: then the
+        // put fails (or its key goes with the lease) and one more try with
+        // a new lease follows.
+        for _ in 0..2 {
+            let (lease, fresh) = self.session(request.id, request.ttl_ms).await?;
+            let value = encode(request);
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            let txn = self.call(|mut c| async move { c.txn(txn).await });
+            // The keep-alive runs beside the transaction: if it finds the
+            // lease alive, the lease was alive when the key was attached
+            // (an expired lease never comes back) and lasts a ttl from now.
+            let (alive, txn) = if fresh {
+                (Ok(KeptAlive(1)), txn.await)
+            } else {
+                tokio::join!(self.keep_alive(lease), txn)
+            };
+            let txn = match txn {
+                Err(err) if lease_not_found(&err) => {
+                    self.forget(request.id, request.ttl_ms, lease);
+                    continue;
+                }
+                other => other?,
+            };
+            if alive?.0 <= 0 {
+                self.forget(request.id, request.ttl_ms, lease);
+                continue;
+            }
+            if txn.succeeded() {
+                let revision = txn.header().map_or(0, |h| h.revision());
+                return Ok(AcquireReply::Won {
+                    token: token_of(revision, &key)?,
+                });
+            }
+            let Some(kv) = first_kv(&txn) else {
+                // Deleted between the compare and the get (they are one
+                // transaction, so this does not happen): try again.
+                continue;
+            };
+            let holder = self.holder(&key, &kv).await?;
+            let ours = holder.as_ref().is_some_and(|h| {
+                h.owner == request.id && h.attempt == request.attempt && kv.lease() == lease
+            });
+            return match holder {
+                // Our own attempt wrote it before its answer was lost: the
+                // keep-alive above has just renewed it.
+                Some(h) if ours => Ok(AcquireReply::Won { token: h.token }),
+                Some(h) => Ok(AcquireReply::Held(h)),
+                None => continue,
+            };
+        }
+        Err(Error::Etcd {
+            detail: "the session lease kept expiring while acquiring".into(),
+        })
+    }
+
+    /// Who holds `key`, from its entry and its lease's ttl (`None` when the
+    /// lease has just expired).
+    async fn holder(&self, key: &str, kv: &KeyValue) -> Result<Option<Holder>> {
+        let decoded = decode(key, kv)?;
+        let Some(ttl_left) = self.ttl_left(kv.lease()).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Holder {
+            ttl_left,
+            ..decoded
+        }))
+    }
+
+    async fn renew(&self, keys: &Keys, id: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
+        let key = lease_key(&keys.lease)?;
+        let lease = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
+        let Some(lease) = lease else {
+            // No session: this store never granted the term.
+            return Ok(RenewReply::NotOwner(self.inspect(keys).await?));
+        };
+        let get = {
+            let key = key.clone();
+            self.call(|mut c| async move { c.get(key, None).await })
+        };
+        let (alive, got) = tokio::join!(self.keep_alive(lease), get);
+        let kv = got?.kvs().first().cloned();
+        let alive = alive?.0 > 0;
+        if !alive {
+            self.forget(id, ttl_ms, lease);
+        }
+        match kv {
+            Some(kv) if is_term(&kv, token, lease) && alive => {
+                let holder = decode(&key, &kv)?;
+                if holder.owner == id {
+                    Ok(RenewReply::Renewed)
+                } else {
+                    Ok(RenewReply::NotOwner(Some(holder)))
+                }
+            }
+            Some(kv) if alive || !is_term(&kv, token, lease) => {
+                Ok(RenewReply::NotOwner(self.holder(&key, &kv).await?))
+            }
+            _ => Ok(RenewReply::NotOwner(None)),
+        }
+    }
+
+    /// Renew many terms of `id`: one keep-alive of its session lease, and
+    /// transactions of compares only (nothing written) that check each key
+    /// is still the one its term created, on that lease.
+    async fn renew_many(
+        &self,
+        id: &str,
+        ttl_ms: u64,
+        terms: &[(&str, &str, u64)],
+    ) -> Vec<Result<RenewReply>> {
+        let lease = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
+        let Some(lease) = lease else {
+            return terms
+                .iter()
+                .map(|_| Ok(RenewReply::NotOwner(None)))
+                .collect();
+        };
+        let keys: Vec<Result<String>> = terms.iter().map(|(_, key, _)| lease_key(key)).collect();
+        let checks = terms
+            .chunks(TERMS_PER_CHECK)
+            .zip(keys.chunks(TERMS_PER_CHECK))
+            .map(|(chunk, keys)| async move {
+                let mut compares = Vec::with_capacity(chunk.len() * 2);
+                for ((_, _, token), key) in chunk.iter().zip(keys) {
+                    let Ok(key) = key else { continue };
+                    let revision = i64::try_from(*token).unwrap_or(i64::MAX);
+                    compares.push(Compare::mod_revision(
+                        key.clone(),
+                        CompareOp::Equal,
+                        revision,
+                    ));
+                    compares.push(Compare::lease(key.clone(), CompareOp::Equal, lease));
+                }
+                let txn = Txn::new().when(compares);
+                let all_ours = self
+                    .call(|mut c| async move { c.txn(txn).await })
+                    .await
+                    .map(|t| t.succeeded());
+                match all_ours {
+                    Ok(true) => Ok(vec![true; chunk.len()]),
+                    Ok(false) => self.which_are_ours(chunk, keys, lease).await,
+                    Err(err) => Err(err),
+                }
+            });
+        let (alive, checked) = tokio::join!(self.keep_alive(lease), join_all(checks));
+        let alive = match alive {
+            Ok(KeptAlive(ttl)) if ttl > 0 => true,
+            Ok(_) => {
+                self.forget(id, ttl_ms, lease);
+                false
+            }
+            Err(err) => {
+                return terms.iter().map(|_| Err(copy_error(&err))).collect();
+            }
+        };
+        let mut replies = Vec::with_capacity(terms.len());
+        for (chunk, checked) in terms.chunks(TERMS_PER_CHECK).zip(checked) {
+            match checked {
+                Ok(ours) => replies.extend(ours.into_iter().map(|ours| {
+                    Ok(if ours && alive {
+                        RenewReply::Renewed
+                    } else {
+                        RenewReply::NotOwner(None)
+                    })
+                })),
+                Err(err) => replies.extend(chunk.iter().map(|_| Err(copy_error(&err)))),
+            }
+        }
+        for (reply, key) in replies.iter_mut().zip(&keys) {
+            if let Err(err) = key {
+                *reply = Err(copy_error(err));
+            }
+        }
+        replies
+    }
+
+    /// After a check of a chunk failed: which of its terms are still ours,
+    /// key by key.
+    async fn which_are_ours(
+        &self,
+        chunk: &[(&str, &str, u64)],
+        keys: &[Result<String>],
+        lease: i64,
+    ) -> Result<Vec<bool>> {
+        let gets = chunk
+            .iter()
+            .zip(keys)
+            .map(|((_, _, token), key)| async move {
+                let Ok(key) = key else { return Ok(false) };
+                let key = key.clone();
+                let got = self
+                    .call(|mut c| async move { c.get(key, None).await })
+                    .await?;
+                Ok(got
+                    .kvs()
+                    .first()
+                    .is_some_and(|kv| is_term(kv, *token, lease)))
+            });
+        join_all(gets).await.into_iter().collect()
+    }
+
+    /// Delete the key if it is still the term (`id`, `token`): the owner
+    /// is read first, and the delete goes ahead only if the key has not
+    /// changed since (its `mod_revision` is still the term's).
+    async fn resign(&self, keys: &Keys, id: &str, token: u64) -> Result<bool> {
+        let key = lease_key(&keys.lease)?;
+        let got = {
+            let key = key.clone();
+            self.call(|mut c| async move { c.get(key, None).await })
+                .await?
+        };
+        let Some(kv) = got.kvs().first() else {
+            return Ok(false);
+        };
+        if u64::try_from(kv.mod_revision()).ok() != Some(token) || decode(&key, kv)?.owner != id {
+            return Ok(false);
+        }
+        let revision = kv.mod_revision();
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([TxnOp::delete(key.clone(), None)]);
+        let txn = self.call(|mut c| async move { c.txn(txn).await }).await?;
+        Ok(txn.succeeded())
+    }
+
+    async fn inspect(&self, keys: &Keys) -> Result<Option<Holder>> {
+        let key = lease_key(&keys.lease)?;
+        let got = {
+            let key = key.clone();
+            self.call(|mut c| async move { c.get(key, None).await })
+                .await?
+        };
+        match got.kvs().first() {
+            Some(kv) => self.holder(&key, kv).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn heartbeat(&self, keys: &Keys, member: &str, ttl_ms: u64, join: bool) -> Result<Reply> {
+        let prefix = members_prefix(keys)?;
+        let key = format!("{prefix}{member}");
+        if join {
+            for _ in 0..2 {
+                let (lease, fresh) = self.session(member, ttl_ms).await?;
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.clone(),
+                        "",
+                        Some(PutOptions::new().with_lease(lease)),
+                    )]);
+                let txn = self.call(|mut c| async move { c.txn(txn).await });
+                let (alive, txn) = if fresh {
+                    (Ok(KeptAlive(1)), txn.await)
+                } else {
+                    tokio::join!(self.keep_alive(lease), txn)
+                };
+                match txn {
+                    Err(err) if lease_not_found(&err) => {
+                        self.forget(member, ttl_ms, lease);
+                        continue;
+                    }
+                    other => {
+                        other?;
+                    }
+                }
+                if alive?.0 <= 0 {
+                    self.forget(member, ttl_ms, lease);
+                    continue;
+                }
+                return self.members(&prefix).await;
+            }
+            Err(Error::Etcd {
+                detail: "the session lease kept expiring while joining".into(),
+            })
+        } else {
+            let delete = {
+                let key = key.clone();
+                self.call(|mut c| async move { c.delete(key, None).await })
+            };
+            delete.await?;
+            self.members(&prefix).await
+        }
+    }
+
+    /// The live members under `prefix`: keys on a lease (ours all are);
+    /// keys without one were not written by tenure and are not counted.
+    async fn members(&self, prefix: &str) -> Result<Reply> {
+        let got = {
+            let prefix = prefix.to_string();
+            self.call(|mut c| async move {
+                c.get(
+                    prefix,
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )
+                .await
+            })
+            .await?
+        };
+        let mut members = Vec::new();
+        let mut phantoms = 0;
+        for kv in got.kvs() {
+            match (
+                kv.lease(),
+                kv.key_str().ok().and_then(|k| k.strip_prefix(prefix)),
+            ) {
+                (lease, Some(member)) if lease != 0 && !member.is_empty() => {
+                    members.push(member.to_string())
+                }
+                _ => phantoms += 1,
+            }
+        }
+        Ok(Reply::Members { members, phantoms })
+    }
+
+    /// Names of the elections with a key under `prefix`, sorted.
+    pub async fn list_elections(&self, prefix: &str) -> Result<Vec<String>> {
+        let start = format!("{prefix}/");
+        let got = {
+            let start = start.clone();
+            self.call(|mut c| async move {
+                c.get(
+                    start,
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )
+                .await
+            })
+            .await?
+        };
+        let mut names: Vec<String> = got
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok()?.strip_prefix(&start).map(str::to_string))
+            .filter(|name| !name.starts_with('{') && !name.is_empty())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// A watch on `key` feeding [`Notices`]: a delete counts as a release,
+    /// a creation as a new term. The watch is opened again after any
+    /// failure, and each (re)opening counts as a possible missed release.
+    /// Dropping the returned guard ends it.
+    fn watch(self: &Arc<Self>, key: String) -> (watch::Receiver<Notices>, WatchGuard) {
+        let (sender, receiver) = watch::channel(Notices::default());
+        let client = self.client.clone();
+        let url = self.url.clone();
+        let task = tokio::spawn(async move {
+            let mut failures: u32 = 0;
+            loop {
+                let opened = client
+                    .clone()
+                    .watch(key.clone(), Some(WatchOptions::new()))
+                    .await;
+                match opened {
+                    Ok(mut stream) => {
+                        sender.send_modify(|n| n.released += 1);
+                        loop {
+                            match stream.message().await {
+                                Ok(Some(answer)) => {
+                                    failures = 0;
+                                    if answer.canceled() {
+                                        break;
+                                    }
+                                    for event in answer.events() {
+                                        match event.event_type() {
+                                            EventType::Delete => {
+                                                sender.send_modify(|n| n.released += 1)
+                                            }
+                                            EventType::Put => {
+                                                if event.kv().is_some_and(|kv| kv.version() == 1) {
+                                                    sender.send_modify(|n| n.acquired += 1)
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                                Ok(None) => break,
+                                Err(err) => {
+                                    tracing::debug!(url = %url, error = %one_line(&err.to_string()), "etcd watch ended; opening it again");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(err) => {
+                        if failures == 0 {
+                            tracing::debug!(url = %url, error = %one_line(&err.to_string()), "cannot open the etcd watch; retrying");
+                        }
+                    }
+                }
+                failures = failures.saturating_add(1);
+                let backoff = Duration::from_millis(50u64.saturating_mul(1 << failures.min(5)));
+                tokio::time::sleep(backoff.min(Duration::from_secs(1))).await;
+            }
+        });
+        (receiver, WatchGuard(task))
+    }
+}
+
+/// Ends its watch task when dropped.
+struct WatchGuard(tokio::task::JoinHandle<()>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Whether `kv` is the key created by term `token`, unchanged since, on
+/// `lease`.
+fn is_term(kv: &KeyValue, token: u64, lease: i64) -> bool {
+    u64::try_from(kv.mod_revision()).ok() == Some(token) && kv.lease() == lease
+}
+
+fn first_kv(txn: &etcd_client::TxnResponse) -> Option<KeyValue> {
+    txn.op_responses().into_iter().find_map(|r| match r {
+        TxnOpResponse::Get(got) => got.kvs().first().cloned(),
+        _ => None,
+    })
+}
+
+fn token_of(revision: i64, key: &str) -> Result<u64> {
+    u64::try_from(revision)
+        .ok()
+        .filter(|r| *r > 0)
+        .ok_or_else(|| Error::Etcd {
+            detail: format!("the transaction on {key} answered without a revision"),
+        })
+}
+
+/// The etcd key of an election, from its Redis-layout lease key
+/// `PREFIX:{NAME}:lease`: `PREFIX/NAME`. Prefixes and names cannot contain
+/// braces, so the split is unambiguous.
+pub(crate) fn lease_key(redis_key: &str) -> Result<String> {
+    let (prefix, name) = split_key(redis_key, "}:lease")?;
+    Ok(format!("{prefix}/{name}"))
+}
+
+/// The etcd key prefix of a partition set's members, from its Redis-layout
+/// key `PREFIX:{GROUP}:members`: `PREFIX/{GROUP}/members/`.
+fn members_prefix(keys: &Keys) -> Result<String> {
+    let (prefix, group) = split_key(&keys.members, "}:members")?;
+    Ok(format!("{prefix}/{{{group}}}/members/"))
+}
+
+fn split_key<'a>(redis_key: &'a str, suffix: &str) -> Result<(&'a str, &'a str)> {
+    redis_key
+        .strip_suffix(suffix)
+        .and_then(|rest| rest.split_once(":{"))
+        .ok_or_else(|| Error::Etcd {
+            detail: format!("internal: {redis_key} is not a key of the layout"),
+        })
+}
+
+fn encode(request: &AcquireRequest<'_>) -> String {
+    let since_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    format!(
+        "{MAGIC}\n{}\n{since_ms}\n{}\n{}",
+        request.ttl_ms, request.attempt, request.id
+    )
+}
+
+/// The holder described by `kv` (its ttl left still to be asked), or an
+/// error naming the key when tenure did not write it.
+fn decode(key: &str, kv: &KeyValue) -> Result<Holder> {
+    let foreign = |detail: &str| Error::ForeignData {
+        key: key.to_string(),
+        detail: detail.to_string(),
+    };
+    let text = std::str::from_utf8(kv.value()).map_err(|_| foreign("not UTF-8"))?;
+    let mut lines = text.splitn(5, '\n');
+    if lines.next() != Some(MAGIC) {
+        return Err(foreign(&format!("it does not start with {MAGIC:?}")));
+    }
+    let ttl_ms: u64 = lines
+        .next()
+        .and_then(|l| l.parse().ok())
+        .ok_or_else(|| foreign("no ttl"))?;
+    let since_ms: u64 = lines
+        .next()
+        .and_then(|l| l.parse().ok())
+        .ok_or_else(|| foreign("no start time"))?;
+    let attempt = lines.next().ok_or_else(|| foreign("no attempt"))?;
+    let owner = lines.next().ok_or_else(|| foreign("no owner"))?;
+    if kv.lease() == 0 {
+        return Err(foreign("it has no lease"));
+    }
+    let token = u64::try_from(kv.create_revision()).map_err(|_| foreign("bad revision"))?;
+    Ok(Holder {
+        owner: owner.to_string(),
+        token,
+        ttl_left: Duration::ZERO,
+        since_ms,
+        attempt: attempt.to_string(),
+        ttl: Duration::from_millis(ttl_ms),
+    })
+}
+
+fn lease_not_found(err: &Error) -> bool {
+    matches!(err, Error::Etcd { detail } if detail.contains("requested lease not found"))
+}
+
+fn copy_error(err: &Error) -> Error {
+    super::redis::copy_error(err)
+}
+
+/// An etcd client error in tenure's terms.
+fn classify(err: etcd_client::Error, url: &str) -> Error {
+    use tonic::Code;
+    match &err {
+        etcd_client::Error::GRpcStatus(status) => {
+            let detail = one_line(status.message());
+            match status.code() {
+                Code::Unauthenticated => Error::Auth {
+                    url: url.to_string(),
+                    detail,
+                },
+                Code::PermissionDenied => Error::Auth {
+                    url: url.to_string(),
+                    detail: format!(
+                        "{detail} (the user's role needs read and write on the key prefix)"
+                    ),
+                },
+                Code::DeadlineExceeded => Error::Timeout(Duration::ZERO),
+                _ => Error::Etcd { detail },
+            }
+        }
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            Error::Unreachable {
+                url: url.to_string(),
+                detail: one_line(&err.to_string()),
+            }
+        }
+        _ => Error::Etcd {
+            detail: one_line(&err.to_string()),
+        },
+    }
+}
+
+/// [`classify`] for the first exchange, where a failure to talk at all
+/// means the cluster is unreachable (or speaks TLS, or is not etcd).
+fn classify_connect(err: etcd_client::Error, url: &str) -> Error {
+    match classify(err, url) {
+        Error::Etcd { detail } if url.starts_with("etcd://") => Error::Unreachable {
+            url: url.to_string(),
+            detail: format!("{detail} (is it an etcd cluster without TLS at that address?)"),
+        },
+        Error::Etcd { detail } => Error::Unreachable {
+            url: url.to_string(),
+            detail,
+        },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(url: &str) -> EtcdTarget {
+        EtcdTarget {
+            url: url.to_string(),
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+        }
+    }
+
+    #[test]
+    fn urls_name_every_member_and_the_credentials() {
+        let parsed = target("etcd://app:p%40ss@10.0.0.1:2379,10.0.0.2:2379/")
+            .parse()
+            .expect("valid");
+        assert_eq!(
+            parsed.endpoints,
+            ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]
+        );
+        assert_eq!(parsed.user, Some(("app".into(), "p@ss".into())));
+        assert!(!parsed.tls);
+        assert_eq!(
+            target("etcds://h:1").parse().expect("valid").endpoints,
+            ["https://h:1"]
+        );
+    }
+
+    #[test]
+    fn bad_urls_get_one_line_without_the_password() {
+        for bad in [
+            "etcd://u:secret@h",
+            "etcd://u:secret@h:0",
+            "etcd://u:secret@h:1/path",
+            "etcd://u:secret@:1",
+            "etcd://:secret@h:1",
+        ] {
+            let err = target(bad).parse().expect_err(bad).to_string();
+            assert!(!err.contains("secret"), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+            assert!(err.contains("etcd://"), "{err}");
+        }
+    }
+
+    /// Against a real cluster: a renewal or resignation that names another
+    /// owner's term, or an older term, changes nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_non_owner_can_neither_renew_nor_resign() {
+        let cluster = etcd_process::EtcdCluster::builder()
+            .members(1)
+            .election_timeout(Duration::from_millis(500))
+            .start()
+            .expect("an etcd member");
+        let store = EtcdStore::connect(target(&cluster.url()), Duration::from_secs(2))
+            .await
+            .expect("connected");
+        let keys = Keys::new("tenure", "owned");
+        let request = AcquireRequest {
+            id: "owner",
+            attempt: "1",
+            ttl_ms: 2_000,
+            hold_off_ms: 2_000,
+        };
+        let AcquireReply::Won { token } = store.acquire(&keys, &request).await.expect("acquire")
+        else {
+            panic!("the first candidate wins");
+        };
+        let holder = || async { store.inspect(&keys).await.expect("inspect") };
+        let before = holder().await.expect("held");
+        for (id, token) in [
+            ("intruder", token),
+            ("owner", token - 1),
+            ("owner", token + 1),
+        ] {
+            let renewed = store.renew(&keys, id, token, 2_000).await.expect("renew");
+            assert!(matches!(renewed, RenewReply::NotOwner(_)), "{id} {token}");
+            assert!(
+                !store.resign(&keys, id, token).await.expect("resign"),
+                "{id} {token}"
+            );
+            let many = store
+                .renew_many(id, 2_000, &[("owned", &keys.lease, token)])
+                .await;
+            assert!(
+                matches!(many[..], [Ok(RenewReply::NotOwner(_))]),
+                "{id} {token}: {many:?}"
+            );
+        }
+        let after = holder().await.expect("still held");
+        assert_eq!((after.owner.as_str(), after.token), ("owner", before.token));
+        assert_eq!(
+            store
+                .renew(&keys, "owner", token, 2_000)
+                .await
+                .expect("renew"),
+            RenewReply::Renewed
+        );
+        assert!(store.resign(&keys, "owner", token).await.expect("resign"));
+        assert!(holder().await.is_none());
+    }
+
+    #[test]
+    fn keys_follow_the_documented_layout() {
+        let keys = Keys::new("tenure", "reports/daily");
+        assert_eq!(
+            lease_key(&keys.lease).expect("layout"),
+            "tenure/reports/daily"
+        );
+        assert_eq!(
+            members_prefix(&keys).expect("layout"),
+            "tenure/{reports/daily}/members/"
+        );
+    }
+}

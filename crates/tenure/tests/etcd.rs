@@ -1,0 +1,224 @@
+//! What only etcd does: its members fail, stall and come back, compaction
+//! drops old revisions, and a client can be cut off from the quorum while
+//! the others are not. Each test runs a private 3-member cluster.
+
+mod support;
+
+use std::time::Duration;
+
+use support::topo::{after_fault, contenders, election, renewed, store, MARGIN, TTL};
+use support::{campaign, TermLog, HANG};
+use tenure::{Election, Error, LostReason};
+use tokio::time::{timeout, Instant};
+
+/// The cluster's leader member dies while a tenure leader holds its term:
+/// the term either survives (renewals reach the new etcd leader in time)
+/// or ends by its deadline, no two terms overlap, and a hand-over on the
+/// new etcd leader works with a larger token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_etcd_leader_keeps_one_leader_at_a_time() {
+    let mut cluster = support::etcd();
+    let url = cluster.url();
+    let log = TermLog::default();
+    let tasks = contenders(&url, "leader-kill", &log).await;
+    let observer = election(&store(&url).await, "leader-kill", "observer").await;
+    support::topo::until_led(&observer).await;
+    let etcd_leader = cluster.leader().expect("an etcd leader");
+    cluster.kill(etcd_leader);
+    let new_leader =
+        tokio::task::block_in_place(|| cluster.wait_for_leader(HANG)).expect("a new etcd leader");
+    assert_ne!(new_leader, etcd_leader);
+    after_fault(&url, "leader-kill", &log, tasks).await;
+}
+
+/// One tenure instance reaches etcd through a proxy that stops forwarding:
+/// it stops leading by its deadline, and the other instance is elected
+/// only after the cut-off one's lease expired in etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_cut_off_from_the_quorum_stops_before_another_is_elected() {
+    let cluster = support::etcd();
+    let proxy = etcd_process::Proxy::start(cluster.client_port(0)).expect("a proxy");
+    let cut_url = format!("etcd://127.0.0.1:{}", proxy.port());
+    let cut_off = Election::builder("cut")
+        .redis(&cut_url)
+        .ttl(TTL)
+        .margin(MARGIN)
+        .id("cut-off")
+        .build()
+        .await
+        .expect("an election through the proxy");
+    let term = campaign(&cut_off).await;
+    let other = election(&store(&cluster.url()).await, "cut", "other").await;
+    let follower = tokio::spawn(async move {
+        let term = other.campaign().await;
+        (Instant::now(), term)
+    });
+    renewed(&term).await;
+    proxy.blackhole();
+    let reason = timeout(HANG, term.lost()).await.expect("the term ends");
+    let lost_at = Instant::now();
+    assert_eq!(reason, LostReason::DeadlinePassed);
+    let (elected_at, next) = timeout(HANG, follower)
+        .await
+        .expect("the other is elected")
+        .expect("no panic");
+    let next = next.expect("campaign");
+    assert_eq!(next.id(), "other");
+    assert!(next.token() > term.token());
+    assert!(
+        lost_at < elected_at,
+        "the cut-off leader stopped before the next one began"
+    );
+    // The lease lasted a whole ttl after the cut-off leader's last
+    // renewal; its deadline was a margin earlier.
+    assert!(elected_at >= term.deadline() + MARGIN - Duration::from_millis(5));
+    proxy.heal();
+}
+
+/// The whole cluster stops and starts again (data kept): leases survive
+/// the restart, every term's token is larger than the ones before, and no
+/// two terms overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_of_the_whole_cluster_keeps_tokens_rising() {
+    let mut cluster = support::etcd();
+    let url = cluster.url();
+    let log = TermLog::default();
+    let tasks = contenders(&url, "restart", &log).await;
+    let observer = election(&store(&url).await, "restart", "observer").await;
+    let before = support::topo::until_led(&observer).await;
+    cluster.kill_all();
+    tokio::task::block_in_place(|| cluster.restart_all()).expect("the cluster restarts");
+    let term = after_fault(&url, "restart", &log, tasks).await;
+    assert!(term.token() > before);
+}
+
+/// Compaction drops the revision history, not the leases: the watch that
+/// wakes followers keeps working, and tokens keep rising.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_leaves_hand_over_fast_and_tokens_rising() {
+    let cluster = support::etcd();
+    let url = cluster.url();
+    let ttl = Duration::from_secs(10);
+    let build = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            Election::builder("compacted")
+                .redis(&url)
+                .ttl(ttl)
+                .id(id)
+                .build()
+                .await
+                .expect("an election")
+        }
+    };
+    let a = build("a").await;
+    let b = build("b").await;
+    let first = campaign(&a).await;
+    let follower = tokio::spawn({
+        let b = b.clone();
+        async move { b.campaign().await }
+    });
+    timeout(HANG, async {
+        while b.leader().await.ok().flatten().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("b sees a lead");
+    let compacted = tokio::task::block_in_place(|| cluster.compact_now()).expect("compaction");
+    assert!(compacted >= i64::try_from(first.token()).expect("small"));
+    let resigned_at = Instant::now();
+    first.resign().await.expect("resign");
+    let second = timeout(ttl / 2, follower)
+        .await
+        .expect("the hand-over came long before the ttl")
+        .expect("no panic")
+        .expect("campaign");
+    assert!(resigned_at.elapsed() < ttl / 2);
+    assert!(second.token() > first.token());
+    assert!(second.token() > u64::try_from(compacted).expect("positive"));
+}
+
+/// etcd leases count whole seconds and have a floor (1.5 election
+/// timeouts): a ttl it cannot keep is refused with a clear error before
+/// anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_etcd_cannot_keep_is_refused_clearly() {
+    let cluster = support::etcd();
+    let url = cluster.url();
+    for (ttl, says) in [
+        (Duration::from_millis(1500), "whole number of seconds"),
+        (Duration::from_secs(1), "shorter than the smallest lease"),
+    ] {
+        let slow = etcd_process::EtcdCluster::builder()
+            .members(1)
+            .election_timeout(Duration::from_secs(2));
+        let (url, _single) = if says.contains("smallest") {
+            let single = tokio::task::block_in_place(|| slow.start()).expect("a slow cluster");
+            (single.url(), Some(single))
+        } else {
+            (url.clone(), None)
+        };
+        let err = Election::builder("ttl")
+            .redis(&url)
+            .ttl(ttl)
+            .build()
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, Error::Config(_)), "{err}");
+        let text = err.to_string();
+        assert!(text.contains(says), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+}
+
+/// Unreachable clusters, wrong credentials and bad URLs are one clear line
+/// each, never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_and_unreachable_clusters_are_one_clear_line() {
+    let port = etcd_process::free_port().expect("a free port");
+    let cases = [
+        (format!("etcd://127.0.0.1:{port}"), "cannot reach etcd"),
+        ("etcd://u:secret@127.0.0.1".to_string(), "invalid etcd URL"),
+        ("etcd://u:secret@h:1/path".to_string(), "no path"),
+    ];
+    for (url, says) in cases {
+        let err = timeout(
+            HANG,
+            Election::builder("bad")
+                .redis(&url)
+                .ttl(TTL)
+                .call_timeout(Duration::from_millis(500))
+                .build(),
+        )
+        .await
+        .expect("no hang")
+        .expect_err("refused");
+        let text = err.to_string();
+        assert!(text.contains(says), "{url}: {text}");
+        assert!(!text.contains("secret"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+    }
+}
+
+/// A key under the prefix that tenure did not write is reported, never
+/// overwritten or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_in_an_election_key_is_reported_and_left_alone() {
+    let cluster = support::etcd();
+    let url = cluster.url();
+    let body = r#"{"key":"dGVudXJlL2ZvcmVpZ24=","value":"bm90IG91cnM="}"#; // tenure/foreign = "not ours"
+    cluster
+        .post(0, "/v3/kv/put", body)
+        .expect("a foreign key is written");
+    let a = election(&store(&url).await, "foreign", "a").await;
+    let err = timeout(HANG, a.campaign())
+        .await
+        .expect("no hang")
+        .expect_err("refused");
+    assert!(matches!(err, Error::ForeignData { .. }), "{err}");
+    let range = cluster
+        .post(0, "/v3/kv/range", r#"{"key":"dGVudXJlL2ZvcmVpZ24="}"#)
+        .expect("read back");
+    assert!(range.contains("bm90IG91cnM="), "left alone: {range}");
+}
