@@ -186,12 +186,24 @@ async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
     }
     let expires_at = crashed_at + ttl_left;
     let (second, token2, at) = next_elected(&mut events, wait).await?;
-    say!(
-        "   -> {second} took over {} after the crash; the lease had {} left, so that is {} after it expired",
-        ms(at - crashed_at),
-        ms(ttl_left),
-        signed_ms(at, expires_at)
-    );
+    if etcd {
+        // etcd reports a lease's time left in whole seconds (rounded
+        // down) and removes expired leases on a 500 ms tick.
+        say!(
+            "   -> {second} took over {} after the crash (the lease had {} to {} s left; etcd removes",
+            ms(at - crashed_at),
+            ttl_left.as_secs(),
+            ttl_left.as_secs() + 1,
+        );
+        say!("      expired leases every 500 ms, and the watch wakes the follower when it does)");
+    } else {
+        say!(
+            "   -> {second} took over {} after the crash; the lease had {} left, so that is {} after it expired",
+            ms(at - crashed_at),
+            ms(ttl_left),
+            signed_ms(at, expires_at)
+        );
+    }
 
     say!("\n3. {second} steps down gracefully (resign releases the lease and announces it)");
     let resigned_at = Instant::now();
