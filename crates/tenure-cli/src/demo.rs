@@ -192,8 +192,8 @@ async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
         say!(
             "   -> {second} took over {} after the crash (the lease had {} to {} s left; etcd removes",
             ms(at - crashed_at),
+            ttl_left.as_secs().saturating_sub(1),
             ttl_left.as_secs(),
-            ttl_left.as_secs() + 1,
         );
         say!("      expired leases every 500 ms, and the watch wakes the follower when it does)");
     } else {

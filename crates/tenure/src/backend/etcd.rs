@@ -473,12 +473,19 @@ impl EtcdStore {
         }
     }
 
-    /// The ttl left of `lease`, `None` when it is gone.
+    /// At most how long `lease` has left, `None` when it is gone. etcd
+    /// answers in whole seconds, rounded down (0 for the last second, and
+    /// for an expired lease its leader has not removed yet: it does so on a
+    /// 500 ms tick), so one second is added: a follower that slept on the
+    /// time rounded down would ask again and again in the last second. The
+    /// watch on the key wakes it as soon as the key is gone anyway.
     async fn ttl_left(&self, lease: i64) -> Result<Option<Duration>> {
         let answer = self
             .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
             .await?;
-        Ok(u64::try_from(answer.ttl()).ok().map(Duration::from_secs))
+        Ok(u64::try_from(answer.ttl())
+            .ok()
+            .map(|secs| Duration::from_secs(secs.saturating_add(1))))
     }
 
     async fn acquire(&self, keys: &Keys, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
