@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use support::topo::{after_fault, contenders, election, renewed, store, MARGIN, TTL};
-use support::{campaign, TermLog, HANG};
+use support::{campaign, CrashableInstance, TermLog, HANG};
 use tenure::{Election, Error, LostReason};
 use tokio::time::{timeout, Instant};
 
@@ -221,4 +221,62 @@ async fn foreign_data_in_an_election_key_is_reported_and_left_alone() {
         .post(0, "/v3/kv/range", r#"{"key":"dGVudXJlL2ZvcmVpZ24="}"#)
         .expect("read back");
     assert!(range.contains("bm90IG91cnM="), "left alone: {range}");
+}
+
+/// Transactions every member has answered so far, from its metrics.
+fn transactions(cluster: &etcd_process::EtcdCluster) -> u64 {
+    use std::io::{Read, Write};
+    (0..cluster.members())
+        .map(|member| {
+            let port = cluster.client_port(member);
+            let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics");
+            write!(stream, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").expect("sent");
+            let mut text = String::new();
+            stream.read_to_string(&mut text).expect("read");
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("grpc_server_handled_total{") && l.contains("grpc_method=\"Txn\"")
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        })
+        .sum()
+}
+
+/// A follower waiting out a crashed leader's last second asks etcd a few
+/// times, not in a loop: etcd reports the time left in whole seconds,
+/// rounded down, and a follower sleeping on 0 s would ask again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_waits_out_a_crashed_leader_without_asking_in_a_loop() {
+    let cluster = support::etcd();
+    let url = cluster.url();
+    let ttl = Duration::from_secs(2);
+    let (crashed, _) = CrashableInstance::lead(&url, "spin", "victim", ttl);
+    let survivor = support::election(&url, "spin", "survivor", ttl).await;
+    let follower = tokio::spawn({
+        let survivor = survivor.clone();
+        async move { survivor.campaign().await }
+    });
+    timeout(HANG, async {
+        while survivor.leader().await.ok().flatten().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the victim leads");
+    let before = tokio::task::block_in_place(|| transactions(&cluster));
+    crashed.crash();
+    let term = timeout(HANG, follower)
+        .await
+        .expect("a takeover")
+        .expect("no panic")
+        .expect("campaign");
+    let asked = tokio::task::block_in_place(|| transactions(&cluster)) - before;
+    assert!(term.is_leader());
+    // One attempt per second of the lease left, one when the watch reports
+    // the delete, and the winning one; dozens before the fix.
+    assert!(
+        asked <= 8,
+        "{asked} transactions while waiting out one lease"
+    );
 }
