@@ -106,4 +106,20 @@ fn what_etcd_cannot_do_is_refused_in_one_line() {
         let last = stderr.lines().last().unwrap_or_default();
         assert!(last.contains(says), "{stderr}");
     }
+    // A client certificate goes with etcds:// only.
+    for store in [url.as_str(), "redis://127.0.0.1:1"] {
+        let out = tenure_output(&[
+            "status",
+            "--store",
+            store,
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("client certificate"), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
 }

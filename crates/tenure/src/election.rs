@@ -358,8 +358,8 @@ impl ElectionBuilder {
             }
             Some(StoreSpec::Redis(url)) => {
                 let target = RedisTarget {
+                    tls_ca: self.settings.tls_files().for_redis(&url)?,
                     url,
-                    tls_ca: self.settings.tls_ca,
                 };
                 let checks = StoreChecks {
                     partitions: false,

@@ -224,8 +224,8 @@ impl StoreBuilder {
             match *store {}
         }
         let target = RedisTarget {
+            tls_ca: self.tls.for_redis(&self.url)?,
             url: self.url,
-            tls_ca: self.tls.ca,
         };
         Ok(Store {
             kind: StoreKind::Redis(RedisShared::connect(target, self.call_timeout).await?),

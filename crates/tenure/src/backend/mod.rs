@@ -213,8 +213,8 @@ impl Store {
             }
             StoreSpec::Redis(url) => {
                 let target = redis::RedisTarget {
+                    tls_ca: tls.for_redis(&url)?,
                     url,
-                    tls_ca: tls.ca,
                 };
                 let store = redis::RedisStore::connect(target, call_timeout).await?;
                 store.check(group_keys, checks).await?;
@@ -274,6 +274,20 @@ pub(crate) struct TlsFiles {
     pub ca: Option<std::path::PathBuf>,
     pub cert: Option<std::path::PathBuf>,
     pub key: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    /// The CA file for a Redis URL, which takes no client certificate
+    /// (Redis authenticates with a password or an ACL user).
+    pub fn for_redis(self, url: &str) -> Result<Option<std::path::PathBuf>> {
+        if self.cert.is_some() || self.key.is_some() {
+            return Err(Error::Config(format!(
+                "a client certificate is for etcds:// clusters only; {} is a Redis URL",
+                crate::redact_url(url)
+            )));
+        }
+        Ok(self.ca)
+    }
 }
 
 /// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).
