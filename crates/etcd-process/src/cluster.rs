@@ -256,33 +256,45 @@ impl EtcdCluster {
     }
 
     /// The member that is raft leader now, as the running, unpaused members
-    /// see it: the leader reported in the highest raft term. An error when
-    /// none knows a leader, or when the leader they report is killed or
-    /// paused (the others have not noticed yet); after a fault, use
-    /// [`EtcdCluster::wait_for_leader`].
+    /// see it: the leader named in the newest raft term any of them is in,
+    /// which must itself be running, unpaused and say that it leads. An
+    /// error otherwise: no leader yet in that term (an election is under
+    /// way), or one the others have not yet noticed is killed or paused.
+    /// After a fault, use [`EtcdCluster::wait_for_leader`].
     pub fn leader(&self) -> Result<usize, Error> {
         let answers = self.statuses();
         let newest = answers
             .iter()
             .filter_map(|(_, answer)| answer.as_ref().ok())
-            .filter(|status| status.leader != 0)
-            .max_by_key(|status| status.term);
-        let Some(status) = newest else {
+            .map(|status| status.term)
+            .max();
+        let leader_id = answers
+            .iter()
+            .filter_map(|(_, answer)| answer.as_ref().ok())
+            .filter(|status| Some(status.term) == newest && status.leader != 0)
+            .map(|status| status.leader)
+            .next();
+        let Some(leader_id) = leader_id else {
             return Err(Error::Topology(format!(
-                "no live etcd member knows a leader ({})",
+                "no live etcd member knows a leader in the newest term ({})",
                 self.describe(&answers)
             )));
         };
-        let leader = self.index_of(status.leader)?;
-        let member = &self.members[leader];
-        if !member.is_live() {
+        let leader = self.index_of(leader_id)?;
+        let confirmed = answers.iter().any(|(index, answer)| {
+            *index == leader && answer.as_ref().is_ok_and(|s| s.leader == leader_id)
+        });
+        if !confirmed {
+            let member = &self.members[leader];
+            let state = if !member.is_running() {
+                "not running"
+            } else if member.is_paused() {
+                "paused"
+            } else {
+                "not leading by its own account"
+            };
             return Err(Error::Topology(format!(
-                "the members report m{leader} as leader, but it is {} ({})",
-                if member.is_running() {
-                    "paused"
-                } else {
-                    "not running"
-                },
+                "the members report m{leader} as leader, but it is {state} ({})",
                 self.describe(&answers)
             )));
         }

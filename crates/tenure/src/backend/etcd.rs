@@ -66,6 +66,9 @@ const MAGIC: &str = "tenure/1";
 /// default (`--max-txn-ops`).
 const TERMS_PER_CHECK: usize = 64;
 
+/// How many times [`EtcdStore::call`] sends a call that could not connect.
+const SENDS: u32 = 4;
+
 /// The form of an etcd URL, for messages.
 const FORM: &str = "etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...] (etcds:// for TLS)";
 
@@ -253,7 +256,7 @@ impl EtcdStore {
             Client::connect(parsed.endpoints.clone(), Some(options)),
         )
         .await;
-        let mut client = match connected {
+        let client = match connected {
             Ok(Ok(client)) => client,
             Ok(Err(err)) => return Err(classify_connect(err, &url)),
             Err(_) => {
@@ -264,7 +267,9 @@ impl EtcdStore {
             }
         };
         // The first call proves the cluster answers (and has a leader).
-        let status = tokio::time::timeout(call_timeout, client.status()).await;
+        let requests = AtomicU64::new(0);
+        let status = send(&client, &requests, |mut c| async move { c.status().await });
+        let status = tokio::time::timeout(call_timeout, status).await;
         match status {
             Ok(Ok(_)) => {}
             Ok(Err(err)) => return Err(classify_connect(err, &url)),
@@ -318,7 +323,11 @@ impl EtcdStore {
                 key.clone(),
                 Some(GetOptions::new().with_count_only()),
             )]);
-        self.call(|mut c| async move { c.txn(txn).await }).await?;
+        self.call(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await?;
         Ok(())
     }
 
@@ -390,13 +399,16 @@ impl EtcdStore {
         bounded.unwrap_or(Err(Error::Timeout(self.call_timeout)))
     }
 
-    /// One gRPC call, counted, with its error in tenure's terms.
-    async fn call<T, F>(&self, call: impl FnOnce(Client) -> F) -> Result<T>
+    /// One gRPC call, counted, with its error in tenure's terms. A call
+    /// that could not even connect (the client balances over the members
+    /// and may pick one that is down) never reached etcd, so it is sent
+    /// again, up to [`SENDS`] times in all: with one member of three down,
+    /// an operation should not fail on the draw.
+    async fn call<T, F>(&self, call: impl Fn(Client) -> F) -> Result<T>
     where
         F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        call(self.client.clone())
+        send(&self.client, &self.requests, call)
             .await
             .map_err(|e| classify(e, &self.url))
     }
@@ -463,8 +475,10 @@ impl EtcdStore {
     /// answer: the client reads it and reports a lease that is gone as an
     /// error of its own, which is no error here.
     async fn keep_alive(&self, lease: i64) -> Result<KeptAlive> {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        match self.client.clone().lease_keep_alive(lease).await {
+        let sent = send(&self.client, &self.requests, |mut c| async move {
+            c.lease_keep_alive(lease).await
+        });
+        match sent.await {
             Ok(_) => Ok(KeptAlive(1)),
             Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => {
                 Ok(KeptAlive(0))
@@ -504,7 +518,10 @@ impl EtcdStore {
                     Some(PutOptions::new().with_lease(lease)),
                 )])
                 .or_else([TxnOp::get(key.clone(), None)]);
-            let txn = self.call(|mut c| async move { c.txn(txn).await });
+            let txn = self.call(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            });
             // The keep-alive runs beside the transaction: if it finds the
             // lease alive, the lease was alive when the key was attached
             // (an expired lease never comes back) and lasts a ttl from now.
@@ -574,7 +591,10 @@ impl EtcdStore {
         };
         let get = {
             let key = key.clone();
-            self.call(|mut c| async move { c.get(key, None).await })
+            self.call(move |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
         };
         let (alive, got) = tokio::join!(self.keep_alive(lease), get);
         let kv = got?.kvs().first().cloned();
@@ -632,7 +652,10 @@ impl EtcdStore {
                 }
                 let txn = Txn::new().when(compares);
                 let all_ours = self
-                    .call(|mut c| async move { c.txn(txn).await })
+                    .call(|mut c| {
+                        let txn = txn.clone();
+                        async move { c.txn(txn).await }
+                    })
                     .await
                     .map(|t| t.succeeded());
                 match all_ours {
@@ -688,7 +711,10 @@ impl EtcdStore {
                 let Ok(key) = key else { return Ok(false) };
                 let key = key.clone();
                 let got = self
-                    .call(|mut c| async move { c.get(key, None).await })
+                    .call(|mut c| {
+                        let key = key.clone();
+                        async move { c.get(key, None).await }
+                    })
                     .await?;
                 Ok(got
                     .kvs()
@@ -705,8 +731,11 @@ impl EtcdStore {
         let key = lease_key(&keys.lease)?;
         let got = {
             let key = key.clone();
-            self.call(|mut c| async move { c.get(key, None).await })
-                .await?
+            self.call(move |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?
         };
         let Some(kv) = got.kvs().first() else {
             return Ok(false);
@@ -722,7 +751,12 @@ impl EtcdStore {
                 revision,
             )])
             .and_then([TxnOp::delete(key.clone(), None)]);
-        let txn = self.call(|mut c| async move { c.txn(txn).await }).await?;
+        let txn = self
+            .call(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
         Ok(txn.succeeded())
     }
 
@@ -730,8 +764,11 @@ impl EtcdStore {
         let key = lease_key(&keys.lease)?;
         let got = {
             let key = key.clone();
-            self.call(|mut c| async move { c.get(key, None).await })
-                .await?
+            self.call(move |mut c| {
+                let key = key.clone();
+                async move { c.get(key, None).await }
+            })
+            .await?
         };
         match got.kvs().first() {
             Some(kv) => self.holder(&key, kv).await,
@@ -752,7 +789,10 @@ impl EtcdStore {
                         "",
                         Some(PutOptions::new().with_lease(lease)),
                     )]);
-                let txn = self.call(|mut c| async move { c.txn(txn).await });
+                let txn = self.call(|mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                });
                 let (alive, txn) = if fresh {
                     (Ok(KeptAlive(1)), txn.await)
                 } else {
@@ -779,7 +819,10 @@ impl EtcdStore {
         } else {
             let delete = {
                 let key = key.clone();
-                self.call(|mut c| async move { c.delete(key, None).await })
+                self.call(move |mut c| {
+                    let key = key.clone();
+                    async move { c.delete(key, None).await }
+                })
             };
             delete.await?;
             self.members(&prefix).await
@@ -791,12 +834,15 @@ impl EtcdStore {
     async fn members(&self, prefix: &str) -> Result<Reply> {
         let got = {
             let prefix = prefix.to_string();
-            self.call(|mut c| async move {
-                c.get(
-                    prefix,
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
-                )
-                .await
+            self.call(move |mut c| {
+                let prefix = prefix.clone();
+                async move {
+                    c.get(
+                        prefix,
+                        Some(GetOptions::new().with_prefix().with_keys_only()),
+                    )
+                    .await
+                }
             })
             .await?
         };
@@ -821,12 +867,15 @@ impl EtcdStore {
         let start = format!("{prefix}/");
         let got = {
             let start = start.clone();
-            self.call(|mut c| async move {
-                c.get(
-                    start,
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
-                )
-                .await
+            self.call(move |mut c| {
+                let start = start.clone();
+                async move {
+                    c.get(
+                        start,
+                        Some(GetOptions::new().with_prefix().with_keys_only()),
+                    )
+                    .await
+                }
             })
             .await?
         };
@@ -1008,6 +1057,43 @@ fn lease_not_found(err: &Error) -> bool {
 
 fn copy_error(err: &Error) -> Error {
     super::redis::copy_error(err)
+}
+
+/// [`EtcdStore::call`] without the translation of its error.
+async fn send<T, F>(
+    client: &Client,
+    requests: &AtomicU64,
+    call: impl Fn(Client) -> F,
+) -> std::result::Result<T, etcd_client::Error>
+where
+    F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut sends = 0;
+    loop {
+        sends += 1;
+        requests.fetch_add(1, Ordering::Relaxed);
+        match call(client.clone()).await {
+            Err(err) if sends < SENDS && never_sent(&err) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Whether a call failed before anything reached etcd: the connection to
+/// the member it was sent to could not be made.
+fn never_sent(err: &etcd_client::Error) -> bool {
+    let text = match err {
+        etcd_client::Error::GRpcStatus(status) if status.code() == tonic::Code::Unavailable => {
+            format!(
+                "{} {:?}",
+                status.message(),
+                std::error::Error::source(status)
+            )
+        }
+        etcd_client::Error::TransportError(err) => format!("{err} {err:?}"),
+        _ => return false,
+    };
+    text.contains("tcp connect error") || text.contains("Connection refused")
 }
 
 /// An etcd client error in tenure's terms.
