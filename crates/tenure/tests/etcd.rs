@@ -280,3 +280,103 @@ async fn a_follower_waits_out_a_crashed_leader_without_asking_in_a_loop() {
         "{asked} transactions while waiting out one lease"
     );
 }
+
+/// Base64, as etcd's JSON gateway wants keys and values.
+fn b64(text: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+/// etcd with authentication on: a user whose role covers the prefix
+/// leads; a wrong password and a role without the prefix are each one
+/// clear line (never the password), before anything is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_and_roles_are_checked_with_one_clear_line() {
+    let cluster = support::etcd();
+    let setup = [
+        (
+            "/v3/auth/user/add",
+            r#"{"name":"root","password":"rootpw"}"#.to_string(),
+        ),
+        (
+            "/v3/auth/user/grant",
+            r#"{"user":"root","role":"root"}"#.to_string(),
+        ),
+        ("/v3/auth/role/add", r#"{"name":"app"}"#.to_string()),
+        (
+            "/v3/auth/role/grant",
+            format!(
+                r#"{{"name":"app","perm":{{"permType":"READWRITE","key":"{}","range_end":"{}"}}}}"#,
+                b64("tenure/"),
+                b64("tenure0")
+            ),
+        ),
+        (
+            "/v3/auth/user/add",
+            r#"{"name":"app","password":"s3cret"}"#.to_string(),
+        ),
+        (
+            "/v3/auth/user/grant",
+            r#"{"user":"app","role":"app"}"#.to_string(),
+        ),
+        ("/v3/auth/role/add", r#"{"name":"other"}"#.to_string()),
+        (
+            "/v3/auth/role/grant",
+            format!(
+                r#"{{"name":"other","perm":{{"permType":"READWRITE","key":"{}","range_end":"{}"}}}}"#,
+                b64("elsewhere/"),
+                b64("elsewhere0")
+            ),
+        ),
+        (
+            "/v3/auth/user/add",
+            r#"{"name":"other","password":"0ther"}"#.to_string(),
+        ),
+        (
+            "/v3/auth/user/grant",
+            r#"{"user":"other","role":"other"}"#.to_string(),
+        ),
+        ("/v3/auth/enable", "{}".to_string()),
+    ];
+    for (path, body) in &setup {
+        cluster.post(0, path, body).expect(path);
+    }
+    let hosts = cluster.url().replacen("etcd://", "", 1);
+    let app = format!("etcd://app:s3cret@{hosts}");
+    let a = Election::builder("guarded")
+        .redis(&app)
+        .ttl(TTL)
+        .id("a")
+        .build()
+        .await
+        .expect("the app user may use tenure/");
+    let term = campaign(&a).await;
+    renewed(&term).await;
+    term.resign().await.expect("resign");
+    for (url, says) in [
+        (
+            format!("etcd://app:wrong-pw@{hosts}"),
+            "rejected the credentials",
+        ),
+        (
+            format!("etcd://other:0ther@{hosts}"),
+            "read and write on the key prefix",
+        ),
+    ] {
+        let err = timeout(
+            HANG,
+            Election::builder("guarded").redis(&url).ttl(TTL).build(),
+        )
+        .await
+        .expect("no hang")
+        .expect_err("refused");
+        assert!(matches!(err, Error::Auth { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains(says), "{text}");
+        assert!(
+            !text.contains("wrong-pw") && !text.contains("0ther"),
+            "{text}"
+        );
+        assert!(!text.contains('\n'), "{text}");
+    }
+}

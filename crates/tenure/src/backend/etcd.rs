@@ -241,7 +241,10 @@ impl EtcdStore {
             .with_keep_alive(call_timeout, call_timeout)
             // A member cut off from the quorum refuses at once instead of
             // answering from a stale view.
-            .with_require_leader(true);
+            .with_require_leader(true)
+            // etcd's auth tokens expire (simple tokens after 5 idle
+            // minutes): a follower with a long ttl must not be locked out.
+            .with_auto_token_refresh(true);
         #[cfg(feature = "tls")]
         if let Some(tls) = target.tls_options(&parsed)? {
             options = options.with_tls(tls);
@@ -1103,6 +1106,12 @@ fn classify(err: etcd_client::Error, url: &str) -> Error {
         etcd_client::Error::GRpcStatus(status) => {
             let detail = one_line(status.message());
             match status.code() {
+                // etcd answers a wrong user or password with an invalid
+                // argument.
+                _ if detail.contains("authentication failed") => Error::Auth {
+                    url: url.to_string(),
+                    detail,
+                },
                 Code::Unauthenticated => Error::Auth {
                     url: url.to_string(),
                     detail,
