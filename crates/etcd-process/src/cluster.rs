@@ -36,6 +36,19 @@ static CLUSTERS: AtomicU64 = AtomicU64::new(0);
 pub struct EtcdBuilder {
     members: usize,
     election_timeout: Duration,
+    tls: Option<TlsFiles>,
+}
+
+/// PEM files for a cluster whose client port speaks TLS only and requires
+/// a client certificate signed by `ca` ([`EtcdBuilder::tls`]).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The members' certificate (valid for 127.0.0.1).
+    pub cert: PathBuf,
+    /// Its private key.
+    pub key: PathBuf,
+    /// The CA that signed the clients' certificates.
+    pub ca: PathBuf,
 }
 
 impl Default for EtcdBuilder {
@@ -43,6 +56,7 @@ impl Default for EtcdBuilder {
         EtcdBuilder {
             members: 3,
             election_timeout: Duration::from_millis(1000),
+            tls: None,
         }
     }
 }
@@ -62,6 +76,16 @@ impl EtcdBuilder {
     /// 10 ms, at most 50 s (etcd's limit).
     pub fn election_timeout(mut self, timeout: Duration) -> Self {
         self.election_timeout = timeout;
+        self
+    }
+
+    /// Serve clients over TLS only (`https`, `--client-cert-auth`): the
+    /// cluster's URL becomes `etcds://…`. Health is still checked over
+    /// plain HTTP on a metrics port of its own, but the gateway calls
+    /// ([`EtcdCluster::post`], [`EtcdCluster::leader`] and the waits built on
+    /// them) are not available.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
         self
     }
 
@@ -91,6 +115,7 @@ impl EtcdBuilder {
             let mut cluster = EtcdCluster::create(&binary, &self)?;
             let all: Vec<usize> = (0..self.members).collect();
             match cluster.start_members(&all, "new") {
+                Ok(()) if self.tls.is_some() => return Ok(cluster),
                 Ok(()) => {
                     cluster.ids = cluster
                         .members
@@ -129,8 +154,9 @@ pub struct EtcdCluster {
     heartbeat_ms: u128,
     election_ms: u128,
     members: Vec<Member>,
-    /// Each member's raft ID, by member number.
+    /// Each member's raft ID, by member number (empty with TLS).
     ids: Vec<u64>,
+    tls: Option<TlsFiles>,
 }
 
 impl EtcdCluster {
@@ -157,7 +183,8 @@ impl EtcdCluster {
     /// A URL naming every member for clients:
     /// `etcd://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`.
     pub fn url(&self) -> String {
-        format!("etcd://{}", self.endpoints().join(","))
+        let scheme = if self.tls.is_some() { "etcds" } else { "etcd" };
+        format!("{scheme}://{}", self.endpoints().join(","))
     }
 
     /// How many members the cluster has (running or not).
@@ -353,7 +380,7 @@ impl EtcdCluster {
     /// Choose the ports and create the directories of a cluster, starting
     /// nothing yet.
     fn create(binary: &Path, builder: &EtcdBuilder) -> Result<EtcdCluster, Error> {
-        let ports = free_ports(2 * builder.members)?;
+        let ports = free_ports(3 * builder.members)?;
         let (root, token) = loop {
             let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
             // The port too, in case an earlier process with our PID left a
@@ -374,14 +401,18 @@ impl EtcdCluster {
             election_ms: builder.election_timeout.as_millis(),
             members: Vec::with_capacity(builder.members),
             ids: Vec::new(),
+            tls: builder.tls.clone(),
         };
-        for (index, pair) in ports.chunks(2).enumerate() {
+        for (index, three) in ports.chunks(3).enumerate() {
             let dir = cluster.root.join(format!("m{index}"));
             // Created now (private, as etcd wants it) so the log can go in.
             create_private_dir(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
-            cluster
-                .members
-                .push(Member::new(index, pair[0], pair[1], dir));
+            cluster.members.push(Member::new(
+                index,
+                [three[0], three[1], three[2]],
+                builder.tls.is_some(),
+                dir,
+            ));
         }
         Ok(cluster)
     }
@@ -405,6 +436,14 @@ impl EtcdCluster {
         flag("advertise-client-urls", member.client_url());
         flag("listen-peer-urls", member.peer_url());
         flag("initial-advertise-peer-urls", member.peer_url());
+        flag("listen-metrics-urls", member.metrics_url());
+        if let Some(tls) = &self.tls {
+            let path = |p: &PathBuf| p.to_string_lossy().into_owned();
+            flag("cert-file", path(&tls.cert));
+            flag("key-file", path(&tls.key));
+            flag("trusted-ca-file", path(&tls.ca));
+            flag("client-cert-auth", "true".to_owned());
+        }
         flag("initial-cluster", initial_cluster);
         flag("initial-cluster-token", self.token.clone());
         flag("initial-cluster-state", state.to_owned());

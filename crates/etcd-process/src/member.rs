@@ -39,6 +39,11 @@ pub(crate) struct Member {
     pub(crate) index: usize,
     pub(crate) client_port: u16,
     pub(crate) peer_port: u16,
+    /// `--listen-metrics-urls`: plain HTTP `/health` and `/metrics`, also
+    /// when the client port speaks TLS only.
+    pub(crate) metrics_port: u16,
+    /// Whether the client port speaks TLS.
+    pub(crate) tls: bool,
     /// `--data-dir`; also holds [`LOG`].
     pub(crate) dir: PathBuf,
     state: Mutex<State>,
@@ -57,11 +62,14 @@ pub(crate) struct Status {
 }
 
 impl Member {
-    pub(crate) fn new(index: usize, client_port: u16, peer_port: u16, dir: PathBuf) -> Member {
+    pub(crate) fn new(index: usize, ports: [u16; 3], tls: bool, dir: PathBuf) -> Member {
+        let [client_port, peer_port, metrics_port] = ports;
         Member {
             index,
             client_port,
             peer_port,
+            metrics_port,
+            tls,
             dir,
             state: Mutex::new(State::default()),
         }
@@ -77,7 +85,12 @@ impl Member {
     }
 
     pub(crate) fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    pub(crate) fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.metrics_port)
     }
 
     /// Start the process with `args` (everything but the binary), output
@@ -193,7 +206,7 @@ impl Member {
     /// `Ok` when `GET /health` says `"health":"true"` (which etcd says only
     /// with a leader and a working quorum), otherwise why not.
     pub(crate) fn health(&self) -> Result<(), String> {
-        let reply = http::request(self.client_port, "GET", "/health", "", POLL_REPLY_TIMEOUT)
+        let reply = http::request(self.metrics_port, "GET", "/health", "", POLL_REPLY_TIMEOUT)
             .map_err(|e| e.to_string())?;
         let healthy = serde_json::from_str::<serde_json::Value>(&reply.body)
             .ok()

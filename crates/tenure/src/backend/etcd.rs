@@ -220,8 +220,26 @@ pub(crate) struct EtcdStore {
     call_timeout: Duration,
     /// The session lease of each (instance id, ttl in ms).
     sessions: Mutex<HashMap<(String, u64), i64>>,
+    /// Held while a session lease is granted: two operations of one
+    /// instance that find no session must not grant two (the terms on the
+    /// one not kept would block their elections for a ttl).
+    granting: tokio::sync::Mutex<()>,
+    /// The terms this store began and has not seen released, by key: see
+    /// [`EtcdStore::sweep`].
+    terms: Mutex<HashMap<String, Kept>>,
     /// Requests sent (every gRPC call, keep-alives included).
     requests: AtomicU64,
+}
+
+/// A term this store began, for [`EtcdStore::sweep`].
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    token: u64,
+    lease: i64,
+    ttl: Duration,
+    /// When the last acquire or renewal of it began: its local deadline is
+    /// at most this plus the ttl (minus the margin).
+    last: tokio::time::Instant,
 }
 
 /// The outcome of one keep-alive: positive when the lease lives on (for
@@ -288,6 +306,8 @@ impl EtcdStore {
             url,
             call_timeout,
             sessions: Mutex::new(HashMap::new()),
+            granting: tokio::sync::Mutex::new(()),
+            terms: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
         })
     }
@@ -420,8 +440,13 @@ impl EtcdStore {
     /// Returns it and whether it was granted by this call (a grant is as
     /// good as a keep-alive sent now).
     async fn session(&self, id: &str, ttl_ms: u64) -> Result<(i64, bool)> {
-        let known = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
-        if let Some(lease) = known {
+        let known = || self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
+        if let Some(lease) = known() {
+            return Ok((lease, false));
+        }
+        let _granting = self.granting.lock().await;
+        if let Some(lease) = known() {
+            // Granted by another operation meanwhile: not fresh for us.
             return Ok((lease, false));
         }
         let lease = self.grant(ttl_ms).await?;
@@ -506,6 +531,7 @@ impl EtcdStore {
     }
 
     async fn acquire(&self, keys: &Keys, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
+        let began = tokio::time::Instant::now();
         let key = lease_key(&keys.lease)?;
         // A session lease may have expired since it was last used: then the
         // put fails (or its key goes with the lease) and one more try with
@@ -546,9 +572,9 @@ impl EtcdStore {
             }
             if txn.succeeded() {
                 let revision = txn.header().map_or(0, |h| h.revision());
-                return Ok(AcquireReply::Won {
-                    token: token_of(revision, &key)?,
-                });
+                let token = token_of(revision, &key)?;
+                self.kept(&key, token, lease, request.ttl_ms, began);
+                return Ok(AcquireReply::Won { token });
             }
             let Some(kv) = first_kv(&txn) else {
                 // Deleted between the compare and the get (they are one
@@ -562,13 +588,16 @@ impl EtcdStore {
             return match holder {
                 // Our own attempt wrote it before its answer was lost: the
                 // keep-alive above has just renewed it.
-                Some(h) if ours => Ok(AcquireReply::Won { token: h.token }),
+                Some(h) if ours => {
+                    self.kept(&key, h.token, lease, request.ttl_ms, began);
+                    Ok(AcquireReply::Won { token: h.token })
+                }
                 Some(h) => Ok(AcquireReply::Held(h)),
                 None => continue,
             };
         }
         Err(Error::Etcd {
-            detail: "the session lease kept expiring while acquiring".into(),
+            detail: "the lease changed hands twice while acquiring; trying again".into(),
         })
     }
 
@@ -587,6 +616,7 @@ impl EtcdStore {
 
     async fn renew(&self, keys: &Keys, id: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
         let key = lease_key(&keys.lease)?;
+        self.renewing(&key, token);
         let lease = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
         let Some(lease) = lease else {
             // No session: this store never granted the term.
@@ -638,6 +668,11 @@ impl EtcdStore {
                 .collect();
         };
         let keys: Vec<Result<String>> = terms.iter().map(|(_, key, _)| lease_key(key)).collect();
+        for ((_, _, token), key) in terms.iter().zip(&keys) {
+            if let Ok(key) = key {
+                self.renewing(key, *token);
+            }
+        }
         let checks = terms
             .chunks(TERMS_PER_CHECK)
             .zip(keys.chunks(TERMS_PER_CHECK))
@@ -741,9 +776,11 @@ impl EtcdStore {
             .await?
         };
         let Some(kv) = got.kvs().first() else {
+            self.released(&key, token);
             return Ok(false);
         };
         if u64::try_from(kv.mod_revision()).ok() != Some(token) || decode(&key, kv)?.owner != id {
+            self.released(&key, token);
             return Ok(false);
         }
         let revision = kv.mod_revision();
@@ -760,7 +797,88 @@ impl EtcdStore {
                 async move { c.txn(txn).await }
             })
             .await?;
+        self.released(&key, token);
         Ok(txn.succeeded())
+    }
+
+    /// Note a term this store has just begun (or adopted).
+    fn kept(&self, key: &str, token: u64, lease: i64, ttl_ms: u64, began: tokio::time::Instant) {
+        let kept = Kept {
+            token,
+            lease,
+            ttl: Duration::from_millis(ttl_ms),
+            last: began,
+        };
+        self.terms_lock().insert(key.to_string(), kept);
+    }
+
+    /// Note that a renewal of term (`key`, `token`) begins now.
+    fn renewing(&self, key: &str, token: u64) {
+        if let Some(kept) = self.terms_lock().get_mut(key) {
+            if kept.token == token {
+                kept.last = tokio::time::Instant::now();
+            }
+        }
+    }
+
+    /// Forget term (`key`, `token`): released, or found gone.
+    fn released(&self, key: &str, token: u64) {
+        let mut terms = self.terms_lock();
+        if terms.get(key).is_some_and(|kept| kept.token == token) {
+            terms.remove(key);
+        }
+    }
+
+    fn terms_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
+        self.terms.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Delete the keys of terms nobody renews any more.
+    ///
+    /// On Redis, a term that ended without its lease being released (the
+    /// release failed, the deadline passed, the handles were dropped while
+    /// the store was away) lapses one ttl later. Here its key hangs on the
+    /// instance's session lease, which the instance's other terms keep
+    /// alive: it would block the election (for this instance too) for as
+    /// long as the process runs. So the store remembers the terms it began,
+    /// and a term not renewed for a whole ttl, whose local deadline has
+    /// therefore passed (no handle of it may act any more), has its key
+    /// deleted if it is still that term's on that lease.
+    pub async fn sweep(&self) {
+        let now = tokio::time::Instant::now();
+        let stale: Vec<(String, Kept)> = self
+            .terms_lock()
+            .iter()
+            .filter(|(_, kept)| now > kept.last + kept.ttl)
+            .map(|(key, kept)| (key.clone(), *kept))
+            .collect();
+        for (key, kept) in stale {
+            let revision = i64::try_from(kept.token).unwrap_or(i64::MAX);
+            let txn = Txn::new()
+                .when([
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
+                    Compare::lease(key.clone(), CompareOp::Equal, kept.lease),
+                ])
+                .and_then([TxnOp::delete(key.clone(), None)]);
+            let swept = self
+                .call(|mut c| {
+                    let txn = txn.clone();
+                    async move { c.txn(txn).await }
+                })
+                .await;
+            match swept {
+                Ok(txn) => {
+                    if txn.succeeded() {
+                        tracing::info!(key = %key, token = kept.token, "deleted the key of a term that ended without releasing it");
+                    }
+                    self.released(&key, kept.token);
+                }
+                // Tried again at the next sweep.
+                Err(err) => {
+                    tracing::debug!(key = %key, error = %err, "cannot delete an ended term's key yet")
+                }
+            }
+        }
     }
 
     async fn inspect(&self, keys: &Keys) -> Result<Option<Holder>> {
@@ -785,9 +903,11 @@ impl EtcdStore {
         if join {
             for _ in 0..2 {
                 let (lease, fresh) = self.session(member, ttl_ms).await?;
+                // Written when missing or on another lease (one of an
+                // earlier process with this id, or a lease gone since).
                 let txn = Txn::new()
-                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
+                    .when([Compare::lease(key.clone(), CompareOp::Equal, lease)])
+                    .or_else([TxnOp::put(
                         key.clone(),
                         "",
                         Some(PutOptions::new().with_lease(lease)),
@@ -909,13 +1029,17 @@ impl EtcdStore {
                     .await;
                 match opened {
                     Ok(mut stream) => {
-                        sender.send_modify(|n| n.released += 1);
                         loop {
                             match stream.message().await {
                                 Ok(Some(answer)) => {
-                                    failures = 0;
                                     if answer.canceled() {
                                         break;
+                                    }
+                                    if answer.created() {
+                                        // A release may have been missed
+                                        // while no watch was open.
+                                        failures = 0;
+                                        sender.send_modify(|n| n.released += 1);
                                     }
                                     for event in answer.events() {
                                         match event.event_type() {
@@ -1000,12 +1124,20 @@ fn members_prefix(keys: &Keys) -> Result<String> {
 }
 
 fn split_key<'a>(redis_key: &'a str, suffix: &str) -> Result<(&'a str, &'a str)> {
-    redis_key
+    let (prefix, name) = redis_key
         .strip_suffix(suffix)
         .and_then(|rest| rest.split_once(":{"))
         .ok_or_else(|| Error::Etcd {
             detail: format!("internal: {redis_key} is not a key of the layout"),
-        })
+        })?;
+    if prefix.contains('/') {
+        // PREFIX/NAME must split one way only: names may contain '/'.
+        return Err(Error::Config(format!(
+            "key prefix {prefix:?} contains '/', which etcd keys use to separate the prefix \
+             from the election name"
+        )));
+    }
+    Ok((prefix, name))
 }
 
 fn encode(request: &AcquireRequest<'_>) -> String {
@@ -1255,6 +1387,97 @@ mod tests {
         );
         assert!(store.resign(&keys, "owner", token).await.expect("resign"));
         assert!(holder().await.is_none());
+    }
+
+    /// A term that ended without a release (nobody renews it) must not be
+    /// kept alive by the instance's other terms on the same session lease:
+    /// once a ttl has passed without a renewal, its key is deleted; a term
+    /// that is renewed stays.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_term_nobody_renews_is_swept_while_its_session_lives_on() {
+        let cluster = etcd_process::EtcdCluster::builder()
+            .members(1)
+            .election_timeout(Duration::from_millis(500))
+            .start()
+            .expect("an etcd member");
+        let store = EtcdStore::connect(target(&cluster.url()), Duration::from_secs(2))
+            .await
+            .expect("connected");
+        let request = AcquireRequest {
+            id: "me",
+            attempt: "1",
+            ttl_ms: 1_000,
+            hold_off_ms: 1_000,
+        };
+        let (dead, live) = (Keys::new("tenure", "dead"), Keys::new("tenure", "live"));
+        let won = |reply| match reply {
+            Ok(AcquireReply::Won { token }) => token,
+            other => panic!("{other:?}"),
+        };
+        let began = tokio::time::Instant::now();
+        let _dead_token = won(store.acquire(&dead, &request).await);
+        let live_token = won(store.acquire(&live, &request).await);
+        // Not before a ttl: the term may still be running.
+        store.sweep().await;
+        assert!(store.inspect(&dead).await.expect("inspect").is_some());
+        let swept_at = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let renewed = store.renew(&live, "me", live_token, 1_000).await;
+                assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
+                store.sweep().await;
+                if store.inspect(&dead).await.expect("inspect").is_none() {
+                    return tokio::time::Instant::now();
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+        .await
+        .expect("the ended term's key is deleted while the session lives on");
+        assert!(swept_at - began >= Duration::from_secs(1));
+        let live = store.inspect(&live).await.expect("inspect").expect("held");
+        assert_eq!(live.token, live_token);
+    }
+
+    /// Many terms of one instance begun at once, before it has a session
+    /// lease: one lease is granted, and every term is on it (renewable).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn terms_begun_at_once_share_one_session_lease() {
+        let cluster = etcd_process::EtcdCluster::builder()
+            .members(1)
+            .election_timeout(Duration::from_millis(500))
+            .start()
+            .expect("an etcd member");
+        let store = EtcdStore::connect(target(&cluster.url()), Duration::from_secs(2))
+            .await
+            .expect("connected");
+        let keys: Vec<Keys> = (0..8)
+            .map(|i| Keys::new("tenure", &format!("p{i}")))
+            .collect();
+        let request = AcquireRequest {
+            id: "me",
+            attempt: "1",
+            ttl_ms: 2_000,
+            hold_off_ms: 2_000,
+        };
+        let won = join_all(keys.iter().map(|k| store.acquire(k, &request))).await;
+        for (keys, reply) in keys.iter().zip(won) {
+            let Ok(AcquireReply::Won { token }) = reply else {
+                panic!("{reply:?}");
+            };
+            let renewed = store.renew(keys, "me", token, 2_000).await.expect("renew");
+            assert_eq!(renewed, RenewReply::Renewed, "{}", keys.lease);
+        }
+        assert_eq!(store.sessions_lock().len(), 1);
+    }
+
+    #[test]
+    fn a_prefix_with_a_slash_is_refused_as_ambiguous() {
+        let err = lease_key(&Keys::new("a/b", "c").lease).expect_err("refused");
+        assert!(matches!(err, Error::Config(_)), "{err}");
+        assert_eq!(
+            lease_key(&Keys::new("a", "b/c").lease).expect("fine"),
+            "a/b/c"
+        );
     }
 
     #[test]

@@ -308,9 +308,20 @@ pub(crate) async fn connect_etcd(
         tls_cert: tls.cert,
         tls_key: tls.key,
     };
-    Ok(Arc::new(
-        etcd::EtcdStore::connect(target, call_timeout).await?,
-    ))
+    let store = Arc::new(etcd::EtcdStore::connect(target, call_timeout).await?);
+    // Sweeps the keys of terms that ended without a release, until the
+    // store is dropped (see `EtcdStore::sweep`).
+    let weak = Arc::downgrade(&store);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(store) = weak.upgrade() else { return };
+            store.sweep().await;
+        }
+    });
+    Ok(store)
 }
 
 /// Without the `etcd` feature, an etcd URL is a configuration error.
