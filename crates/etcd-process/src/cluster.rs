@@ -442,7 +442,6 @@ impl EtcdCluster {
             flag("cert-file", path(&tls.cert));
             flag("key-file", path(&tls.key));
             flag("trusted-ca-file", path(&tls.ca));
-            flag("client-cert-auth", "true".to_owned());
         }
         flag("initial-cluster", initial_cluster);
         flag("initial-cluster-token", self.token.clone());
@@ -454,6 +453,10 @@ impl EtcdCluster {
         flag("log-level", "error".to_owned());
         // History is kept until a test compacts it (compact_now).
         flag("auto-compaction-retention", "0".to_owned());
+        if self.tls.is_some() {
+            // A boolean flag takes its value after '='.
+            args.push("--client-cert-auth=true".to_owned());
+        }
         args
     }
 

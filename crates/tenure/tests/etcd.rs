@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use support::topo::{after_fault, contenders, election, renewed, store, MARGIN, TTL};
@@ -379,4 +380,92 @@ async fn credentials_and_roles_are_checked_with_one_clear_line() {
         );
         assert!(!text.contains('\n'), "{text}");
     }
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, as
+/// PEM files in `dir`: (the cluster's files, client cert, client key).
+fn certificates(dir: &std::path::Path) -> (etcd_process::TlsFiles, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("a key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).expect("a CA");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let signed = |names: Vec<String>| {
+        let key = KeyPair::generate().expect("a key");
+        let cert = CertificateParams::new(names)
+            .expect("params")
+            .signed_by(&key, &issuer)
+            .expect("signed");
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = signed(vec!["127.0.0.1".into(), "localhost".into()]);
+    let (client_cert, client_key) = signed(vec!["tenure-client".into()]);
+    let files = etcd_process::TlsFiles {
+        cert: dir.join("server.pem"),
+        key: dir.join("server.key"),
+        ca: dir.join("ca.pem"),
+    };
+    let write = |path: &std::path::Path, text: &str| std::fs::write(path, text).expect("written");
+    write(&files.cert, &server_cert);
+    write(&files.key, &server_key);
+    write(&files.ca, &ca_cert.pem());
+    write(&dir.join("client.pem"), &client_cert);
+    write(&dir.join("client.key"), &client_key);
+    (files, dir.join("client.pem"), dir.join("client.key"))
+}
+
+/// `etcds://` with a client certificate: the election works; without the
+/// client certificate, or without the CA, it is one clear line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcds_with_a_client_certificate_leads_and_without_one_is_refused() {
+    let dir = std::env::temp_dir().join(format!("tenure-etcd-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let (files, cert, key) = certificates(&dir);
+    let cluster = tokio::task::block_in_place(|| {
+        etcd_process::EtcdCluster::builder()
+            .members(1)
+            .election_timeout(Duration::from_millis(500))
+            .tls(files.clone())
+            .start()
+    })
+    .expect("a TLS cluster");
+    let url = cluster.url();
+    assert!(url.starts_with("etcds://"), "{url}");
+    let a = Election::builder("tls")
+        .redis(&url)
+        .ttl(TTL)
+        .id("a")
+        .tls_ca_file(&files.ca)
+        .tls_client_cert_file(&cert, &key)
+        .build()
+        .await
+        .expect("TLS with a client certificate");
+    let term = campaign(&a).await;
+    renewed(&term).await;
+    term.resign().await.expect("resign");
+    let without_cert = Election::builder("tls")
+        .redis(&url)
+        .ttl(TTL)
+        .tls_ca_file(&files.ca)
+        .call_timeout(Duration::from_millis(500))
+        .build();
+    let without_ca = Election::builder("tls")
+        .redis(&url)
+        .ttl(TTL)
+        .tls_client_cert_file(&cert, &key)
+        .call_timeout(Duration::from_millis(500))
+        .build();
+    for attempt in [without_cert, without_ca] {
+        let err = timeout(HANG, attempt)
+            .await
+            .expect("no hang")
+            .expect_err("refused");
+        let text = err.to_string();
+        assert!(!text.contains('\n'), "{text}");
+        assert!(matches!(err, Error::Tls { .. }), "{text}");
+        assert!(text.contains("--tls-"), "names the setting: {text}");
+    }
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1273,7 +1273,29 @@ fn classify(err: etcd_client::Error, url: &str) -> Error {
 /// [`classify`] for the first exchange, where a failure to talk at all
 /// means the cluster is unreachable (or speaks TLS, or is not etcd).
 fn classify_connect(err: etcd_client::Error, url: &str) -> Error {
+    let tls = url.starts_with("etcds://");
     match classify(err, url) {
+        Error::Etcd { detail } | Error::Unreachable { detail, .. }
+            if tls && detail.contains("certificate") =>
+        {
+            Error::Tls {
+                url: url.to_string(),
+                detail: format!("{detail} (verify the cluster with its CA: --tls-ca, tls_ca_file)"),
+            }
+        }
+        // A cluster that requires a client certificate ends the handshake
+        // of a client without one; the client only sees it cancelled.
+        Error::Etcd { detail } | Error::Unreachable { detail, .. }
+            if tls && detail.contains("canceled") =>
+        {
+            Error::Tls {
+                url: url.to_string(),
+                detail: format!(
+                    "{detail} (does the cluster require a client certificate? --tls-cert and \
+                     --tls-key, tls_client_cert_file)"
+                ),
+            }
+        }
         Error::Etcd { detail } if url.starts_with("etcd://") => Error::Unreachable {
             url: url.to_string(),
             detail: format!("{detail} (is it an etcd cluster without TLS at that address?)"),
