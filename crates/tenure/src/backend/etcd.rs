@@ -34,6 +34,12 @@
 //! it; a lease that a keep-alive found alive cannot expire on the etcd
 //! leader before that keep-alive was received plus the ttl.
 //!
+//! A term that ends without its release reaching etcd (the release timed
+//! out, the deadline passed while etcd was away) would stay: its key hangs
+//! on the session lease that the instance's other terms keep alive. So the
+//! store remembers the terms it began and deletes the key of any that
+//! nobody renewed for a whole ttl ([`EtcdStore::sweep`]).
+//!
 //! **Announcements** are an etcd watch on the election's key: a delete
 //! (resign, or the lease expiring) wakes followers at once. Like Redis'
 //! pub/sub they are hints: the key and its lease are the truth.
