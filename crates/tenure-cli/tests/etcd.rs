@@ -5,39 +5,13 @@ mod support;
 
 use nix::sys::signal::Signal;
 
-use support::{eventually, tenure_output, Instance, Scratch, LONG_JOB};
+use support::{eventually, status, tenure_output, tokens, Instance, Scratch, LONG_JOB};
 
 fn cluster() -> etcd_process::EtcdCluster {
     etcd_process::EtcdCluster::builder()
         .election_timeout(std::time::Duration::from_millis(500))
         .start()
         .expect("an etcd cluster")
-}
-
-/// `tenure status --json --store URL`: (election, leader id) pairs.
-fn status(url: &str) -> Vec<(String, Option<String>)> {
-    let out = tenure_output(&["status", "--json", "--store", url]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    status["elections"]
-        .as_array()
-        .expect("an array")
-        .iter()
-        .map(|e| {
-            (
-                e["name"].as_str().unwrap_or_default().to_string(),
-                e["leader"]["id"].as_str().map(str::to_string),
-            )
-        })
-        .collect()
-}
-
-fn tokens(scratch: &Scratch, id: &str) -> Vec<u64> {
-    scratch
-        .read(&format!("tokens-{id}"))
-        .lines()
-        .filter_map(|line| line.trim().parse().ok())
-        .collect()
 }
 
 #[test]

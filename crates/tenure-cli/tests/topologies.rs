@@ -6,33 +6,7 @@ mod support;
 use nix::sys::signal::Signal;
 use redis_process::{slot_of, RedisCluster, SentinelGroup};
 
-use support::{eventually, tenure_output, Instance, Scratch, LONG_JOB};
-
-/// `tenure status --json --store URL`, parsed; (election, leader id) pairs.
-fn status(url: &str) -> Vec<(String, Option<String>)> {
-    let out = tenure_output(&["status", "--json", "--store", url]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    status["elections"]
-        .as_array()
-        .expect("an array")
-        .iter()
-        .map(|e| {
-            (
-                e["name"].as_str().unwrap_or_default().to_string(),
-                e["leader"]["id"].as_str().map(str::to_string),
-            )
-        })
-        .collect()
-}
-
-fn tokens(scratch: &Scratch, id: &str) -> Vec<u64> {
-    scratch
-        .read(&format!("tokens-{id}"))
-        .lines()
-        .filter_map(|line| line.trim().parse().ok())
-        .collect()
-}
+use support::{eventually, status, tokens, Instance, Scratch, LONG_JOB};
 
 #[test]
 fn run_hands_over_and_status_reports_through_sentinel() {

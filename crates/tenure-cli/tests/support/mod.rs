@@ -370,3 +370,30 @@ pub fn one_line(stderr: &[u8]) -> String {
     assert_eq!(text.lines().count(), 1, "one line of error: {text}");
     text
 }
+
+/// `tenure status --json --store URL`, parsed; (election, leader id) pairs.
+pub fn status(url: &str) -> Vec<(String, Option<String>)> {
+    let out = tenure_output(&["status", "--json", "--store", url]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    status["elections"]
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap_or_default().to_string(),
+                e["leader"]["id"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+/// The fencing tokens instance `id`'s [`LONG_JOB`] saw, one per term.
+pub fn tokens(scratch: &Scratch, id: &str) -> Vec<u64> {
+    scratch
+        .read(&format!("tokens-{id}"))
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}

@@ -352,11 +352,7 @@ impl EtcdStore {
                 key.clone(),
                 Some(GetOptions::new().with_count_only()),
             )]);
-        self.call(|mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await }
-        })
-        .await?;
+        self.txn(txn).await?;
         Ok(())
     }
 
@@ -440,6 +436,37 @@ impl EtcdStore {
         send(&self.client, &self.requests, call)
             .await
             .map_err(|e| classify(e, &self.url))
+    }
+
+    /// One transaction.
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
+        self.call(|mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
+    /// The entry of `key`, if any.
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let got = self
+            .call(|mut c| async move { c.get(key, None).await })
+            .await?;
+        Ok(got.kvs().first().cloned())
+    }
+
+    /// Every key under `prefix`, without values.
+    async fn keys_under(&self, prefix: &str) -> Result<Vec<KeyValue>> {
+        let got = self
+            .call(|mut c| async move {
+                c.get(
+                    prefix,
+                    Some(GetOptions::new().with_prefix().with_keys_only()),
+                )
+                .await
+            })
+            .await?;
+        Ok(got.kvs().to_vec())
     }
 
     /// The session lease of (`id`, `ttl_ms`), granted now if there is none.
@@ -543,39 +570,21 @@ impl EtcdStore {
         // put fails (or its key goes with the lease) and one more try with
         // a new lease follows.
         for _ in 0..2 {
-            let (lease, fresh) = self.session(request.id, request.ttl_ms).await?;
             let value = encode(request);
-            let txn = Txn::new()
-                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    key.clone(),
-                    value,
-                    Some(PutOptions::new().with_lease(lease)),
-                )])
-                .or_else([TxnOp::get(key.clone(), None)]);
-            let txn = self.call(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            });
-            // The keep-alive runs beside the transaction: if it finds the
-            // lease alive, the lease was alive when the key was attached
-            // (an expired lease never comes back) and lasts a ttl from now.
-            let (alive, txn) = if fresh {
-                (Ok(KeptAlive(1)), txn.await)
-            } else {
-                tokio::join!(self.keep_alive(lease), txn)
+            let attach = |lease| {
+                Txn::new()
+                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(
+                        key.clone(),
+                        value.clone(),
+                        Some(PutOptions::new().with_lease(lease)),
+                    )])
+                    .or_else([TxnOp::get(key.clone(), None)])
             };
-            let txn = match txn {
-                Err(err) if lease_not_found(&err) => {
-                    self.forget(request.id, request.ttl_ms, lease);
-                    continue;
-                }
-                other => other?,
-            };
-            if alive?.0 <= 0 {
-                self.forget(request.id, request.ttl_ms, lease);
+            let Some((lease, txn)) = self.on_session(request.id, request.ttl_ms, attach).await?
+            else {
                 continue;
-            }
+            };
             if txn.succeeded() {
                 let revision = txn.header().map_or(0, |h| h.revision());
                 let token = token_of(revision, &key)?;
@@ -607,6 +616,42 @@ impl EtcdStore {
         })
     }
 
+    /// Run the transaction `txn(lease)` that attaches a key to the
+    /// session lease of (`id`, `ttl_ms`), beside a keep-alive of that lease
+    /// (or right after granting it). `None` when the lease turned out to be
+    /// gone: it is forgotten, and the caller tries again with a new one.
+    ///
+    /// If the keep-alive finds the lease alive, the lease was alive when
+    /// the key was attached (an expired lease never comes back), and lasts
+    /// a ttl from when the keep-alive reached etcd, after the caller's
+    /// send instant.
+    async fn on_session(
+        &self,
+        id: &str,
+        ttl_ms: u64,
+        txn: impl Fn(i64) -> Txn,
+    ) -> Result<Option<(i64, etcd_client::TxnResponse)>> {
+        let (lease, fresh) = self.session(id, ttl_ms).await?;
+        let sent = self.txn(txn(lease));
+        let (alive, sent) = if fresh {
+            (Ok(KeptAlive(1)), sent.await)
+        } else {
+            tokio::join!(self.keep_alive(lease), sent)
+        };
+        let answer = match sent {
+            Err(err) if lease_not_found(&err) => {
+                self.forget(id, ttl_ms, lease);
+                return Ok(None);
+            }
+            other => other?,
+        };
+        if alive?.0 <= 0 {
+            self.forget(id, ttl_ms, lease);
+            return Ok(None);
+        }
+        Ok(Some((lease, answer)))
+    }
+
     /// Who holds `key`, from its entry and its lease's ttl (`None` when the
     /// lease has just expired).
     async fn holder(&self, key: &str, kv: &KeyValue) -> Result<Option<Holder>> {
@@ -628,15 +673,8 @@ impl EtcdStore {
             // No session: this store never granted the term.
             return Ok(RenewReply::NotOwner(self.inspect(keys).await?));
         };
-        let get = {
-            let key = key.clone();
-            self.call(move |mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
-            })
-        };
-        let (alive, got) = tokio::join!(self.keep_alive(lease), get);
-        let kv = got?.kvs().first().cloned();
+        let (alive, kv) = tokio::join!(self.keep_alive(lease), self.get(&key));
+        let kv = kv?;
         let alive = alive?.0 > 0;
         if !alive {
             self.forget(id, ttl_ms, lease);
@@ -695,13 +733,7 @@ impl EtcdStore {
                     compares.push(Compare::lease(key.clone(), CompareOp::Equal, lease));
                 }
                 let txn = Txn::new().when(compares);
-                let all_ours = self
-                    .call(|mut c| {
-                        let txn = txn.clone();
-                        async move { c.txn(txn).await }
-                    })
-                    .await
-                    .map(|t| t.succeeded());
+                let all_ours = self.txn(txn).await.map(|t| t.succeeded());
                 match all_ours {
                     Ok(true) => Ok(vec![true; chunk.len()]),
                     Ok(false) => self.which_are_ours(chunk, keys, lease).await,
@@ -753,17 +785,8 @@ impl EtcdStore {
             .zip(keys)
             .map(|((_, _, token), key)| async move {
                 let Ok(key) = key else { return Ok(false) };
-                let key = key.clone();
-                let got = self
-                    .call(|mut c| {
-                        let key = key.clone();
-                        async move { c.get(key, None).await }
-                    })
-                    .await?;
-                Ok(got
-                    .kvs()
-                    .first()
-                    .is_some_and(|kv| is_term(kv, *token, lease)))
+                let kv = self.get(key).await?;
+                Ok(kv.is_some_and(|kv| is_term(&kv, *token, lease)))
             });
         join_all(gets).await.into_iter().collect()
     }
@@ -773,19 +796,11 @@ impl EtcdStore {
     /// changed since (its `mod_revision` is still the term's).
     async fn resign(&self, keys: &Keys, id: &str, token: u64) -> Result<bool> {
         let key = lease_key(&keys.lease)?;
-        let got = {
-            let key = key.clone();
-            self.call(move |mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
-            })
-            .await?
-        };
-        let Some(kv) = got.kvs().first() else {
+        let Some(kv) = self.get(&key).await? else {
             self.released(&key, token);
             return Ok(false);
         };
-        if u64::try_from(kv.mod_revision()).ok() != Some(token) || decode(&key, kv)?.owner != id {
+        if u64::try_from(kv.mod_revision()).ok() != Some(token) || decode(&key, &kv)?.owner != id {
             self.released(&key, token);
             return Ok(false);
         }
@@ -797,12 +812,7 @@ impl EtcdStore {
                 revision,
             )])
             .and_then([TxnOp::delete(key.clone(), None)]);
-        let txn = self
-            .call(|mut c| {
-                let txn = txn.clone();
-                async move { c.txn(txn).await }
-            })
-            .await?;
+        let txn = self.txn(txn).await?;
         self.released(&key, token);
         Ok(txn.succeeded())
     }
@@ -866,12 +876,7 @@ impl EtcdStore {
                     Compare::lease(key.clone(), CompareOp::Equal, kept.lease),
                 ])
                 .and_then([TxnOp::delete(key.clone(), None)]);
-            let swept = self
-                .call(|mut c| {
-                    let txn = txn.clone();
-                    async move { c.txn(txn).await }
-                })
-                .await;
+            let swept = self.txn(txn).await;
             match swept {
                 Ok(txn) => {
                     if txn.succeeded() {
@@ -889,16 +894,8 @@ impl EtcdStore {
 
     async fn inspect(&self, keys: &Keys) -> Result<Option<Holder>> {
         let key = lease_key(&keys.lease)?;
-        let got = {
-            let key = key.clone();
-            self.call(move |mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
-            })
-            .await?
-        };
-        match got.kvs().first() {
-            Some(kv) => self.holder(&key, kv).await,
+        match self.get(&key).await? {
+            Some(kv) => self.holder(&key, &kv).await,
             None => Ok(None),
         }
     }
@@ -907,53 +904,29 @@ impl EtcdStore {
         let prefix = members_prefix(keys)?;
         let key = format!("{prefix}{member}");
         if join {
-            for _ in 0..2 {
-                let (lease, fresh) = self.session(member, ttl_ms).await?;
-                // Written when missing or on another lease (one of an
-                // earlier process with this id, or a lease gone since).
-                let txn = Txn::new()
+            // Written when missing or on another lease (one of an earlier
+            // process with this id, or a lease gone since).
+            let join = |lease| {
+                Txn::new()
                     .when([Compare::lease(key.clone(), CompareOp::Equal, lease)])
                     .or_else([TxnOp::put(
                         key.clone(),
                         "",
                         Some(PutOptions::new().with_lease(lease)),
-                    )]);
-                let txn = self.call(|mut c| {
-                    let txn = txn.clone();
-                    async move { c.txn(txn).await }
-                });
-                let (alive, txn) = if fresh {
-                    (Ok(KeptAlive(1)), txn.await)
-                } else {
-                    tokio::join!(self.keep_alive(lease), txn)
-                };
-                match txn {
-                    Err(err) if lease_not_found(&err) => {
-                        self.forget(member, ttl_ms, lease);
-                        continue;
-                    }
-                    other => {
-                        other?;
-                    }
+                    )])
+            };
+            for _ in 0..2 {
+                if self.on_session(member, ttl_ms, join).await?.is_some() {
+                    return self.members(&prefix).await;
                 }
-                if alive?.0 <= 0 {
-                    self.forget(member, ttl_ms, lease);
-                    continue;
-                }
-                return self.members(&prefix).await;
             }
             Err(Error::Etcd {
                 detail: "the session lease kept expiring while joining".into(),
             })
         } else {
-            let delete = {
-                let key = key.clone();
-                self.call(move |mut c| {
-                    let key = key.clone();
-                    async move { c.delete(key, None).await }
-                })
-            };
-            delete.await?;
+            let key = key.as_str();
+            self.call(|mut c| async move { c.delete(key, None).await })
+                .await?;
             self.members(&prefix).await
         }
     }
@@ -961,23 +934,9 @@ impl EtcdStore {
     /// The live members under `prefix`: keys on a lease (ours all are);
     /// keys without one were not written by tenure and are not counted.
     async fn members(&self, prefix: &str) -> Result<Reply> {
-        let got = {
-            let prefix = prefix.to_string();
-            self.call(move |mut c| {
-                let prefix = prefix.clone();
-                async move {
-                    c.get(
-                        prefix,
-                        Some(GetOptions::new().with_prefix().with_keys_only()),
-                    )
-                    .await
-                }
-            })
-            .await?
-        };
         let mut members = Vec::new();
         let mut phantoms = 0;
-        for kv in got.kvs() {
+        for kv in self.keys_under(prefix).await? {
             match (
                 kv.lease(),
                 kv.key_str().ok().and_then(|k| k.strip_prefix(prefix)),
@@ -994,22 +953,9 @@ impl EtcdStore {
     /// Names of the elections with a key under `prefix`, sorted.
     pub async fn list_elections(&self, prefix: &str) -> Result<Vec<String>> {
         let start = format!("{prefix}/");
-        let got = {
-            let start = start.clone();
-            self.call(move |mut c| {
-                let start = start.clone();
-                async move {
-                    c.get(
-                        start,
-                        Some(GetOptions::new().with_prefix().with_keys_only()),
-                    )
-                    .await
-                }
-            })
+        let mut names: Vec<String> = self
+            .keys_under(&start)
             .await?
-        };
-        let mut names: Vec<String> = got
-            .kvs()
             .iter()
             .filter_map(|kv| kv.key_str().ok()?.strip_prefix(&start).map(str::to_string))
             .filter(|name| !name.starts_with('{') && !name.is_empty())
