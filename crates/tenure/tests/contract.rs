@@ -113,15 +113,7 @@ async fn renewals_keep_the_term_past_several_ttls(url: &str) {
     let until = Instant::now() + TTL * 3;
     let mut renewals = 0;
     while Instant::now() < until {
-        let before = term.deadline();
-        timeout(HANG, async {
-            while term.deadline() <= before {
-                assert!(term.is_leader(), "lost: {:?}", term.lost_reason());
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("a renewal");
+        support::topo::renewed(&term).await;
         renewals += 1;
     }
     assert!(renewals >= 6, "renewed every ttl/3: {renewals}");
@@ -140,13 +132,7 @@ async fn a_crashed_leader_is_replaced_after_its_lease_expires(url: &str) {
         async move { survivor.campaign().await }
     });
     // The survivor follows the victim before it crashes.
-    timeout(HANG, async {
-        while survivor.leader().await.ok().flatten().is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the victim leads");
+    support::topo::until_led(&survivor).await;
     crashed.crash();
     let crashed_at = Instant::now();
     let term = timeout(HANG, follower)
@@ -174,14 +160,7 @@ async fn a_resignation_hands_over_without_waiting_for_the_ttl(url: &str) {
         async move { b.campaign().await }
     });
     // b has seen a lead (it follows) before a resigns.
-    timeout(HANG, async {
-        while b.leader().await.ok().flatten().is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("a leads");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    support::topo::until_led(&b).await;
     let resigned_at = Instant::now();
     term.resign().await.expect("resign");
     let next = timeout(ttl / 2, follower)

@@ -119,13 +119,7 @@ async fn compaction_leaves_hand_over_fast_and_tokens_rising() {
         let b = b.clone();
         async move { b.campaign().await }
     });
-    timeout(HANG, async {
-        while b.leader().await.ok().flatten().is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("b sees a lead");
+    support::topo::until_led(&b).await;
     let compacted = tokio::task::block_in_place(|| cluster.compact_now()).expect("compaction");
     assert!(compacted >= i64::try_from(first.token()).expect("small"));
     let resigned_at = Instant::now();
@@ -258,13 +252,7 @@ async fn a_follower_waits_out_a_crashed_leader_without_asking_in_a_loop() {
         let survivor = survivor.clone();
         async move { survivor.campaign().await }
     });
-    timeout(HANG, async {
-        while survivor.leader().await.ok().flatten().is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the victim leads");
+    support::topo::until_led(&survivor).await;
     let before = tokio::task::block_in_place(|| transactions(&cluster));
     crashed.crash();
     let term = timeout(HANG, follower)

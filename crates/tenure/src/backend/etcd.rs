@@ -1306,10 +1306,8 @@ mod tests {
         }
     }
 
-    /// Against a real cluster: a renewal or resignation that names another
-    /// owner's term, or an older term, changes nothing.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_non_owner_can_neither_renew_nor_resign() {
+    /// A one-member cluster (stopped when dropped) and a store on it.
+    async fn one_member() -> (etcd_process::EtcdCluster, EtcdStore) {
         let cluster = etcd_process::EtcdCluster::builder()
             .members(1)
             .election_timeout(Duration::from_millis(500))
@@ -1318,6 +1316,14 @@ mod tests {
         let store = EtcdStore::connect(target(&cluster.url()), Duration::from_secs(2))
             .await
             .expect("connected");
+        (cluster, store)
+    }
+
+    /// Against a real cluster: a renewal or resignation that names another
+    /// owner's term, or an older term, changes nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_non_owner_can_neither_renew_nor_resign() {
+        let (_cluster, store) = one_member().await;
         let keys = Keys::new("tenure", "owned");
         let request = AcquireRequest {
             id: "owner",
@@ -1369,14 +1375,7 @@ mod tests {
     /// that is renewed stays.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_term_nobody_renews_is_swept_while_its_session_lives_on() {
-        let cluster = etcd_process::EtcdCluster::builder()
-            .members(1)
-            .election_timeout(Duration::from_millis(500))
-            .start()
-            .expect("an etcd member");
-        let store = EtcdStore::connect(target(&cluster.url()), Duration::from_secs(2))
-            .await
-            .expect("connected");
+        let (_cluster, store) = one_member().await;
         let request = AcquireRequest {
             id: "me",
             attempt: "1",
@@ -1416,14 +1415,7 @@ mod tests {
     /// lease: one lease is granted, and every term is on it (renewable).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn terms_begun_at_once_share_one_session_lease() {
-        let cluster = etcd_process::EtcdCluster::builder()
-            .members(1)
-            .election_timeout(Duration::from_millis(500))
-            .start()
-            .expect("an etcd member");
-        let store = EtcdStore::connect(target(&cluster.url()), Duration::from_secs(2))
-            .await
-            .expect("connected");
+        let (_cluster, store) = one_member().await;
         let keys: Vec<Keys> = (0..8)
             .map(|i| Keys::new("tenure", &format!("p{i}")))
             .collect();
