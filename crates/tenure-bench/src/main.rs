@@ -5,12 +5,14 @@
 //! task per election).
 //!
 //! It starts its own private `redis-server` (and, for the topology rows, a
-//! private Sentinel group and Redis Cluster), prints a table for people and
+//! private Sentinel group and Redis Cluster; for the etcd rows, a private
+//! 3-member etcd cluster), prints a table for people and
 //! writes JSON for machines. Targets are goals the table reports against;
 //! nothing here is a test assertion.
 #![forbid(unsafe_code)]
 
 mod cli_handover;
+mod etcd;
 mod measure;
 mod naive;
 mod report;
@@ -37,7 +39,9 @@ struct Cli {
     /// Run only these sections, comma-separated (default: all): `single`
     /// (every row on one redis-server), `sentinel` (hand-over and takeover
     /// on a Sentinel group), `cluster` (hand-over, takeover and a 10,000
-    /// partition set on a 3-shard Redis Cluster).
+    /// partition set on a 3-shard Redis Cluster), `etcd` (hand-over,
+    /// takeover, idle requests and a 10,000 partition set on a 3-member etcd
+    /// cluster, each beside the same figure on a redis-server).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
 
@@ -146,6 +150,17 @@ mod tests {
         let cli = Cli::try_parse_from(["tenure-bench", "--only", "sentinel,cluster"])
             .expect("valid sections");
         assert_eq!(cli.only, [Section::Sentinel, Section::Cluster]);
+        let cli = Cli::try_parse_from(["tenure-bench", "--only", "etcd"]).expect("etcd alone");
+        assert_eq!(cli.only, [Section::Etcd]);
+        let cli =
+            Cli::try_parse_from(["tenure-bench", "--only", "etcd,single"]).expect("in any order");
+        assert_eq!(cli.only, [Section::Etcd, Section::Single]);
+        // Every section can be named, by the name the table prints.
+        for section in Section::ALL {
+            let cli = Cli::try_parse_from(["tenure-bench", "--only", section.name()])
+                .unwrap_or_else(|e| panic!("{}: {e}", section.name()));
+            assert_eq!(cli.only, [section]);
+        }
         let cli = Cli::try_parse_from(["tenure-bench"]).expect("no option");
         assert!(cli.only.is_empty(), "no --only: every section");
         assert!(Cli::try_parse_from(["tenure-bench", "--only", "redis"]).is_err());

@@ -10,6 +10,7 @@ use tenure::{Election, Leadership};
 use tokio::time::Instant;
 
 use crate::cli_handover;
+use crate::etcd;
 use crate::naive::NaiveElection;
 use crate::report::{Machine, Report, Row};
 use crate::scale;
@@ -29,10 +30,18 @@ pub enum Section {
     Sentinel,
     /// Hand-over, takeover and a large partition set on a Redis Cluster.
     Cluster,
+    /// Hand-over, takeover, idle load and a large partition set on a
+    /// 3-member etcd cluster, beside the same figures on a redis-server.
+    Etcd,
 }
 
 impl Section {
-    pub const ALL: [Section; 3] = [Section::Single, Section::Sentinel, Section::Cluster];
+    pub const ALL: [Section; 4] = [
+        Section::Single,
+        Section::Sentinel,
+        Section::Cluster,
+        Section::Etcd,
+    ];
 
     /// The name `--only` takes.
     pub fn name(self) -> &'static str {
@@ -40,6 +49,7 @@ impl Section {
             Section::Single => "single",
             Section::Sentinel => "sentinel",
             Section::Cluster => "cluster",
+            Section::Etcd => "etcd",
         }
     }
 }
@@ -50,18 +60,21 @@ pub(crate) struct Plan {
     /// Samples of calls made after an idle pause (20 ms each).
     idle_ops: usize,
     /// Lease ttls per load window.
-    load_terms: u32,
+    pub(crate) load_terms: u32,
     pub(crate) handovers: usize,
     naive_handovers: usize,
     /// Rounds of two real `tenure run` processes.
     cli_handovers: usize,
     pub(crate) crashes: usize,
-    load_ttl: Duration,
+    pub(crate) load_ttl: Duration,
     scales: Vec<usize>,
     naive_scales: Vec<usize>,
     pub(crate) scale_seconds: u64,
-    /// Partitions of the set on the Redis Cluster.
+    /// Partitions of the set on the Redis Cluster (and on etcd).
     pub(crate) cluster_partitions: usize,
+    /// Samples of each etcd floor (a read, a write, a write seen by a
+    /// watcher): each costs a Raft round, so fewer than `ops`.
+    pub(crate) etcd_ops: usize,
 }
 
 impl Plan {
@@ -80,6 +93,7 @@ impl Plan {
                 naive_scales: vec![1_000],
                 scale_seconds: 2,
                 cluster_partitions: 10_000,
+                etcd_ops: 100,
             }
         } else {
             Plan {
@@ -95,13 +109,14 @@ impl Plan {
                 naive_scales: vec![1_000, 10_000],
                 scale_seconds: 12,
                 cluster_partitions: 10_000,
+                etcd_ops: 500,
             }
         }
     }
 }
 
 /// Run the `sections` asked for (all when none is named), in the order
-/// single, sentinel, cluster; each starts its own Redis and stops it after.
+/// single, sentinel, cluster, etcd; each starts its own Redis and stops it after.
 /// The error is for what stops the whole run; a section's own failure is
 /// in [`Report::failures`].
 pub async fn all(
@@ -133,6 +148,7 @@ pub async fn all(
             Section::Single => single(&plan, snapshotter, tenure_binary.clone(), &mut report).await,
             Section::Sentinel => topology::sentinel(&plan, &mut report).await,
             Section::Cluster => topology::cluster(&plan, &mut report).await,
+            Section::Etcd => etcd::section(&plan, &mut report).await,
         };
         if let Err(err) = outcome {
             eprintln!("tenure-bench: the {} section failed: {err}", section.name());
@@ -446,7 +462,7 @@ struct ScriptOps {
     renew: Samples,
 }
 
-async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Result<Election> {
+pub(crate) async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Result<Election> {
     Election::builder(name)
         .redis(url)
         .ttl(ttl)
@@ -457,7 +473,7 @@ async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Result<Elec
 }
 
 /// Wait out the start-up grace period of a fresh election.
-async fn first_term(e: &Election) -> Result<Leadership> {
+pub(crate) async fn first_term(e: &Election) -> Result<Leadership> {
     e.campaign().await.map_err(|e| e.to_string())
 }
 
@@ -703,7 +719,7 @@ async fn naive_handovers(conn: &MultiplexedConnection, rounds: usize) -> Result<
 
 /// A pseudo-random number of milliseconds from the clock, to spread events
 /// over a polling period.
-fn samples_len_jitter(salt: usize) -> u64 {
+pub(crate) fn samples_len_jitter(salt: usize) -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -712,12 +728,16 @@ fn samples_len_jitter(salt: usize) -> u64 {
 }
 
 /// A leader on a runtime of its own, so it can vanish like a crashed process.
-struct Crashable {
+pub(crate) struct Crashable {
     runtime: tokio::runtime::Runtime,
+    /// When its `campaign()` returned: its lease was granted (or set)
+    /// before, by the acquire that won, and renewed only after
+    /// `renew_every` (ttl/3) more.
+    pub(crate) elected: Instant,
 }
 
 impl Crashable {
-    async fn lead(url: &str, name: &str, ttl: Duration) -> Result<Crashable> {
+    pub(crate) async fn lead(url: &str, name: &str, ttl: Duration) -> Result<Crashable> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -730,17 +750,17 @@ impl Crashable {
                 return;
             };
             let Ok(term) = e.campaign().await else { return };
-            let _ = elected_tx.send(());
+            let _ = elected_tx.send(Instant::now());
             let _keep = (e, term);
             std::future::pending::<()>().await;
         });
-        elected_rx
+        let elected = elected_rx
             .await
             .map_err(|_| "the crashing leader never led".to_string())?;
-        Ok(Crashable { runtime })
+        Ok(Crashable { runtime, elected })
     }
 
-    fn crash(self) {
+    pub(crate) fn crash(self) {
         self.runtime.shutdown_background();
     }
 }
@@ -826,7 +846,7 @@ struct Load {
 /// Requests that clients sent during `window`, counted with MONITOR
 /// (commands that scripts run inside Redis are not requests and are not
 /// counted; MONITOR marks them `lua`).
-async fn requests_during(port: u16, window: Duration) -> Result<f64> {
+pub(crate) async fn requests_during(port: u16, window: Duration) -> Result<f64> {
     tokio::task::spawn_blocking(move || {
         use std::io::{BufRead, BufReader, Write};
         let mut stream =
@@ -866,6 +886,32 @@ async fn requests_during(port: u16, window: Duration) -> Result<f64> {
     .map_err(|e| e.to_string())?
 }
 
+/// Requests an idle tenure leader makes during `window`, then a leader
+/// and a follower waiting in `campaign()` together (the follower's are the
+/// difference), each window after half a ttl to settle. `count` counts the
+/// requests the store receives during a window.
+pub(crate) async fn idle_requests<C, F>(
+    url: &str,
+    ttl: Duration,
+    window: Duration,
+    count: impl Fn(Duration) -> F,
+) -> Result<(C, C)>
+where
+    F: std::future::Future<Output = Result<C>>,
+{
+    let a = election(url, "bench-load", "a", ttl).await?;
+    let term = first_term(&a).await?;
+    tokio::time::sleep(ttl / 2).await;
+    let leader = count(window).await?;
+    let b = election(url, "bench-load", "b", ttl).await?;
+    let follower_task = tokio::spawn(async move { b.campaign().await.map(|t| t.token()) });
+    tokio::time::sleep(ttl / 2).await;
+    let both = count(window).await?;
+    follower_task.abort();
+    term.resign().await.map_err(|e| e.to_string())?;
+    Ok((leader, both))
+}
+
 async fn load(
     port: u16,
     url: &str,
@@ -877,16 +923,7 @@ async fn load(
     let per_term = |commands: f64| commands / f64::from(terms);
     let per_s = |commands: f64| commands / window.as_secs_f64();
 
-    let a = election(url, "bench-load", "a", ttl).await?;
-    let term = first_term(&a).await?;
-    tokio::time::sleep(ttl / 2).await;
-    let leader = requests_during(port, window).await?;
-    let b = election(url, "bench-load", "b", ttl).await?;
-    let follower_task = tokio::spawn(async move { b.campaign().await.map(|t| t.token()) });
-    tokio::time::sleep(ttl / 2).await;
-    let both = requests_during(port, window).await?;
-    follower_task.abort();
-    term.resign().await.map_err(|e| e.to_string())?;
+    let (leader, both) = idle_requests(url, ttl, window, |w| requests_during(port, w)).await?;
 
     let na = NaiveElection::new(conn.clone(), "load", "a", ttl);
     na.acquire().await.map_err(|e| e.to_string())?;

@@ -12,6 +12,8 @@ pub struct Machine {
     pub memory_gb: f64,
     pub kernel: String,
     pub redis: String,
+    /// `etcd --version`'s first line (empty when etcd is not installed).
+    pub etcd: String,
 }
 
 impl Machine {
@@ -22,6 +24,23 @@ impl Machine {
             .arg("--version")
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        let etcd = etcd_process::find_etcd()
+            .ok()
+            .and_then(|etcd| {
+                std::process::Command::new(etcd)
+                    .arg("--version")
+                    .output()
+                    .ok()
+            })
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+            })
             .unwrap_or_default();
         Machine {
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -40,6 +59,7 @@ impl Machine {
                 .trim()
                 .to_string(),
             redis,
+            etcd,
         }
     }
 }
@@ -57,6 +77,15 @@ pub struct Row {
     pub met: Option<bool>,
     pub tenure_value: f64,
     pub baseline_value: Option<f64>,
+    /// What the baseline column holds when it is not the naive baseline:
+    /// `"Redis"` in the etcd section, where the same measurement of tenure
+    /// on a redis-server of the same run stands beside the etcd figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_is: Option<String>,
+    /// What exactly is measured, when the figure's name cannot say it all
+    /// (printed under the table, numbered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Row {
@@ -71,6 +100,8 @@ impl Row {
             met: None,
             tenure_value: tenure.p50(),
             baseline_value: baseline.map(Samples::p50),
+            baseline_is: None,
+            note: None,
         }
     }
 
@@ -108,6 +139,8 @@ impl Row {
             met,
             tenure_value: tenure.p99(),
             baseline_value: None,
+            baseline_is: None,
+            note: None,
         }
     }
 
@@ -128,6 +161,8 @@ impl Row {
             met: Some(goal(tenure)),
             tenure_value: tenure,
             baseline_value: Some(baseline),
+            baseline_is: None,
+            note: None,
         }
     }
 
@@ -141,7 +176,25 @@ impl Row {
             met: Some(met),
             tenure_value: tenure,
             baseline_value: baseline,
+            baseline_is: None,
+            note: None,
         }
+    }
+
+    /// Say what the baseline column holds (see [`Row::baseline_is`]); the
+    /// table prefixes the baseline's figure with it.
+    pub fn against(mut self, what: &str) -> Row {
+        if self.baseline != "-" {
+            self.baseline = format!("{what}: {}", self.baseline);
+        }
+        self.baseline_is = Some(what.into());
+        self
+    }
+
+    /// Explain the row (see [`Row::note`]).
+    pub fn noted(mut self, note: impl Into<String>) -> Row {
+        self.note = Some(note.into());
+        self
     }
 
     /// Keep or drop the target of a row.
@@ -194,7 +247,7 @@ impl Report {
             format!(" (only {})", names.join(", "))
         };
         let mut out = format!(
-            "\nmachine: {} x {}, {:.0} GiB, Linux {}, {}{}{only}\n\n",
+            "\nmachine: {} x {}, {:.0} GiB, Linux {}, {}{}{}{only}\n\n",
             m.cpus,
             m.cpu_model,
             m.memory_gb,
@@ -204,13 +257,26 @@ impl Report {
                 .take(3)
                 .collect::<Vec<_>>()
                 .join(" "),
+            if self.sections.contains(&Section::Etcd) && !m.etcd.is_empty() {
+                format!(", {}", m.etcd)
+            } else {
+                String::new()
+            },
             if self.quick { " (quick mode)" } else { "" }
         );
         out.push_str("| figure | tenure | naive baseline | ratio | target | met? |\n|---|---|---|---|---|---|\n");
+        let mut notes = Vec::new();
         for row in &self.rows {
+            let figure = match &row.note {
+                Some(note) => {
+                    notes.push(note.as_str());
+                    format!("{} [{}]", row.figure, notes.len())
+                }
+                None => row.figure.clone(),
+            };
             out.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} |\n",
-                row.figure,
+                figure,
                 row.tenure,
                 row.baseline,
                 row.ratio.map_or("-".into(), |r| format!("{r:.2}")),
@@ -225,6 +291,12 @@ impl Report {
                     None => "-",
                 }
             ));
+        }
+        if !notes.is_empty() {
+            out.push_str("\nNotes:\n\n");
+            for (n, note) in notes.iter().enumerate() {
+                out.push_str(&format!("[{}] {note}\n", n + 1));
+            }
         }
         for failure in &self.failures {
             out.push_str(&format!("\nsection failed, rows missing: {failure}\n"));
@@ -244,6 +316,7 @@ mod tests {
             memory_gb: 1.0,
             kernel: "6".into(),
             redis: "Redis server v=7.0.15".into(),
+            etcd: "etcd Version: 3.4.23".into(),
         }
     }
 
@@ -262,5 +335,45 @@ mod tests {
 
         let report = Report::new(machine(), false, Section::ALL.to_vec());
         assert!(!report.table().contains("only"), "every section: no note");
+    }
+
+    #[test]
+    fn notes_are_numbered_under_the_table_and_a_baseline_says_what_it_is() {
+        let mut report = Report::new(machine(), false, vec![Section::Etcd]);
+        report.push(
+            Row::plain("requests", 6.0, Some(3.0), "", true)
+                .targeted(false)
+                .against("Redis")
+                .noted("counted by the members"),
+        );
+        report.push(Row::plain("plain", 1.0, None, "", true).against("Redis"));
+        report.push(Row::plain("other", 2.0, None, "", true).noted("second note"));
+        let table = report.table();
+        assert!(
+            table.contains("etcd Version: 3.4.23 (only etcd)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| requests [1] | 6.00 | Redis: 3.00 | 2.00 | - | - |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| plain | 1.00 | - |"),
+            "no baseline, no prefix: {table}"
+        );
+        assert!(table.contains("| other [2] | 2.00 |"), "{table}");
+        assert!(
+            table.ends_with("Notes:\n\n[1] counted by the members\n[2] second note\n"),
+            "{table}"
+        );
+        let json = serde_json::to_value(&report.rows[0]).expect("json");
+        assert_eq!(json["baseline_is"], "Redis");
+        assert_eq!(json["note"], "counted by the members");
+        assert_eq!(json["baseline_value"], 3.0);
+        let json = serde_json::to_value(&report.rows[2]).expect("json");
+        assert!(json.get("baseline_is").is_none(), "left out when unset");
+
+        let table = Report::new(machine(), false, vec![Section::Single]).table();
+        assert!(!table.contains("etcd"), "no etcd section, no etcd version");
     }
 }

@@ -1,7 +1,9 @@
 //! Many elections in one process: CPU share, peak RSS and Redis round
 //! trips per renew interval. Each measurement runs in a child process of
-//! its own, so that its peak RSS is its own.
+//! its own, so that its peak RSS is its own. On etcd the child also counts
+//! the requests the members received during its window (their metrics).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
+use crate::etcd::{self, ByMethod};
 use crate::naive::NaiveElection;
 
 /// Lease ttl of the scale runs; renewals every ttl/3.
@@ -27,6 +30,10 @@ pub struct ScaleFigures {
     /// Partition sets only: round trips per renewal cycle (on a Redis
     /// Cluster, one per primary holding some of the set's leases).
     pub round_trips_per_cycle: Option<f64>,
+    /// etcd only: gRPC requests the members received per renew interval
+    /// (`grpc_server_msg_received_total`, summed over members), by method.
+    #[serde(default)]
+    pub server_requests_per_interval: Option<BTreeMap<String, f64>>,
 }
 
 /// Run `tenure-bench scale-child` and read its figures.
@@ -96,7 +103,11 @@ pub async fn child(
                 TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
             )
             .await?;
-            let figures = window(seconds, || (observer.round_trips(), observer.cycles())).await;
+            let members = etcd::metrics_endpoints(url);
+            let figures = window(seconds, members.as_deref(), || {
+                (observer.round_trips(), observer.cycles())
+            })
+            .await?;
             held.store(observer.owned_count() as u64, Ordering::Relaxed);
             let _ = stop.0.send(());
             Ok(finish(
@@ -132,7 +143,8 @@ pub async fn child(
             }
             let total = elections as u64;
             wait_until(|| held.load(Ordering::Relaxed) == total, TTL * 4).await?;
-            let figures = window(seconds, || (round_trips.load(Ordering::Relaxed), 0)).await;
+            let figures =
+                window(seconds, None, || (round_trips.load(Ordering::Relaxed), 0)).await?;
             Ok(finish(
                 elections,
                 held.load(Ordering::Relaxed) as usize,
@@ -162,33 +174,51 @@ async fn wait_until(mut done: impl FnMut() -> bool, limit: Duration) -> Result<(
 }
 
 /// What a steady window saw: CPU and wall seconds, round trips and renewal
-/// cycles (0 when the design has no cycles to count).
+/// cycles (0 when the design has no cycles to count), and the requests the
+/// etcd members received, when the store is etcd.
 struct Window {
     cpu: f64,
     wall: f64,
     trips: u64,
     cycles: u64,
+    server: Option<ByMethod>,
 }
 
 /// Measure a steady window; `counters` reads (round trips, cycles). When
 /// there are cycles, the window starts half a renew interval after one
 /// begins, away from the instant a cycle counts itself and its round trips
-/// (and, the window being whole intervals, so does it end).
-async fn window(seconds: u64, counters: impl Fn() -> (u64, u64)) -> Window {
+/// (and, the window being whole intervals, so does it end). The etcd
+/// `members`' metrics are read at both ends (a few milliseconds each, no
+/// gRPC request).
+async fn window(
+    seconds: u64,
+    members: Option<&[String]>,
+    counters: impl Fn() -> (u64, u64),
+) -> Result<Window, String> {
     let (_, cycles) = counters();
     if cycles > 0 {
         let _ = wait_until(|| counters().1 != cycles, TTL).await;
         tokio::time::sleep(TTL / 6).await;
     }
+    let server0 = match members {
+        Some(members) => Some(etcd::scrape(members).await?),
+        None => None,
+    };
     let (cpu0, (trips0, cycles0), t0) = (cpu_seconds(), counters(), Instant::now());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let (trips1, cycles1) = counters();
-    Window {
-        cpu: cpu_seconds() - cpu0,
-        wall: t0.elapsed().as_secs_f64(),
+    let (cpu1, wall) = (cpu_seconds(), t0.elapsed().as_secs_f64());
+    let server = match (members, server0) {
+        (Some(members), Some(before)) => Some(etcd::scrape(members).await?.minus(&before)),
+        _ => None,
+    };
+    Ok(Window {
+        cpu: cpu1 - cpu0,
+        wall,
         trips: trips1 - trips0,
         cycles: cycles1 - cycles0,
-    }
+        server,
+    })
 }
 
 fn finish(elections: usize, held: usize, w: Window) -> ScaleFigures {
@@ -202,6 +232,7 @@ fn finish(elections: usize, held: usize, w: Window) -> ScaleFigures {
         round_trips_per_interval: w.trips as f64 / intervals,
         cycles_per_interval: counted.then(|| w.cycles as f64 / intervals),
         round_trips_per_cycle: counted.then(|| w.trips as f64 / w.cycles as f64),
+        server_requests_per_interval: w.server.map(|s| s.scaled(1.0 / intervals).0),
     }
 }
 
