@@ -54,7 +54,7 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, KeyValue, PutOptions, Txn,
     TxnOp, TxnOpResponse, WatchOptions,
 };
-use futures_util::future::join_all;
+use futures_util::future::{join_all, FutureExt};
 use tokio::sync::watch;
 
 use super::{Backend, Notices, Op, Reply, Store};
@@ -230,11 +230,16 @@ pub(crate) struct EtcdStore {
     /// instance that find no session must not grant two (the terms on the
     /// one not kept would block their elections for a ttl).
     granting: tokio::sync::Mutex<()>,
+    /// When each session lease was last granted or found alive by a
+    /// keep-alive (about when it was sent): a lease that has lapsed by this
+    /// clock is not kept alive but replaced, since etcd holds a keep-alive
+    /// of an expired lease until it removes it (up to 500 ms later).
+    refreshed: Mutex<HashMap<i64, tokio::time::Instant>>,
     /// The terms this store began and has not seen released, by key: see
     /// [`EtcdStore::sweep`].
     terms: Mutex<HashMap<String, Kept>>,
     /// Requests sent (every gRPC call, keep-alives included).
-    requests: AtomicU64,
+    requests: Arc<AtomicU64>,
 }
 
 /// A term this store began, for [`EtcdStore::sweep`].
@@ -248,9 +253,32 @@ struct Kept {
     last: tokio::time::Instant,
 }
 
+tokio::task_local! {
+    /// The keep-alives sent by the batch being carried out, by lease.
+    static KEEP_ALIVES: KeepAlives;
+}
+
+/// See [`KEEP_ALIVES`].
+#[derive(Default)]
+struct KeepAlives(Mutex<HashMap<i64, KeepAliveAnswer>>);
+
+type KeepAliveAnswer = futures_util::future::Shared<
+    futures_util::future::BoxFuture<'static, std::result::Result<KeptAlive, Arc<Error>>>,
+>;
+
+/// What [`EtcdStore::on_session`] found.
+struct Attached {
+    lease: i64,
+    /// Whether the keep-alive found the lease alive: a key the transaction
+    /// attached to it lasts a ttl from then.
+    alive: bool,
+    answer: etcd_client::TxnResponse,
+}
+
 /// The outcome of one keep-alive: positive when the lease lives on (for
 /// its granted ttl from when etcd's leader received it), zero when it is
 /// gone.
+#[derive(Debug, Clone, Copy)]
 struct KeptAlive(i64);
 
 impl EtcdStore {
@@ -262,7 +290,10 @@ impl EtcdStore {
         let mut options = ConnectOptions::new()
             .with_connect_timeout(call_timeout)
             .with_timeout(call_timeout)
-            .with_keep_alive(call_timeout, call_timeout)
+            // HTTP/2 pings find a dead connection; etcd closes the
+            // connection of a client that pings more often than every 5 s
+            // (--grpc-keepalive-min-time), breaking its watches.
+            .with_keep_alive(Duration::from_secs(10), call_timeout)
             // A member cut off from the quorum refuses at once instead of
             // answering from a stale view.
             .with_require_leader(true)
@@ -313,8 +344,9 @@ impl EtcdStore {
             call_timeout,
             sessions: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
+            refreshed: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
-            requests: AtomicU64::new(0),
+            requests: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -383,7 +415,15 @@ impl EtcdStore {
         round_trips: &AtomicU64,
     ) -> Result<Vec<Result<Reply>>> {
         let before = self.requests.load(Ordering::Relaxed);
-        let replies = join_all(ops.iter().map(|op| self.apply(op))).await;
+        // Every operation of the batch that keeps a session lease alive
+        // shares one keep-alive of it: all of them began after the
+        // caller's send instant, and so did that keep-alive.
+        let replies = KEEP_ALIVES
+            .scope(
+                KeepAlives::default(),
+                join_all(ops.iter().map(|op| self.apply(op))),
+            )
+            .await;
         round_trips.fetch_add(
             self.requests.load(Ordering::Relaxed).saturating_sub(before),
             Ordering::Relaxed,
@@ -473,7 +513,22 @@ impl EtcdStore {
     /// Returns it and whether it was granted by this call (a grant is as
     /// good as a keep-alive sent now).
     async fn session(&self, id: &str, ttl_ms: u64) -> Result<(i64, bool)> {
-        let known = || self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
+        let ttl = Duration::from_millis(ttl_ms);
+        let known = || {
+            let lease = self
+                .sessions_lock()
+                .get(&(id.to_string(), ttl_ms))
+                .copied()?;
+            let refreshed = self.refreshed_lock().get(&lease).copied();
+            // With a tenth of the ttl to spare for the keep-alive's trip.
+            let lapsing =
+                refreshed.is_none_or(|at| tokio::time::Instant::now() + ttl / 10 >= at + ttl);
+            if lapsing {
+                self.forget(id, ttl_ms, lease);
+                return None;
+            }
+            Some(lease)
+        };
         if let Some(lease) = known() {
             return Ok((lease, false));
         }
@@ -482,9 +537,15 @@ impl EtcdStore {
             // Granted by another operation meanwhile: not fresh for us.
             return Ok((lease, false));
         }
+        let asked = tokio::time::Instant::now();
         let lease = self.grant(ttl_ms).await?;
+        self.refreshed_lock().insert(lease, asked);
         self.sessions_lock().insert((id.to_string(), ttl_ms), lease);
         Ok((lease, true))
+    }
+
+    fn refreshed_lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, tokio::time::Instant>> {
+        self.refreshed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), i64>> {
@@ -498,6 +559,7 @@ impl EtcdStore {
         let key = (id.to_string(), ttl_ms);
         if sessions.get(&key) == Some(&lease) {
             sessions.remove(&key);
+            self.refreshed_lock().remove(&lease);
         }
     }
 
@@ -535,16 +597,53 @@ impl EtcdStore {
     /// late answer can never be taken for another's) and wait for its
     /// answer: the client reads it and reports a lease that is gone as an
     /// error of its own, which is no error here.
+    ///
+    /// Within a [`EtcdStore::batch`], one keep-alive per lease is sent and
+    /// its answer shared.
     async fn keep_alive(&self, lease: i64) -> Result<KeptAlive> {
-        let sent = send(&self.client, &self.requests, |mut c| async move {
-            c.lease_keep_alive(lease).await
+        let shared = KEEP_ALIVES.try_with(|batch| {
+            batch
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(lease)
+                .or_insert_with(|| self.send_keep_alive(lease).boxed().shared())
+                .clone()
         });
-        match sent.await {
-            Ok(_) => Ok(KeptAlive(1)),
-            Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => {
-                Ok(KeptAlive(0))
+        let asked = tokio::time::Instant::now();
+        let answer = match shared {
+            Ok(shared) => shared.await,
+            Err(_) => self.send_keep_alive(lease).await,
+        };
+        if let Ok(KeptAlive(ttl)) = answer {
+            if ttl > 0 {
+                if let Some(at) = self.refreshed_lock().get_mut(&lease) {
+                    *at = (*at).max(asked);
+                }
             }
-            Err(err) => Err(classify(err, &self.url)),
+        }
+        answer.map_err(|err| copy_error(&err))
+    }
+
+    /// One keep-alive of `lease`, sent now.
+    fn send_keep_alive(
+        &self,
+        lease: i64,
+    ) -> impl std::future::Future<Output = std::result::Result<KeptAlive, Arc<Error>>> + Send + 'static
+    {
+        let (client, requests, url) =
+            (self.client.clone(), self.requests.clone(), self.url.clone());
+        async move {
+            let sent = send(&client, &requests, |mut c| async move {
+                c.lease_keep_alive(lease).await
+            });
+            match sent.await {
+                Ok(_) => Ok(KeptAlive(1)),
+                Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => {
+                    Ok(KeptAlive(0))
+                }
+                Err(err) => Err(Arc::new(classify(err, &url))),
+            }
         }
     }
 
@@ -581,10 +680,18 @@ impl EtcdStore {
                     )])
                     .or_else([TxnOp::get(key.clone(), None)])
             };
-            let Some((lease, txn)) = self.on_session(request.id, request.ttl_ms, attach).await?
+            let Some(Attached {
+                lease,
+                alive,
+                answer: txn,
+            }) = self.on_session(request.id, request.ttl_ms, attach).await?
             else {
                 continue;
             };
+            if txn.succeeded() && !alive {
+                // Put on a lease expiring meanwhile: the key goes with it.
+                continue;
+            }
             if txn.succeeded() {
                 let revision = txn.header().map_or(0, |h| h.revision());
                 let token = token_of(revision, &key)?;
@@ -597,8 +704,13 @@ impl EtcdStore {
                 continue;
             };
             let holder = self.holder(&key, &kv).await?;
+            // (A follower whose session lapsed finds the key held all the
+            // same, and needs no new lease until it is free.)
             let ours = holder.as_ref().is_some_and(|h| {
-                h.owner == request.id && h.attempt == request.attempt && kv.lease() == lease
+                h.owner == request.id
+                    && h.attempt == request.attempt
+                    && kv.lease() == lease
+                    && alive
             });
             return match holder {
                 // Our own attempt wrote it before its answer was lost: the
@@ -618,8 +730,9 @@ impl EtcdStore {
 
     /// Run the transaction `txn(lease)` that attaches a key to the
     /// session lease of (`id`, `ttl_ms`), beside a keep-alive of that lease
-    /// (or right after granting it). `None` when the lease turned out to be
-    /// gone: it is forgotten, and the caller tries again with a new one.
+    /// (or right after granting it). `None` when the transaction found the
+    /// lease gone; a lease the keep-alive found gone is reported as not
+    /// `alive`. Either way it is forgotten: the next try grants a new one.
     ///
     /// If the keep-alive finds the lease alive, the lease was alive when
     /// the key was attached (an expired lease never comes back), and lasts
@@ -630,7 +743,7 @@ impl EtcdStore {
         id: &str,
         ttl_ms: u64,
         txn: impl Fn(i64) -> Txn,
-    ) -> Result<Option<(i64, etcd_client::TxnResponse)>> {
+    ) -> Result<Option<Attached>> {
         let (lease, fresh) = self.session(id, ttl_ms).await?;
         let sent = self.txn(txn(lease));
         let (alive, sent) = if fresh {
@@ -645,11 +758,16 @@ impl EtcdStore {
             }
             other => other?,
         };
-        if alive?.0 <= 0 {
+        let alive = alive?.0 > 0;
+        if !alive {
+            // Granted anew by the next operation that needs it.
             self.forget(id, ttl_ms, lease);
-            return Ok(None);
         }
-        Ok(Some((lease, answer)))
+        Ok(Some(Attached {
+            lease,
+            alive,
+            answer,
+        }))
     }
 
     /// Who holds `key`, from its entry and its lease's ttl (`None` when the
@@ -796,6 +914,26 @@ impl EtcdStore {
     /// changed since (its `mod_revision` is still the term's).
     async fn resign(&self, keys: &Keys, id: &str, token: u64) -> Result<bool> {
         let key = lease_key(&keys.lease)?;
+        let revision = i64::try_from(token).unwrap_or(i64::MAX);
+        // A term this store began for `id` is on `id`'s session lease: one
+        // transaction checks both halves of the term, (id by its lease,
+        // token by the revision), and deletes.
+        let kept = self.terms_lock().get(&key).copied();
+        let session = |ttl: Duration| {
+            let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+            self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied()
+        };
+        if let Some(kept) = kept.filter(|k| k.token == token && session(k.ttl) == Some(k.lease)) {
+            let txn = Txn::new()
+                .when([
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
+                    Compare::lease(key.clone(), CompareOp::Equal, kept.lease),
+                ])
+                .and_then([TxnOp::delete(key.clone(), None)]);
+            let txn = self.txn(txn).await?;
+            self.released(&key, token);
+            return Ok(txn.succeeded());
+        }
         let Some(kv) = self.get(&key).await? else {
             self.released(&key, token);
             return Ok(false);
@@ -804,7 +942,6 @@ impl EtcdStore {
             self.released(&key, token);
             return Ok(false);
         }
-        let revision = kv.mod_revision();
         let txn = Txn::new()
             .when([Compare::mod_revision(
                 key.clone(),
@@ -916,7 +1053,9 @@ impl EtcdStore {
                     )])
             };
             for _ in 0..2 {
-                if self.on_session(member, ttl_ms, join).await?.is_some() {
+                if let Some(Attached { alive: true, .. }) =
+                    self.on_session(member, ttl_ms, join).await?
+                {
                     return self.members(&prefix).await;
                 }
             }
@@ -1213,13 +1352,28 @@ fn classify(err: etcd_client::Error, url: &str) -> Error {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
             Error::Unreachable {
                 url: url.to_string(),
-                detail: one_line(&err.to_string()),
+                detail: one_line(&with_sources(&err)),
             }
         }
         _ => Error::Etcd {
             detail: one_line(&err.to_string()),
         },
     }
+}
+
+/// An error and its sources, `: `-separated (a transport error's own text
+/// is only "transport error").
+fn with_sources(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// [`classify`] for the first exchange, where a failure to talk at all
@@ -1236,9 +1390,14 @@ fn classify_connect(err: etcd_client::Error, url: &str) -> Error {
             }
         }
         // A cluster that requires a client certificate ends the handshake
-        // of a client without one; the client only sees it cancelled.
+        // of a client without one; the client sees it cancelled, or the
+        // connection fail.
         Error::Etcd { detail } | Error::Unreachable { detail, .. }
-            if tls && detail.contains("canceled") =>
+            if tls
+                && !detail.contains("tcp connect error")
+                && ["canceled", "transport error", "handshake", "alert"]
+                    .iter()
+                    .any(|word| detail.contains(word)) =>
         {
             Error::Tls {
                 url: url.to_string(),
@@ -1248,10 +1407,14 @@ fn classify_connect(err: etcd_client::Error, url: &str) -> Error {
                 ),
             }
         }
-        Error::Etcd { detail } if url.starts_with("etcd://") => Error::Unreachable {
-            url: url.to_string(),
-            detail: format!("{detail} (is it an etcd cluster without TLS at that address?)"),
-        },
+        Error::Etcd { detail }
+            if url.starts_with("etcd://") && !detail.contains("tcp connect error") =>
+        {
+            Error::Unreachable {
+                url: url.to_string(),
+                detail: format!("{detail} (is it an etcd cluster without TLS at that address?)"),
+            }
+        }
         Error::Etcd { detail } => Error::Unreachable {
             url: url.to_string(),
             detail,
