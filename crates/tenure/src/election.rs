@@ -912,7 +912,17 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
             .get(TERM)
             .map(|kept| kept.state.next_renewal.min(kept.state.deadline))
         else {
-            // Ended by its last renewal.
+            // Ended by its last renewal. A term that ran out of time may
+            // still have its lease in the store (the renewals that failed
+            // may have run): release it, so that the election (this
+            // instance's next campaign included) need not wait for it to
+            // lapse. The release checks the term, so it can only end this
+            // term's lease, which no handle acts on any more.
+            if shared.lost_reason() == Some(LostReason::DeadlinePassed) {
+                if let Err(err) = release(&election, &shared).await {
+                    tracing::debug!(election = %inner.name, error = %err, "could not release the lease of a term past its deadline; it lapses at its ttl");
+                }
+            }
             return;
         };
         let command = tokio::select! {

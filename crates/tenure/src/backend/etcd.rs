@@ -326,7 +326,10 @@ impl EtcdStore {
         };
         // The first call proves the cluster answers (and has a leader).
         let requests = AtomicU64::new(0);
-        let status = send(&client, &requests, |mut c| async move { c.status().await });
+        let patience = call_timeout / 3;
+        let status = send(&client, &requests, patience, |mut c| async move {
+            c.status().await
+        });
         let status = tokio::time::timeout(call_timeout, status).await;
         match status {
             Ok(Ok(_)) => {}
@@ -473,7 +476,7 @@ impl EtcdStore {
     where
         F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        send(&self.client, &self.requests, call)
+        send(&self.client, &self.requests, self.call_timeout / 3, call)
             .await
             .map_err(|e| classify(e, &self.url))
     }
@@ -633,8 +636,9 @@ impl EtcdStore {
     {
         let (client, requests, url) =
             (self.client.clone(), self.requests.clone(), self.url.clone());
+        let patience = self.call_timeout / 3;
         async move {
-            let sent = send(&client, &requests, |mut c| async move {
+            let sent = send(&client, &requests, patience, |mut c| async move {
                 c.lease_keep_alive(lease).await
             });
             match sent.await {
@@ -1286,9 +1290,19 @@ fn copy_error(err: &Error) -> Error {
 }
 
 /// [`EtcdStore::call`] without the translation of its error.
+///
+/// A call that has no answer after `patience` is sent again too: the
+/// client balances calls over the members, and a member that is stopped
+/// (paused, swapping, partitioned without a reset) holds a call forever,
+/// which would cost a leader its term although two members answer at
+/// once; the balancer sends the next try to a member with fewer calls in
+/// flight. Every operation is safe to send twice: reads and keep-alives
+/// change nothing, deletes compare the revision, and a create that ran
+/// twice is found under this same attempt and adopted.
 async fn send<T, F>(
     client: &Client,
     requests: &AtomicU64,
+    patience: Duration,
     call: impl Fn(Client) -> F,
 ) -> std::result::Result<T, etcd_client::Error>
 where
@@ -1298,7 +1312,15 @@ where
     loop {
         sends += 1;
         requests.fetch_add(1, Ordering::Relaxed);
-        match call(client.clone()).await {
+        let answer = if sends < SENDS {
+            match tokio::time::timeout(patience, call(client.clone())).await {
+                Ok(answer) => answer,
+                Err(_) => continue,
+            }
+        } else {
+            call(client.clone()).await
+        };
+        match answer {
             Err(err) if sends < SENDS && never_sent(&err) => continue,
             other => return other,
         }
