@@ -23,9 +23,10 @@
 //! - Rejected stale writes are counted separately: they are fencing
 //!   working, expected under pauses.
 //!
-//! **Liveness**: the longest time without any leader (outside Redis-wide
-//! faults, when nobody can lead), and the time from each fault to the next
-//! new term.
+//! **Liveness**: the longest time without any leader outside Redis-wide
+//! faults and etcd outages, when nobody can lead (only the part of a
+//! leaderless gap that no such fault covers counts), and the time from each
+//! fault to the next new term.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -43,7 +44,10 @@ const RESUME_SLACK: u64 = 50_000_000;
 /// or the election's data moved to another node (a failover, a killed
 /// primary, a resharded slot), whose start-up hold-off then lasts one ttl
 /// by design. Killing one of three sentinels is not among them: it should
-/// cost no leader at all.
+/// cost no leader at all. A fault that says itself whether the store was
+/// down (`store_down`, written for faults of etcd: a killed or paused raft
+/// leader until another member leads, every member killed until a leader
+/// is back) is taken at its word instead.
 const REDIS_WIDE: [&str; 9] = [
     "restart",
     "stall",
@@ -258,6 +262,7 @@ pub fn check(
                 target,
                 t,
                 until,
+                ..
             } if kind == "pause" => Some((target.as_str(), *t, *until)),
             _ => None,
         })
@@ -293,10 +298,17 @@ pub fn check(
     let mut redis_down: Vec<(u64, u64)> = Vec::new();
     let mut faults: Vec<(String, u64)> = Vec::new();
     for event in events {
-        if let Event::Fault { kind, t, until, .. } = event {
+        if let Event::Fault {
+            kind,
+            t,
+            until,
+            store_down,
+            ..
+        } = event
+        {
             *report.faults.entry(kind.clone()).or_default() += 1;
             faults.push((kind.clone(), *t));
-            if REDIS_WIDE.contains(&kind.as_str()) {
+            if store_down.unwrap_or_else(|| REDIS_WIDE.contains(&kind.as_str())) {
                 // Nobody can lead until Redis answers and a lease ttl passed.
                 redis_down.push((*t, until.max(t) + ttl_ms * 1_000_000));
             }
@@ -313,13 +325,9 @@ pub fn check(
         if start > covered_until {
             let gap_ms = (start - covered_until) as f64 / 1e6;
             report.longest_gap_ms = report.longest_gap_ms.max(gap_ms);
-            let during_redis_fault = redis_down
-                .iter()
-                .any(|(from, to)| *from < start && covered_until < *to);
-            if !during_redis_fault {
-                report.longest_gap_outside_redis_faults_ms =
-                    report.longest_gap_outside_redis_faults_ms.max(gap_ms);
-            }
+            let outside_ms = longest_uncovered((covered_until, start), &redis_down) as f64 / 1e6;
+            report.longest_gap_outside_redis_faults_ms =
+                report.longest_gap_outside_redis_faults_ms.max(outside_ms);
         }
         covered_until = covered_until.max(end);
     }
@@ -362,6 +370,24 @@ pub fn check(
     let slack_ms = ttl_ms as f64 * 0.25 + 100.0;
     report.live = report.longest_gap_outside_redis_faults_ms <= ttl_ms as f64 + slack_ms;
     report
+}
+
+/// The longest stretch of `gap` that no window of `down` covers: a gap is
+/// held against the liveness goal only where the store could serve (a gap
+/// that merely touches a store outage is not excused as a whole).
+fn longest_uncovered((from, to): (u64, u64), down: &[(u64, u64)]) -> u64 {
+    let mut windows: Vec<(u64, u64)> = down
+        .iter()
+        .filter(|(a, b)| *a < to && from < *b)
+        .map(|(a, b)| ((*a).max(from), (*b).min(to)))
+        .collect();
+    windows.sort_unstable();
+    let (mut cursor, mut longest) = (from, 0);
+    for (a, b) in windows {
+        longest = longest.max(a.saturating_sub(cursor));
+        cursor = cursor.max(b);
+    }
+    longest.max(to.saturating_sub(cursor))
 }
 
 /// Whether `older` is a command under `tenure run` whose writes inside
@@ -556,6 +582,7 @@ mod tests {
             target: inst.into(),
             t: from * MS,
             until: until * MS,
+            store_down: None,
         }
     }
 
@@ -611,6 +638,7 @@ mod tests {
             target: "a".into(),
             t: 100 * MS,
             until: 2000 * MS,
+            store_down: None,
         };
         real(
             whole_pause_then_late_write(2005, false, tenure_only),
@@ -665,6 +693,7 @@ mod tests {
                 target: String::new(),
                 t: 50 * MS,
                 until: 2500 * MS,
+                store_down: None,
             }],
             events,
         ]
@@ -676,5 +705,41 @@ mod tests {
             report.live,
             "gaps while Redis is down do not count: {report:?}"
         );
+    }
+
+    #[test]
+    fn only_the_part_of_a_gap_outside_store_outages_is_excused() {
+        // Nobody leads from 100 ms to 9 s; the store was down only from 6 s
+        // (etcd's raft leader killed) until 7 s, plus a ttl.
+        let outage = |store_down| Event::Fault {
+            kind: "etcd-kill-member".into(),
+            target: String::new(),
+            t: 6000 * MS,
+            until: 7000 * MS,
+            store_down,
+        };
+        let events = |store_down| {
+            vec![
+                elected("a", 1, 0),
+                write("a", 1, 10, 100, true),
+                Event::Exit {
+                    inst: "a".into(),
+                    t: 100 * MS,
+                    how: "killed".into(),
+                },
+                outage(store_down),
+                elected("b", 2, 9000),
+            ]
+        };
+        let report = check(&events(Some(true)), "", 1000, vec![], vec![], 0);
+        assert!(!report.live, "{report:?}");
+        assert!(
+            (report.longest_gap_outside_redis_faults_ms - 5900.0).abs() < 0.001,
+            "100 ms to 6 s counts: {report:?}"
+        );
+        // A fault that says the store kept serving excuses nothing, whatever
+        // its kind.
+        let report = check(&events(Some(false)), "", 1000, vec![], vec![], 0);
+        assert!((report.longest_gap_outside_redis_faults_ms - 8900.0).abs() < 0.001);
     }
 }

@@ -6,7 +6,8 @@
 //! the store), heals it, and waits. Everything it starts it stops by PID.
 //! The schedule depends only on the seed.
 //!
-//! The election's store has one of three topologies (`--topology`):
+//! The election's store has one of four topologies (`--topology`, or its
+//! alias `--store`):
 //! - `single`: one redis-server, reached by every instance through its own
 //!   fault-injecting proxy, so one instance can be cut off while the others
 //!   carry on;
@@ -16,7 +17,11 @@
 //!   one replica and Redis's defaults), reached through its
 //!   `redis+sentinel://` URL;
 //! - `cluster`: a [`RedisCluster`] (three primaries, three replicas),
-//!   reached through its `redis+cluster://` URL.
+//!   reached through its `redis+cluster://` URL;
+//! - `etcd`: a private three-member [`EtcdCluster`] (election timeout
+//!   500 ms), reached by every instance through three fault-injecting
+//!   proxies of its own, one per member, so that its `etcd://` URL names
+//!   three proxied endpoints and cutting the instance off cuts all three.
 //!
 //! With Sentinel or a Cluster the instances connect to the nodes that the
 //! sentinels or the cluster name, at their real addresses: a proxy placed
@@ -44,9 +49,66 @@
 //!   moved, another third, the keys written meanwhile moved, then the slot
 //!   handed over.
 //!
+//! An etcd cluster lists every member in the URL (a client talks to all of
+//! them), so proxies work there: the etcd topology keeps the link faults
+//! (`cut`, `drop`, `delay`) and every fault of instances, and adds faults of
+//! the store ([`ETCD_ONLY`]):
+//! - `etcd-kill-member`: kill -9 a member (half the time the raft leader,
+//!   else a follower); after the hold, start it again with its data and wait
+//!   until the cluster is whole (every member healthy and following one
+//!   leader);
+//! - `etcd-pause-member`: SIGSTOP a member (half the time the raft leader),
+//!   SIGCONT after the hold;
+//! - `etcd-restart-all`: kill -9 every member, wait the hold, start them all
+//!   again with their data (a power cut of the whole cluster);
+//! - `etcd-compact`: compact the key-value history to the current revision
+//!   while a leader holds its term.
+//!
+//! A fault of the etcd cluster is recorded as a store outage (like a Redis
+//! restart, see [`crate::checker`]) only when the cluster could not serve:
+//! from the kill or pause of the raft leader until another member led, and
+//! from the kill of every member until a leader was back. Killing or pausing
+//! a follower, and compacting, should cost no leader at all.
+//!
+//! A paused raft leader is how etcd's issue #15247 shows (etcd 3.4 before
+//! the backport of its fix, in February 2024, Debian's 3.4.23 included): on
+//! resuming, the old leader still believes it leads, finds by its stale
+//! clock that leases have expired, and proposes their revocation, which
+//! its successor commits although it kept renewing them. The key of a
+//! holder whose keep-alives all succeeded then vanishes before its deadline,
+//! another instance is elected, and the checker reports overlapping leaders
+//! (the old holder's late writes are rejected by fencing). The README
+//! ("Fault injection on etcd") has the figures.
+//!
+//! In the etcd topology the ttl is a whole number of seconds (etcd's leases
+//! count seconds; with a 500 ms election timeout the smallest is 1 s), 2 s
+//! unless `--ttl` says otherwise, so that a raft election (0.5 to 1 s) fits
+//! well inside a ttl. `mixed-ttl` is kept only when half the ttl is whole
+//! seconds too (instances at 1 s and 2 s with the default). Some kinds are
+//! not injected there, because they are faults of Redis that etcd has no
+//! counterpart of (see [`Topology::why_not`]):
+//! - `restart` (a Redis restart losing every lease): etcd members keep their
+//!   data across restarts; `etcd-restart-all` is the etcd counterpart.
+//!   Losing an etcd cluster's data means restoring a snapshot, which the
+//!   README requires to be done with `--bump-revision`;
+//! - `rollback` (Redis started again from an older `SAVE`d snapshot): an
+//!   etcd member restarts from its own write-ahead log, never from an older
+//!   state;
+//! - `stall` (`CLIENT PAUSE`, a Redis command): `etcd-pause-member` stalls
+//!   etcd members instead;
+//! - `forged` (announcements forged on Redis pub/sub): etcd's announcements
+//!   are watch events on the election's key, which only a client allowed to
+//!   write that key can cause, and such a client can delete the key anyway.
+//!
+//! `mixed-ttl` cuts the leader off there without restarting the store
+//! (the restart is what the kind needs on Redis: a store that lost the
+//! lease); on etcd it checks that candidates with a shorter ttl never take
+//! a key that a longer-ttl holder's lease still keeps.
+//!
 //! Before and after each fault of the store the harness waits until the
 //! topology is whole again (every node running, replicas linked, the
-//! sentinels or cluster nodes agreeing), so no fault is left half-applied;
+//! sentinels, cluster nodes or etcd members agreeing), so no fault is left
+//! half-applied;
 //! when that fails, the run stops with an error after a best-effort repair.
 //!
 //! Besides crashes, pauses and broken links, the faults cover the ways an
@@ -74,6 +136,9 @@ use std::time::Duration;
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use rand::rngs::StdRng;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use etcd_process::EtcdCluster;
 use rand::{Rng, SeedableRng};
 use redis_process::{RedisCluster, RedisServer, SentinelGroup};
 
@@ -83,9 +148,10 @@ use crate::proxy::{Mode, Proxy};
 
 /// Kinds of fault, as named in logs and reports. `pause-tenure-only` and
 /// `kill-guardian` exist only in CLI mode (`--cli`); [`LIBRARY_ONLY`] kinds
-/// only in library mode; [`SINGLE_ONLY`], [`SENTINEL_ONLY`] and
-/// [`CLUSTER_ONLY`] kinds only in their topology.
-pub const FAULT_KINDS: [&str; 21] = [
+/// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
+/// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
+/// topologies they name (see [`Topology::allows`]).
+pub const FAULT_KINDS: [&str; 25] = [
     "kill",
     "pause",
     "restart",
@@ -107,20 +173,24 @@ pub const FAULT_KINDS: [&str; 21] = [
     "cluster-failover",
     "cluster-kill-primary",
     "cluster-reshard",
+    "etcd-kill-member",
+    "etcd-pause-member",
+    "etcd-restart-all",
+    "etcd-compact",
 ];
 
+/// Kinds that need a fault-injecting proxy per instance, which only the
+/// single server and etcd have: faults of one instance's link, and
+/// `mixed-ttl`, which cuts the leader off.
+pub const PROXIED: [&str; 4] = ["cut", "drop", "delay", "mixed-ttl"];
+
 /// Kinds that need the single server: faults of the whole Redis (restart,
-/// stall, rollback, and mixed-ttl's restart) and faults of one instance's
-/// link, which only the per-instance proxies can inject.
-pub const SINGLE_ONLY: [&str; 7] = [
-    "restart",
-    "cut",
-    "drop",
-    "delay",
-    "stall",
-    "rollback",
-    "mixed-ttl",
-];
+/// stall, rollback).
+pub const SINGLE_ONLY: [&str; 3] = ["restart", "stall", "rollback"];
+
+/// Kinds that need Redis, whatever its topology: `forged` publishes on the
+/// election's pub/sub channel.
+pub const REDIS_ONLY: [&str; 1] = ["forged"];
 
 /// Kinds that need `--topology sentinel`.
 pub const SENTINEL_ONLY: [&str; 3] = [
@@ -136,8 +206,16 @@ pub const CLUSTER_ONLY: [&str; 3] = [
     "cluster-reshard",
 ];
 
+/// Kinds that need `--topology etcd`.
+pub const ETCD_ONLY: [&str; 4] = [
+    "etcd-kill-member",
+    "etcd-pause-member",
+    "etcd-restart-all",
+    "etcd-compact",
+];
+
 /// Where the election's data lives. The fenced resource is always a single
-/// server of its own.
+/// Redis server of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Topology {
     /// One redis-server behind a fault-injecting proxy per instance.
@@ -146,25 +224,76 @@ pub enum Topology {
     Sentinel,
     /// Three primaries and three replicas (`redis+cluster://`).
     Cluster,
+    /// Three etcd members, behind three fault-injecting proxies per
+    /// instance (`etcd://`).
+    Etcd,
 }
 
 impl Topology {
-    /// The topology `kind` needs, if it needs one.
-    pub fn of_kind(kind: &str) -> Option<Topology> {
-        if SINGLE_ONLY.contains(&kind) {
-            Some(Topology::Single)
-        } else if SENTINEL_ONLY.contains(&kind) {
-            Some(Topology::Sentinel)
-        } else if CLUSTER_ONLY.contains(&kind) {
-            Some(Topology::Cluster)
-        } else {
-            None
-        }
-    }
+    const ALL: [Topology; 4] = [
+        Topology::Single,
+        Topology::Sentinel,
+        Topology::Cluster,
+        Topology::Etcd,
+    ];
 
     /// Whether `kind` can be injected in this topology.
-    pub fn fits(self, kind: &str) -> bool {
-        Topology::of_kind(kind).is_none_or(|needed| needed == self)
+    pub fn allows(self, kind: &str) -> bool {
+        use Topology::*;
+        let only = |kinds: &[&str], topologies: &[Topology]| {
+            !kinds.contains(&kind) || topologies.contains(&self)
+        };
+        only(&PROXIED, &[Single, Etcd])
+            && only(&SINGLE_ONLY, &[Single])
+            && only(&REDIS_ONLY, &[Single, Sentinel, Cluster])
+            && only(&SENTINEL_ONLY, &[Sentinel])
+            && only(&CLUSTER_ONLY, &[Cluster])
+            && only(&ETCD_ONLY, &[Etcd])
+    }
+
+    /// Why `kind` is not injected in this topology, when that is a choice
+    /// rather than plain impossibility (a Redis fault with no etcd
+    /// counterpart).
+    pub fn why_not(self, kind: &str) -> Option<&'static str> {
+        if self != Topology::Etcd {
+            return None;
+        }
+        Some(match kind {
+            "restart" => {
+                "a Redis restart loses every lease, while etcd members keep their data across                  restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means                  restoring a snapshot, with --bump-revision as the README requires"
+            }
+            "rollback" => {
+                "it restarts Redis from an older SAVEd snapshot, while an etcd member restarts                  from its own write-ahead log, never from an older state"
+            }
+            "stall" => "CLIENT PAUSE is a Redis command (etcd-pause-member stalls etcd members)",
+            "forged" => {
+                "it forges Redis pub/sub announcements, while etcd's are watch events on the                  election's key, which only a client allowed to write that key can cause"
+            }
+            _ => return None,
+        })
+    }
+
+    /// Why `kind` cannot be injected in this topology, for an error message
+    /// (`None` when it can).
+    pub fn refusal(self, kind: &str) -> Option<String> {
+        if self.allows(kind) {
+            return None;
+        }
+        let names: Vec<&str> = Topology::ALL
+            .iter()
+            .filter(|t| t.allows(kind))
+            .map(|t| t.name())
+            .collect();
+        let needs = match names.split_last() {
+            Some((last, [])) => last.to_string(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => "?".to_string(),
+        };
+        let why = self
+            .why_not(kind)
+            .map(|why| format!(" ({} has no such fault: {why})", self.name()))
+            .unwrap_or_default();
+        Some(format!("fault {kind:?} needs --topology {needs}{why}"))
     }
 
     pub fn name(self) -> &'static str {
@@ -172,17 +301,52 @@ impl Topology {
             Topology::Single => "single",
             Topology::Sentinel => "sentinel",
             Topology::Cluster => "cluster",
+            Topology::Etcd => "etcd",
         }
+    }
+
+    /// The ttl of a run that does not give one: 1 s on Redis; 2 s on etcd,
+    /// whose leases count whole seconds, so that a raft election (one to two
+    /// election timeouts of 500 ms) fits well inside a ttl.
+    pub fn default_ttl(self) -> Duration {
+        match self {
+            Topology::Etcd => Duration::from_secs(2),
+            _ => Duration::from_secs(1),
+        }
+    }
+
+    /// Why `ttl` cannot be used in this topology (etcd: whole seconds, at
+    /// least the smallest lease of its 500 ms election timeout).
+    pub fn refuse_ttl(self, ttl: Duration) -> Option<String> {
+        (self == Topology::Etcd && !whole_seconds(ttl)).then(|| {
+            format!(
+                "--ttl {} does not suit etcd, whose leases count whole seconds: use 1s or more,                  in whole seconds",
+                humantime::format_duration(ttl)
+            )
+        })
+    }
+
+    /// Whether `mixed-ttl` can run at `ttl` here: every second instance
+    /// runs at half of it, which etcd must accept too.
+    pub fn fits_mixed_ttl(self, ttl: Duration) -> bool {
+        self.refuse_ttl(ttl / 2).is_none()
     }
 }
 
+/// A whole number of seconds, at least one.
+fn whole_seconds(ttl: Duration) -> bool {
+    ttl.subsec_nanos() == 0 && ttl >= Duration::from_secs(1)
+}
+
 /// The default fault kinds of a run: every kind of the topology and mode
-/// (library mode: all but [`CLI_ONLY`]; CLI mode: all but [`LIBRARY_ONLY`]).
-pub fn default_kinds(topology: Topology, cli: bool) -> Vec<String> {
+/// (library mode: all but [`CLI_ONLY`]; CLI mode: all but [`LIBRARY_ONLY`]),
+/// and `mixed-ttl` only when half of `ttl` suits the topology.
+pub fn default_kinds(topology: Topology, cli: bool, ttl: Duration) -> Vec<String> {
     let excluded: &[&str] = if cli { &LIBRARY_ONLY } else { &CLI_ONLY };
     FAULT_KINDS
         .iter()
-        .filter(|kind| !excluded.contains(kind) && topology.fits(kind))
+        .filter(|kind| !excluded.contains(kind) && topology.allows(kind))
+        .filter(|kind| **kind != "mixed-ttl" || topology.fits_mixed_ttl(ttl))
         .map(|kind| kind.to_string())
         .collect()
 }
@@ -238,8 +402,9 @@ struct Slot {
     name: String,
     incarnation: u32,
     child: Option<Child>,
-    /// The instance's own link to the election's Redis (single topology).
-    proxy: Option<Proxy>,
+    /// The instance's own links to the election's store: one proxy to the
+    /// single server, or one per etcd member; none on Sentinel or a Cluster.
+    links: Vec<Proxy>,
     ttl: Duration,
 }
 
@@ -262,6 +427,9 @@ enum Store {
     },
     Sentinel(Arc<SentinelGroup>),
     Cluster(Arc<RedisCluster>),
+    /// Behind a mutex: killing and restarting members needs `&mut`, and
+    /// is done off the runtime (see [`blocking`]).
+    Etcd(Arc<Mutex<EtcdCluster>>),
 }
 
 impl Store {
@@ -288,6 +456,14 @@ impl Store {
             Topology::Cluster => Store::Cluster(Arc::new(
                 blocking("starting a Redis Cluster", RedisCluster::start).await?,
             )),
+            Topology::Etcd => Store::Etcd(Arc::new(Mutex::new(
+                blocking("starting an etcd cluster", || {
+                    EtcdCluster::builder()
+                        .election_timeout(ETCD_ELECTION_TIMEOUT)
+                        .start()
+                })
+                .await?,
+            ))),
         })
     }
 
@@ -297,6 +473,23 @@ impl Store {
             Store::Single { redis, .. } => redis.url(),
             Store::Sentinel(group) => group.url(),
             Store::Cluster(cluster) => cluster.url(),
+            Store::Etcd(cluster) => lock(cluster).url(),
+        }
+    }
+
+    /// The ports each instance's proxies forward to: the single server's,
+    /// or every etcd member's; none on Sentinel or a Cluster (see the
+    /// module docs).
+    fn upstreams(&self) -> Vec<u16> {
+        match self {
+            Store::Single { redis, .. } => vec![redis.port()],
+            Store::Etcd(cluster) => {
+                let cluster = lock(cluster);
+                (0..cluster.members())
+                    .map(|member| cluster.client_port(member))
+                    .collect()
+            }
+            Store::Sentinel(_) | Store::Cluster(_) => Vec::new(),
         }
     }
 
@@ -311,12 +504,19 @@ impl Store {
                 .map(|node| node.pid())
                 .collect(),
             Store::Cluster(cluster) => cluster.nodes().iter().map(|node| node.pid()).collect(),
+            Store::Etcd(cluster) => {
+                let cluster = lock(cluster);
+                (0..cluster.members())
+                    .map(|member| cluster.pid(member))
+                    .collect()
+            }
         };
         pids.into_iter().flatten().map(|pid| pid as i32).collect()
     }
 
     /// Wait until a Sentinel group or cluster is whole and settled (see
-    /// [`SentinelGroup::wait_until_ready`], [`RedisCluster::wait_until_ready`]).
+    /// [`SentinelGroup::wait_until_ready`], [`RedisCluster::wait_until_ready`]),
+    /// or every etcd member runs and follows one leader ([`etcd_whole`]).
     async fn settle(&self) -> Result<(), String> {
         match self {
             Store::Single { .. } => Ok(()),
@@ -334,8 +534,75 @@ impl Store {
                 })
                 .await
             }
+            Store::Etcd(cluster) => {
+                let cluster = cluster.clone();
+                blocking("the etcd cluster is whole", move || {
+                    etcd_whole(&lock(&cluster), TOPOLOGY_WAIT).map(|_| ())
+                })
+                .await
+            }
         }
     }
+}
+
+/// etcd's `--election-timeout` in the etcd topology: failovers in about a
+/// second, and leases of 1 s and up (1.5 election timeouts, rounded up to
+/// whole seconds).
+const ETCD_ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn lock(cluster: &Mutex<EtcdCluster>) -> MutexGuard<'_, EtcdCluster> {
+    cluster.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Wait until every etcd member runs (unpaused) and follows one leader,
+/// which leads by its own account and by a quorum's; that leader.
+fn etcd_whole(cluster: &EtcdCluster, timeout: Duration) -> Result<usize, etcd_process::Error> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let last = match etcd_agreed(cluster, deadline) {
+            Ok(leader) => return Ok(leader),
+            Err(why) => why,
+        };
+        if std::time::Instant::now() >= deadline {
+            return Err(etcd_process::Error::Topology(format!(
+                "the etcd cluster is not whole after {timeout:?}: {last}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// One look at the cluster for [`etcd_whole`]: its leader, or why it is not
+/// whole.
+fn etcd_agreed(cluster: &EtcdCluster, deadline: std::time::Instant) -> Result<usize, String> {
+    for member in 0..cluster.members() {
+        if !cluster.is_running(member) || cluster.is_paused(member) {
+            return Err(format!("m{member} is not running"));
+        }
+    }
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    let leader = cluster
+        .wait_for_leader(left.max(Duration::from_millis(100)))
+        .map_err(|e| e.to_string())?;
+    let leader_id = cluster.member_id(leader);
+    for member in 0..cluster.members() {
+        let status = cluster
+            .post(member, "/v3/maintenance/status", "{}")
+            .map_err(|e| format!("m{member}: {e}"))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&status).map_err(|e| format!("m{member}: {e}"))?;
+        // The gateway writes 64-bit ids as strings.
+        let follows = match &json["leader"] {
+            serde_json::Value::String(id) => id.parse::<u64>().ok(),
+            other => other.as_u64(),
+        };
+        if follows != Some(leader_id) {
+            return Err(format!(
+                "m{member} follows {follows:?}, not m{leader} ({leader_id})"
+            ));
+        }
+    }
+    Ok(leader)
 }
 
 /// Start the Sentinel group. With `min_replicas`, configured as the README
@@ -362,11 +629,11 @@ fn start_sentinel(min_replicas: bool) -> Result<SentinelGroup, redis_process::Er
     Ok(group)
 }
 
-/// Run a blocking call of redis-process (it polls with sleeps) off the
-/// runtime, whose threads also carry the proxies' traffic.
-async fn blocking<T: Send + 'static>(
+/// Run a blocking call of redis-process or etcd-process (they poll with
+/// sleeps) off the runtime, whose threads also carry the proxies' traffic.
+async fn blocking<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
     what: &str,
-    call: impl FnOnce() -> Result<T, redis_process::Error> + Send + 'static,
+    call: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, String> {
     match tokio::task::spawn_blocking(call).await {
         Ok(Ok(value)) => Ok(value),
@@ -386,8 +653,10 @@ pub struct Harness {
     store: Store,
     resource_redis: RedisServer,
     slots: Vec<Slot>,
-    /// The link of `dup-id`'s second process (single topology).
-    twin_proxy: Option<Proxy>,
+    /// The links of `dup-id`'s second process (single and etcd).
+    twin_links: Vec<Proxy>,
+    /// The harness's own client of an etcd store (to find the leader).
+    etcd_client: Option<tenure::Store>,
     twins: u32,
     log: EventLog,
     /// Every PID ever started (instances and the store's processes), to
@@ -413,28 +682,26 @@ impl Harness {
         let store = Store::start(config.topology, config.sentinel_min_replicas).await?;
         let resource_redis = RedisServer::start().map_err(|e| e.to_string())?;
         let log = EventLog::create(&config.out.join("harness.jsonl")).map_err(|e| e.to_string())?;
-        // Proxies only in front of a single server (see the module docs).
-        let upstream = match &store {
-            Store::Single { redis, .. } => Some(redis.port()),
-            _ => None,
-        };
-        let proxy = || async move {
-            match upstream {
-                Some(port) => Proxy::start(port)
-                    .await
-                    .map(Some)
-                    .map_err(|e| e.to_string()),
-                None => Ok(None),
+        // Proxies only in front of a single server or etcd's members (see
+        // the module docs).
+        let upstreams = store.upstreams();
+        let links = || {
+            let upstreams = upstreams.clone();
+            async move {
+                let mut links = Vec::new();
+                for port in upstreams {
+                    links.push(Proxy::start(port).await.map_err(|e| e.to_string())?);
+                }
+                Ok::<_, String>(links)
             }
         };
         let mut slots = Vec::new();
         for i in 1..=config.instances {
-            let proxy = proxy().await?;
             slots.push(Slot {
                 name: format!("i{i}"),
                 incarnation: 0,
                 child: None,
-                proxy,
+                links: links().await?,
                 ttl: if config.mixed_ttl() && i.is_multiple_of(2) {
                     config.ttl / 2
                 } else {
@@ -442,7 +709,7 @@ impl Harness {
                 },
             });
         }
-        let twin_proxy = proxy().await?;
+        let twin_links = links().await?;
         let rng = StdRng::seed_from_u64(config.seed);
         let mut started = store.pids();
         started.extend(resource_redis.pid().map(|pid| pid as i32));
@@ -452,7 +719,8 @@ impl Harness {
             store,
             resource_redis,
             slots,
-            twin_proxy,
+            twin_links,
+            etcd_client: None,
             twins: 0,
             log,
             started,
@@ -467,17 +735,22 @@ impl Harness {
         self.slots[index].incarnation += 1;
         let slot = &self.slots[index];
         let (inst, ttl) = (slot.inst(), slot.ttl);
-        let url = self.instance_url(slot.proxy.as_ref());
+        let url = self.instance_url(&slot.links);
         let child = self.launch(&inst, None, ttl, &url)?;
         self.slots[index].child = Some(child);
         Ok(())
     }
 
-    /// The URL an instance campaigns through: its proxy's, or the store's.
-    fn instance_url(&self, proxy: Option<&Proxy>) -> String {
-        match proxy {
-            Some(proxy) => format!("redis://127.0.0.1:{}", proxy.port),
-            None => self.store.url(),
+    /// The URL an instance campaigns through: its proxies', or the store's.
+    fn instance_url(&self, links: &[Proxy]) -> String {
+        let endpoints: Vec<String> = links
+            .iter()
+            .map(|proxy| format!("127.0.0.1:{}", proxy.port))
+            .collect();
+        match (&self.store, links.is_empty()) {
+            (_, true) => self.store.url(),
+            (Store::Etcd(_), false) => format!("etcd://{}", endpoints.join(",")),
+            (_, false) => format!("redis://{}", endpoints[0]),
         }
     }
 
@@ -566,15 +839,34 @@ impl Harness {
         Ok(child)
     }
 
-    /// The slot whose instance leads now, read from Redis directly.
-    async fn leader_slot(&self) -> Option<usize> {
+    /// The slot whose instance leads now, read from the store directly.
+    async fn leader_slot(&mut self) -> Option<usize> {
         let url = self.store.url();
-        let mut conn = tenure::admin::connect(&url, None, Duration::from_secs(1))
-            .await
-            .ok()?;
-        let leader = tenure::admin::leader_of(&mut conn, tenure::DEFAULT_PREFIX, ELECTION)
-            .await
-            .ok()??;
+        let leader = if let Store::Etcd(_) = self.store {
+            // One client for the whole run (etcd's client reconnects by
+            // itself), dropped after an error all the same.
+            let client = match self.etcd_client.take() {
+                Some(client) => client,
+                None => tenure::Store::open(url)
+                    .call_timeout(Duration::from_secs(1))
+                    .connect()
+                    .await
+                    .ok()?,
+            };
+            let leader = client
+                .leader_of(tenure::DEFAULT_PREFIX, ELECTION)
+                .await
+                .ok()?;
+            self.etcd_client = Some(client);
+            leader?
+        } else {
+            let mut conn = tenure::admin::connect(&url, None, Duration::from_secs(1))
+                .await
+                .ok()?;
+            tenure::admin::leader_of(&mut conn, tenure::DEFAULT_PREFIX, ELECTION)
+                .await
+                .ok()??
+        };
         self.slots.iter().position(|s| s.inst() == leader.id)
     }
 
@@ -673,6 +965,7 @@ impl Harness {
                 target: target_name.clone(),
                 t,
                 until,
+                store_down: None,
             });
         };
         match (kind, target) {
@@ -755,6 +1048,20 @@ impl Harness {
                 self.restart_redis(true)?;
                 record(&mut self.log, now_ns());
             }
+            // On etcd, only the cut: the store keeps the lease (see the
+            // module docs), and the fault is not an outage of the store.
+            ("mixed-ttl", Some(i)) if matches!(self.store, Store::Etcd(_)) => {
+                self.log.record(&Event::Fault {
+                    kind: kind.to_string(),
+                    target: target_name.clone(),
+                    t,
+                    until,
+                    store_down: Some(false),
+                });
+                self.set_link(i, Mode::Blackhole);
+                tokio::time::sleep(hold).await;
+                self.set_link(i, Mode::Pass);
+            }
             ("mixed-ttl", Some(i)) => {
                 record(&mut self.log, until);
                 self.set_link(i, Mode::Blackhole);
@@ -767,7 +1074,7 @@ impl Harness {
                 self.twins += 1;
                 let twin = format!("dup#{}", self.twins);
                 let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
-                let url = self.instance_url(self.twin_proxy.as_ref());
+                let url = self.instance_url(&self.twin_links);
                 let mut child = self.launch(&twin, Some(&id), ttl, &url)?;
                 tokio::time::sleep(hold).await;
                 let how = stop_child(&mut child, Duration::from_secs(10)).await;
@@ -801,7 +1108,11 @@ impl Harness {
                     .map_err(|e| e.to_string())?;
                 tokio::time::sleep(hold).await;
             }
-            (store, _) if SENTINEL_ONLY.contains(&store) || CLUSTER_ONLY.contains(&store) => {
+            (store, _)
+                if SENTINEL_ONLY.contains(&store)
+                    || CLUSTER_ONLY.contains(&store)
+                    || ETCD_ONLY.contains(&store) =>
+            {
                 self.store_fault(store, target_name.clone(), hold).await?;
             }
             // No leader to aim at right now: nothing to do this round.
@@ -825,6 +1136,9 @@ impl Harness {
         let coin = self.rng.random_bool(0.5);
         let pick: usize = self.rng.random_range(0..1000);
         self.store.settle().await?;
+        // Whether the store could not serve from `t` to `until` (etcd: told
+        // apart per fault; Redis: by kind, see the checker).
+        let mut store_down = None;
         let (t, until) = match (&self.store, kind) {
             (Store::Sentinel(group), "sentinel-kill-primary") => {
                 let g = group.clone();
@@ -907,7 +1221,7 @@ impl Harness {
                 let c = cluster.clone();
                 let slot = election_slot();
                 let (from, primaries) = blocking("the cluster's primaries", move || {
-                    Ok((c.primary_of_slot(slot)?, c.primary_ports()?))
+                    Ok::<_, redis_process::Error>((c.primary_of_slot(slot)?, c.primary_ports()?))
                 })
                 .await?;
                 let others: Vec<u16> = primaries.into_iter().filter(|p| *p != from).collect();
@@ -940,11 +1254,96 @@ impl Harness {
                 finished?;
                 (t, now_ns())
             }
-            (_, kind) => {
-                return Err(format!(
-                    "fault {kind} needs --topology {}",
-                    Topology::of_kind(kind).map_or("?", Topology::name)
-                ))
+            (Store::Etcd(cluster), "etcd-kill-member" | "etcd-pause-member") => {
+                let kill = kind == "etcd-kill-member";
+                let c = cluster.clone();
+                let (member, leader) = blocking("the etcd leader", move || {
+                    let c = lock(&c);
+                    let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
+                    let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
+                    let member = match followers.get(pick % followers.len().max(1)) {
+                        Some(follower) if !coin => *follower,
+                        _ => leader,
+                    };
+                    Ok::<_, etcd_process::Error>((member, leader))
+                })
+                .await?;
+                let c = cluster.clone();
+                let t = now_ns();
+                blocking("stopping an etcd member", move || {
+                    if kill {
+                        lock(&c).kill(member);
+                        Ok(())
+                    } else {
+                        lock(&c).pause(member)
+                    }
+                })
+                .await?;
+                // The raft leader gone, nobody can lead until the others
+                // have elected another; a follower gone costs nothing.
+                let (until, elected) = if member == leader {
+                    let c = cluster.clone();
+                    let elected = blocking("another etcd member leads", move || {
+                        lock(&c).wait_for_leader(TOPOLOGY_WAIT).map(|_| ())
+                    })
+                    .await;
+                    (now_ns(), elected)
+                } else {
+                    (t, Ok(()))
+                };
+                store_down = Some(member == leader);
+                if elected.is_ok() {
+                    tokio::time::sleep(hold).await;
+                }
+                let c = cluster.clone();
+                let back = blocking("the etcd member runs again", move || {
+                    if kill {
+                        lock(&c).restart(member)
+                    } else {
+                        lock(&c).resume(member)
+                    }
+                })
+                .await;
+                elected?;
+                back?;
+                (t, until)
+            }
+            (Store::Etcd(cluster), "etcd-restart-all") => {
+                let c = cluster.clone();
+                let t = now_ns();
+                blocking("killing every etcd member", move || {
+                    lock(&c).kill_all();
+                    Ok::<_, etcd_process::Error>(())
+                })
+                .await?;
+                tokio::time::sleep(hold).await;
+                let c = cluster.clone();
+                blocking("every etcd member starts again", move || {
+                    let mut c = lock(&c);
+                    c.restart_all()?;
+                    c.wait_for_leader(TOPOLOGY_WAIT)
+                })
+                .await?;
+                store_down = Some(true);
+                (t, now_ns())
+            }
+            (Store::Etcd(cluster), "etcd-compact") => {
+                let c = cluster.clone();
+                let t = now_ns();
+                blocking("compacting etcd", move || lock(&c).compact_now()).await?;
+                store_down = Some(false);
+                (t, now_ns())
+            }
+            (store, kind) => {
+                let topology = match store {
+                    Store::Single { .. } => Topology::Single,
+                    Store::Sentinel(_) => Topology::Sentinel,
+                    Store::Cluster(_) => Topology::Cluster,
+                    Store::Etcd(_) => Topology::Etcd,
+                };
+                return Err(topology
+                    .refusal(kind)
+                    .unwrap_or_else(|| format!("fault {kind} is not a fault of the store")));
             }
         };
         self.log.record(&Event::Fault {
@@ -952,6 +1351,7 @@ impl Harness {
             target,
             t,
             until,
+            store_down,
         });
         self.store.settle().await?;
         for pid in self.store.pids() {
@@ -987,10 +1387,10 @@ impl Harness {
         }
     }
 
-    /// Set instance `index`'s link (single topology; elsewhere there is no
-    /// proxy, and the kinds that use it are not drawn).
+    /// Set instance `index`'s links, all of them (single and etcd; elsewhere
+    /// there is no proxy, and the kinds that use them are not drawn).
     fn set_link(&self, index: usize, mode: Mode) {
-        if let Some(proxy) = &self.slots[index].proxy {
+        for proxy in &self.slots[index].links {
             proxy.set(mode);
         }
     }
@@ -1018,6 +1418,7 @@ impl Harness {
                 .await?;
                 (format!("redis://127.0.0.1:{port}"), "SPUBLISH")
             }
+            Store::Etcd(_) => return Err(Topology::Etcd.refusal("forged").unwrap_or_default()),
         };
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         let mut conn = client
@@ -1113,6 +1514,17 @@ impl Harness {
             .command(&["LRANGE", "resource:accepted", "0", "-1"])
             .unwrap_or_default();
         let _ = std::fs::write(self.config.out.join("resource.txt"), accepted);
+        // etcd members log errors only; kept as evidence beside the run's
+        // logs (their directories go with the cluster).
+        if let Store::Etcd(cluster) = &self.store {
+            let cluster = lock(cluster);
+            for member in 0..cluster.members() {
+                let _ = std::fs::copy(
+                    cluster.dir(member).join("etcd.log"),
+                    self.config.out.join(format!("etcd-m{member}.log")),
+                );
+            }
+        }
     }
 }
 

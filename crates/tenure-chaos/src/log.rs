@@ -54,11 +54,17 @@ pub enum Event {
         ok: bool,
     },
     /// A fault injected by the harness (`target` empty for Redis-wide faults).
+    /// `store_down`: whether the election's store could not serve from `t`
+    /// to `until` (written for faults of etcd, whose kinds may or may not
+    /// stop the store: a killed raft leader does, a killed follower does
+    /// not); absent, the checker decides by kind.
     Fault {
         kind: String,
         target: String,
         t: u64,
         until: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        store_down: Option<bool>,
     },
     /// An instance process ended: `how` is `exit:N`, `signal:N`, or `killed`
     /// (by the harness).

@@ -38,8 +38,10 @@ enum Command {
         duration: Duration,
         #[arg(long, default_value_t = 5)]
         instances: usize,
-        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-        ttl: Duration,
+        /// The lease ttl (default: 1s on Redis; 2s on etcd, whose leases
+        /// count whole seconds).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        ttl: Option<Duration>,
         /// Where logs, report and timeline go.
         #[arg(long, default_value = "target/chaos")]
         out: PathBuf,
@@ -52,9 +54,10 @@ enum Command {
         escaping_cmd: bool,
         /// Where the election's data lives: one redis-server behind a proxy
         /// per instance, a Sentinel group (a primary, a replica, three
-        /// sentinels; `redis+sentinel://`), or a Redis Cluster (three
-        /// primaries, three replicas; `redis+cluster://`).
-        #[arg(long, value_enum, default_value_t = harness::Topology::Single)]
+        /// sentinels; `redis+sentinel://`), a Redis Cluster (three
+        /// primaries, three replicas; `redis+cluster://`), or an etcd
+        /// cluster (three members, three proxies per instance; `etcd://`).
+        #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
         topology: harness::Topology,
         /// Sentinel: run the group with Redis's defaults (one replica,
         /// `min-replicas-to-write 0`, down after 1 s) instead of the
@@ -66,10 +69,13 @@ enum Command {
         /// Fault kinds to draw from (comma-separated). Default: every kind
         /// of the mode and topology (library mode: all but
         /// `pause-tenure-only` and `kill-guardian`; CLI mode: all but churn,
-        /// rollback, mixed-ttl and dup-id; single: all but the sentinel-*
-        /// and cluster-* kinds; sentinel and cluster: their own kinds and
-        /// kill, pause, graceful, churn, dup-id, forged, not the faults of
-        /// the whole Redis or of the proxies).
+        /// rollback, mixed-ttl and dup-id; single: all but the sentinel-*,
+        /// cluster-* and etcd-* kinds; sentinel and cluster: their own kinds
+        /// and kill, pause, graceful, churn, dup-id, forged, not the faults
+        /// of the whole Redis or of the proxies; etcd: its own kinds and
+        /// kill, pause, cut, drop, delay, graceful, churn, dup-id, and
+        /// mixed-ttl when half the ttl is whole seconds, not restart, stall,
+        /// rollback or forged, which are faults of Redis).
         #[arg(long, value_delimiter = ',')]
         faults: Vec<String>,
         /// Unsafe: instances ignore their local deadline (the checker must object).
@@ -91,6 +97,7 @@ enum Command {
     Check {
         #[arg(default_value = "target/chaos")]
         dir: PathBuf,
+        /// The run's ttl (2s for an etcd run that did not set one).
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         ttl: Duration,
     },
@@ -197,8 +204,13 @@ fn main() {
                 unsafe_issue_9_bugs,
                 require_live,
             } => {
+                let ttl = ttl.unwrap_or(topology.default_ttl());
+                if let Some(why) = topology.refuse_ttl(ttl) {
+                    eprintln!("tenure-chaos: {why}");
+                    return 2;
+                }
                 let faults: Vec<String> = if faults.is_empty() {
-                    harness::default_kinds(topology, cli.is_some())
+                    harness::default_kinds(topology, cli.is_some(), ttl)
                 } else {
                     faults
                 };
@@ -221,9 +233,18 @@ fn main() {
                     eprintln!("tenure-chaos: fault {bad:?} needs library mode (no --cli)");
                     return 2;
                 }
-                if let Some(bad) = faults.iter().find(|f| !topology.fits(f)) {
-                    let needed = harness::Topology::of_kind(bad).map_or("?", |t| t.name());
-                    eprintln!("tenure-chaos: fault {bad:?} needs --topology {needed}");
+                if let Some(why) = faults.iter().find_map(|f| topology.refusal(f)) {
+                    eprintln!("tenure-chaos: {why}");
+                    return 2;
+                }
+                if faults.iter().any(|f| f == "mixed-ttl") && !topology.fits_mixed_ttl(ttl) {
+                    eprintln!(
+                        "tenure-chaos: mixed-ttl runs every second instance at half the ttl, \
+                         and half of {} does not suit {}: use a ttl of 2s or more, in even \
+                         seconds",
+                        humantime::format_duration(ttl),
+                        topology.name()
+                    );
                     return 2;
                 }
                 let config = harness::RunConfig {

@@ -33,6 +33,10 @@ fn fault_colour(kind: &str) -> &'static str {
         "forged" => "slategray",
         "pause-tenure-only" => "goldenrod",
         "kill-guardian" => "deeppink",
+        "etcd-kill-member" => "firebrick",
+        "etcd-pause-member" => "chocolate",
+        "etcd-restart-all" => "darkmagenta",
+        "etcd-compact" => "cadetblue",
         _ => "gray",
     }
 }
@@ -100,6 +104,7 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
             target,
             t,
             until,
+            ..
         } = event
         {
             let (x0, x1) = (x(*t), x((*until).max(*t)));
