@@ -5,7 +5,12 @@
 //! leader change and a restart of the whole cluster: the store never "forgets"
 //! a lease the way a Redis primary without its replica's last writes does.
 //! That is what makes it the backend for work that must never see two
-//! leaders at once (and why no start-up hold-off is needed here).
+//! leaders at once (and why no start-up hold-off is needed here), with one
+//! exception in etcd itself: before the fix of etcd issue #15247
+//! (backported to 3.4 and 3.5 in February 2024), a raft leader that stalls
+//! and resumes may revoke a lease its successor has just renewed. The
+//! fault-injection suite finds it on Debian's 3.4.23 by pausing members;
+//! fencing tokens make it harmless.
 //!
 //! **Layout.** Election `NAME` under prefix `PREFIX` is the key
 //! `PREFIX/NAME`, created in a transaction only if it does not exist
