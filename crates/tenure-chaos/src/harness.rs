@@ -260,14 +260,14 @@ impl Topology {
         }
         Some(match kind {
             "restart" => {
-                "a Redis restart loses every lease, while etcd members keep their data across                  restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means                  restoring a snapshot, with --bump-revision as the README requires"
+                "a Redis restart loses every lease, while etcd members keep their data across restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means restoring a snapshot, with --bump-revision as the README requires"
             }
             "rollback" => {
-                "it restarts Redis from an older SAVEd snapshot, while an etcd member restarts                  from its own write-ahead log, never from an older state"
+                "it restarts Redis from an older SAVEd snapshot, while an etcd member restarts from its own write-ahead log, never from an older state"
             }
             "stall" => "CLIENT PAUSE is a Redis command (etcd-pause-member stalls etcd members)",
             "forged" => {
-                "it forges Redis pub/sub announcements, while etcd's are watch events on the                  election's key, which only a client allowed to write that key can cause"
+                "it forges Redis pub/sub announcements, while etcd's are watch events on the election's key, which only a client allowed to write that key can cause"
             }
             _ => return None,
         })
@@ -320,7 +320,7 @@ impl Topology {
     pub fn refuse_ttl(self, ttl: Duration) -> Option<String> {
         (self == Topology::Etcd && !whole_seconds(ttl)).then(|| {
             format!(
-                "--ttl {} does not suit etcd, whose leases count whole seconds: use 1s or more,                  in whole seconds",
+                "--ttl {} does not suit etcd, whose leases count whole seconds: use 1s or more, in whole seconds",
                 humantime::format_duration(ttl)
             )
         })
