@@ -54,6 +54,10 @@ pub enum Command {
     Status(StatusArgs),
     /// Print every change of leader of an election, live, until interrupted.
     Watch(WatchArgs),
+    /// Campaign for each --election and tell local programs over HTTP
+    /// whether they may act as leader, with the fencing token and the time
+    /// left (a sidecar for services in any language).
+    Serve(ServeArgs),
     /// Show tenure at work: elections, a crash, a handover, fencing tokens.
     Demo(DemoArgs),
     /// Print a shell completion script (e.g. `tenure completions bash > /etc/bash_completion.d/tenure`).
@@ -237,6 +241,57 @@ pub enum CgroupMode {
     Require,
     /// Never: only process groups and subreapers contain CMD.
     Off,
+}
+
+/// The default address of `tenure serve`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// An election to campaign for; repeat the flag for several (in
+    /// TENURE_ELECTIONS, separate names with commas).
+    #[arg(
+        long = "election",
+        env = "TENURE_ELECTIONS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub elections: Vec<String>,
+
+    #[command(flatten)]
+    pub redis: RedisArgs,
+
+    /// Serve the API on this address (a bare port binds 127.0.0.1). Any other
+    /// than a loopback address needs --auth-token-file or TENURE_AUTH_TOKEN.
+    #[arg(long, env = "TENURE_LISTEN", default_value = DEFAULT_LISTEN, value_parser = parse_listen_addr)]
+    pub listen: SocketAddr,
+
+    /// Require `Authorization: Bearer TOKEN` on POST requests, with TOKEN
+    /// read from this file (one trailing newline is ignored). The token can
+    /// come from the variable TENURE_AUTH_TOKEN instead (never a flag: flags
+    /// show in `ps`).
+    #[arg(long, env = "TENURE_AUTH_TOKEN_FILE")]
+    pub auth_token_file: Option<PathBuf>,
+
+    /// Lease time-to-live.
+    #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub ttl: Duration,
+
+    /// How often the leader renews (default: ttl/3).
+    #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub renew_every: Option<Duration>,
+
+    /// The largest ttl any instance of these elections uses (default: --ttl).
+    #[arg(long, env = "TENURE_MAX_TTL", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub max_ttl: Option<Duration>,
+
+    /// Safety margin subtracted from the ttl for the local deadline (default: ttl/10, at most 2s).
+    #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub margin: Option<Duration>,
+
+    /// This instance's id (default: hostname plus 128 random bits).
+    #[arg(long, env = "TENURE_ID")]
+    pub id: Option<String>,
 }
 
 #[derive(Debug, Args)]

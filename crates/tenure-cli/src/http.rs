@@ -1,5 +1,7 @@
-//! The operations endpoint of `tenure run --metrics-addr`: Prometheus
-//! metrics, liveness and readiness.
+//! The HTTP side of the `tenure` command: the operations endpoint of
+//! `tenure run --metrics-addr` (Prometheus metrics, liveness, readiness)
+//! here, and the server both it and `tenure serve`'s API ([`crate::api`])
+//! run on.
 //!
 //! `/healthz` fails when the run loop is wedged (like client-go's leader
 //! election health adaptor): this instance still runs CMD as leader although
@@ -7,7 +9,7 @@
 //! never allows. `/readyz` succeeds once Redis was reached and the election
 //! is running.
 //!
-//! Three GET routes need no router: this is hyper's HTTP/1 server with a
+//! A handful of routes need no router: this is hyper's HTTP/1 server with a
 //! `match` on the path. What keeps it answering under abuse (20,000 idle
 //! connections exhausted the file descriptors before) is hyper's and
 //! tokio's, not hand-written parsing:
@@ -19,12 +21,18 @@
 //!   free their slot quickly;
 //! - connections are not kept alive, and each is closed after
 //!   [`Limits::lifetime`] whatever it is doing (a client that never reads
-//!   its response).
+//!   its response, or an event stream: its client reconnects).
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -33,6 +41,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::exit::{Failure, USAGE};
 
@@ -119,7 +128,34 @@ impl Default for Limits {
     }
 }
 
-/// Bind `addr` and serve the endpoint in the background.
+/// A response body: a whole text, or a stream (server-sent events).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// What a server answers: one response per request.
+pub type Handler = Arc<
+    dyn Fn(Request<hyper::body::Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// A response with a whole body.
+pub fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()).boxed());
+    *response.status_mut() = status;
+    if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}
+
+/// A plain-text response.
+pub fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    respond(status, "text/plain; charset=utf-8", body.into())
+}
+
+/// Bind `addr` and serve `tenure run`'s operations endpoint in the background.
 pub async fn serve(
     addr: SocketAddr,
     metrics: PrometheusHandle,
@@ -137,20 +173,38 @@ pub async fn serve_with(
     slack: Duration,
     limits: Limits,
 ) -> Result<SocketAddr, Failure> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| Failure::new(USAGE, format!("cannot listen on {addr} for metrics: {e}")))?;
-    let bound = listener
-        .local_addr()
-        .map_err(|e| Failure::new(USAGE, format!("cannot listen on {addr} for metrics: {e}")))?;
     let routes = Arc::new(Routes {
         metrics,
         health,
         slack,
     });
-    tokio::spawn(accept_loop(listener, routes, limits));
+    let handler: Handler = Arc::new(move |request| {
+        let response = routes.answer(&request);
+        Box::pin(std::future::ready(response))
+    });
+    let (bound, _connections) = listen(addr, "metrics", handler, limits).await?;
     tracing::info!(addr = %bound, "serving /metrics, /healthz, /readyz");
     Ok(bound)
+}
+
+/// Bind `addr` and answer every request on it with `handler`, in the
+/// background. `what` names the endpoint in errors. The tracker counts the
+/// open connections, so that a shutdown can let them finish.
+pub async fn listen(
+    addr: SocketAddr,
+    what: &str,
+    handler: Handler,
+    limits: Limits,
+) -> Result<(SocketAddr, TaskTracker), Failure> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::new(USAGE, format!("cannot listen on {addr} for {what}: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Failure::new(USAGE, format!("cannot listen on {addr} for {what}: {e}")))?;
+    let connections = TaskTracker::new();
+    tokio::spawn(accept_loop(listener, handler, limits, connections.clone()));
+    Ok((bound, connections))
 }
 
 struct Routes {
@@ -160,31 +214,29 @@ struct Routes {
 }
 
 impl Routes {
-    fn answer<B>(&self, request: &Request<B>) -> Response<String> {
-        let (status, body) = match (request.method(), request.uri().path()) {
-            (&Method::GET, "/metrics") => (StatusCode::OK, self.metrics.render()),
+    fn answer<B>(&self, request: &Request<B>) -> Response<Body> {
+        match (request.method(), request.uri().path()) {
+            (&Method::GET, "/metrics") => text(StatusCode::OK, self.metrics.render()),
             (&Method::GET, "/healthz") => match self.health.check_live(self.slack) {
-                Ok(()) => (StatusCode::OK, "ok\n".to_string()),
-                Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("wedged: {why}\n")),
+                Ok(()) => text(StatusCode::OK, "ok\n"),
+                Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("wedged: {why}\n")),
             },
-            (&Method::GET, "/readyz") if self.health.ready() => {
-                (StatusCode::OK, "ready\n".to_string())
-            }
-            (&Method::GET, "/readyz") => {
-                (StatusCode::SERVICE_UNAVAILABLE, "starting\n".to_string())
-            }
+            (&Method::GET, "/readyz") if self.health.ready() => text(StatusCode::OK, "ready\n"),
+            (&Method::GET, "/readyz") => text(StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
             (_, "/metrics" | "/healthz" | "/readyz") => {
-                (StatusCode::METHOD_NOT_ALLOWED, "GET only\n".to_string())
+                text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n")
             }
-            _ => (StatusCode::NOT_FOUND, "not found\n".to_string()),
-        };
-        let mut response = Response::new(body);
-        *response.status_mut() = status;
-        response
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        }
     }
 }
 
-async fn accept_loop(listener: TcpListener, routes: Arc<Routes>, limits: Limits) {
+async fn accept_loop(
+    listener: TcpListener,
+    handler: Handler,
+    limits: Limits,
+    connections: TaskTracker,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     loop {
         let stream = match listener.accept().await {
@@ -193,20 +245,21 @@ async fn accept_loop(listener: TcpListener, routes: Arc<Routes>, limits: Limits)
                 // Out of file descriptors, or a connection reset before it
                 // was accepted: neither ends the endpoint. The pause keeps a
                 // persistent error from spinning.
-                tracing::debug!(error = %err, "metrics endpoint: accept failed");
+                tracing::debug!(error = %err, "http endpoint: accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             // Dropping the stream closes it at once.
-            tracing::debug!("metrics endpoint: connection limit reached; closing a new connection");
+            tracing::debug!("http endpoint: connection limit reached; closing a new connection");
             continue;
         };
-        let routes = routes.clone();
-        tokio::spawn(async move {
+        let handler = handler.clone();
+        connections.spawn(async move {
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
-                std::future::ready(Ok::<_, std::convert::Infallible>(routes.answer(&request)))
+                let response = handler(request);
+                async move { Ok::<_, Infallible>(response.await) }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -216,10 +269,10 @@ async fn accept_loop(listener: TcpListener, routes: Arc<Routes>, limits: Limits)
             match tokio::time::timeout(limits.lifetime, connection).await {
                 Ok(Ok(())) => {}
                 Ok(Err(err)) => {
-                    tracing::debug!(error = %err, "metrics endpoint: connection failed")
+                    tracing::debug!(error = %err, "http endpoint: connection failed")
                 }
                 Err(_) => {
-                    tracing::debug!("metrics endpoint: connection outlived its lifetime; closed")
+                    tracing::debug!("http endpoint: connection outlived its lifetime; closed")
                 }
             }
             drop(slot);

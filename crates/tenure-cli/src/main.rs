@@ -3,6 +3,8 @@
 //! - `run` ([`run`]) makes any command a cluster-wide singleton, with
 //!   process supervision in [`supervisor`] and [`guardian`] and the
 //!   operations endpoint in [`http`];
+//! - `serve` ([`serve`]) tells local programs in any language over HTTP
+//!   ([`api`]) whether they lead;
 //! - `status` and `watch` ([`observe`]) look at elections;
 //! - `demo` ([`demo`]) shows the whole thing on a private Redis;
 //! - `completions` and `man` print what clap_complete and clap_mangen
@@ -12,6 +14,7 @@
 //! ([`password`]).
 #![forbid(unsafe_code)]
 
+mod api;
 mod cli;
 mod demo;
 mod exit;
@@ -22,6 +25,7 @@ mod observe;
 mod output;
 mod password;
 mod run;
+mod serve;
 mod supervisor;
 
 use std::ffi::OsStr;
@@ -80,6 +84,7 @@ fn main() {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => observe::status(args).await,
             Command::Watch(args) => observe::watch(args).await,
+            Command::Serve(args) => serve::serve(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::Guardian(_) | Command::Completions { .. } | Command::Man => Ok(exit::OK),
         }
@@ -118,6 +123,7 @@ fn read_password_file(command: &mut Command) -> Result<(), exit::Failure> {
         Command::Run(args) => &mut args.redis,
         Command::Status(args) => &mut args.redis,
         Command::Watch(args) => &mut args.redis,
+        Command::Serve(args) => &mut args.redis,
         Command::Demo(args) => {
             args.url = cli::store_url(args.url.as_deref(), None);
             if let Some(url) = &args.url {

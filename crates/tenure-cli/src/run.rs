@@ -332,7 +332,7 @@ fn cannot_start(err: std::io::Error) -> Failure {
 /// Resolves on SIGTERM, SIGINT or SIGHUP: each asks `tenure run` to stop CMD
 /// and release the lease. (SIGHUP too: a closed terminal or a reloading
 /// supervisor must not end tenure without a release.)
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let kinds = [
         SignalKind::terminate(),

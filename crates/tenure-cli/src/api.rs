@@ -1,0 +1,414 @@
+//! The HTTP API of `tenure serve`. Its paths and JSON fields are a
+//! contract: programs in any language depend on them.
+//!
+//! - `GET /v1/elections/NAME`: `{"election", "is_leader", "token", "leader",
+//!   "deadline_ms"}`, computed at the moment of the answer;
+//! - `GET /v1/elections/NAME/events`: the same, as server-sent events, one
+//!   per change (a term begins, this instance's term is renewed, a term
+//!   ends, another holder is seen), ending after the event that ends the
+//!   term the stream began in;
+//! - `POST /v1/elections/NAME/resign[?rejoin=now]`;
+//! - `GET /v1/elections`: the names served;
+//! - `GET /healthz`, `GET /readyz[?leader=NAME]`, `GET /metrics`.
+//!
+//! The one rule for clients: act only while `deadline_ms > 0`, counted down
+//! on the client's own clock from the moment the answer arrived, and pass
+//! `token` to fenced writes. Everything here serves that rule: `deadline_ms`
+//! is read from the term's local deadline when the answer is written (not
+//! from a cached flag), is rounded down, and is 0 as soon as the term may no
+//! longer act, whether or not the seat has noticed yet.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::Frame;
+use hyper::{Method, Request, Response, StatusCode};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+use tokio::time::Instant;
+
+use tokio_util::task::TaskTracker;
+
+use crate::exit::Failure;
+use crate::http::{self, Body, Handler, Limits};
+use crate::serve::{Rejoin, Resigned, Seat, Seats, View};
+
+/// How often an idle event stream carries a comment, so that proxies and
+/// clients can tell a quiet stream from a dead one.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// A seat whose term passed its deadline this long ago without the seat
+/// noticing is wedged (`/healthz` fails).
+const WEDGED_AFTER: Duration = Duration::from_secs(2);
+
+/// Bind `addr` and serve the API for `seats` in the background. The
+/// tracker counts open connections: event streams end when their seat's
+/// views end, so a shutdown can wait for the last event to be written.
+pub async fn listen(
+    addr: SocketAddr,
+    seats: Seats,
+    bearer: Option<String>,
+    metrics: PrometheusHandle,
+) -> Result<(SocketAddr, TaskTracker), Failure> {
+    let api = std::sync::Arc::new(Api {
+        seats,
+        bearer,
+        metrics,
+    });
+    let handler: Handler = std::sync::Arc::new(move |request| {
+        let api = api.clone();
+        Box::pin(async move { api.answer(request).await })
+    });
+    let limits = Limits {
+        // Every worker of every election may hold an event stream.
+        max_connections: 256,
+        header_read: Duration::from_secs(5),
+        // Event streams are closed after this too; clients reconnect and
+        // get the current state first.
+        lifetime: Duration::from_secs(600),
+    };
+    http::listen(addr, "the API", handler, limits).await
+}
+
+struct Api {
+    seats: Seats,
+    bearer: Option<String>,
+    metrics: PrometheusHandle,
+}
+
+/// What a request under `/v1/elections/` asks for.
+enum Route<'a> {
+    State(&'a Seat),
+    Events(&'a Seat),
+    Resign(&'a Seat),
+}
+
+impl Api {
+    async fn answer<B>(&self, request: Request<B>) -> Response<Body> {
+        let path = request.uri().path();
+        let query = request.uri().query().unwrap_or("");
+        let method = request.method();
+        match path {
+            "/healthz" | "/readyz" | "/metrics" | "/v1/elections" if method != Method::GET => {
+                return error(StatusCode::METHOD_NOT_ALLOWED, "use GET");
+            }
+            "/healthz" => return self.healthz(),
+            "/readyz" => return self.readyz(query),
+            "/metrics" => return http::text(StatusCode::OK, self.metrics.render()),
+            "/v1/elections" => {
+                let names: Vec<&String> = self.seats.keys().collect();
+                return json_response(StatusCode::OK, &json!({ "elections": names }));
+            }
+            _ => {}
+        }
+        let Some(route) = path
+            .strip_prefix("/v1/elections/")
+            .map(|rest| self.route(rest))
+        else {
+            return error(StatusCode::NOT_FOUND, "no such path");
+        };
+        let route = match route {
+            Ok(route) => route,
+            Err(name) => {
+                return error(StatusCode::NOT_FOUND, &format!("unknown election {name:?}"))
+            }
+        };
+        match (route, method) {
+            (Route::State(seat), &Method::GET) => {
+                let view = seat.view.borrow().clone();
+                let body = format!("{}\n", to_json(&state(seat, &view)));
+                http::respond(StatusCode::OK, "application/json", body)
+            }
+            (Route::Events(seat), &Method::GET) => events(seat.clone()),
+            (Route::Resign(seat), &Method::POST) => {
+                if !self.authorized(&request) {
+                    return unauthorized();
+                }
+                let rejoin = match param(query, "rejoin").as_deref() {
+                    None | Some("ttl") => Rejoin::AfterTtl,
+                    Some("now") => Rejoin::Now,
+                    Some(other) => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            &format!("rejoin={other:?}: use rejoin=now, or leave it out to campaign again after one ttl"),
+                        )
+                    }
+                };
+                match seat.resign(rejoin).await {
+                    Resigned::Term(token) => json_response(
+                        StatusCode::OK,
+                        &json!({ "election": seat.name, "resigned": true, "token": token }),
+                    ),
+                    Resigned::NotLeading => error(
+                        StatusCode::CONFLICT,
+                        &format!("this instance does not lead {:?}", seat.name),
+                    ),
+                    Resigned::Failed(why) => error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("the term ended, but its lease could not be released (it lapses at its ttl): {why}"),
+                    ),
+                }
+            }
+            (Route::Resign(_), _) => error(StatusCode::METHOD_NOT_ALLOWED, "use POST"),
+            (_, _) => error(StatusCode::METHOD_NOT_ALLOWED, "use GET"),
+        }
+    }
+
+    /// The seat a path below `/v1/elections/` names, or the name not found.
+    /// A name is percent-decoded, and may itself contain `/`.
+    fn route<'a>(&'a self, rest: &str) -> Result<Route<'a>, String> {
+        let seat = |raw: &str| {
+            let name = decode(raw);
+            self.seats.get(&name).ok_or(name)
+        };
+        if let Ok(found) = seat(rest) {
+            return Ok(Route::State(found));
+        }
+        if let Some(name) = rest.strip_suffix("/events") {
+            return seat(name).map(Route::Events);
+        }
+        if let Some(name) = rest.strip_suffix("/resign") {
+            return seat(name).map(Route::Resign);
+        }
+        Err(decode(rest))
+    }
+
+    /// Whether a POST may proceed: always without a configured token; else
+    /// only with `Authorization: Bearer TOKEN`.
+    fn authorized<B>(&self, request: &Request<B>) -> bool {
+        let Some(expected) = &self.bearer else {
+            return true;
+        };
+        let given = request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .unwrap_or("");
+        bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+    }
+
+    fn healthz(&self) -> Response<Body> {
+        let now = Instant::now();
+        for seat in self.seats.values() {
+            let view = seat.view.borrow();
+            if let Some(term) = &view.term {
+                if now > term.deadline() + WEDGED_AFTER {
+                    return http::text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "wedged: election {:?} still holds term {} {:?} past its deadline\n",
+                            seat.name,
+                            term.token(),
+                            now - term.deadline()
+                        ),
+                    );
+                }
+            }
+        }
+        http::text(StatusCode::OK, "ok\n")
+    }
+
+    fn readyz(&self, query: &str) -> Response<Body> {
+        let Some(name) = param(query, "leader") else {
+            return http::text(StatusCode::OK, "ready\n");
+        };
+        let Some(seat) = self.seats.get(&name) else {
+            return error(StatusCode::NOT_FOUND, &format!("unknown election {name:?}"));
+        };
+        let leads = seat
+            .view
+            .borrow()
+            .term
+            .as_ref()
+            .is_some_and(|term| term.is_leader());
+        if leads {
+            http::text(StatusCode::OK, "leader\n")
+        } else {
+            http::text(StatusCode::SERVICE_UNAVAILABLE, "not the leader\n")
+        }
+    }
+}
+
+/// The contract's JSON object, fields in the documented order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct State<'a> {
+    pub election: &'a str,
+    pub is_leader: bool,
+    pub token: Option<u64>,
+    pub leader: Option<&'a str>,
+    pub deadline_ms: Option<u64>,
+}
+
+/// The state of `seat` as of now.
+pub fn state<'a>(seat: &'a Seat, view: &'a View) -> State<'a> {
+    let (leading, token, left) = match &view.term {
+        Some(term) => {
+            // Rounded down: a client never acts a millisecond too long.
+            let left = if term.is_leader() {
+                term.remaining().as_millis() as u64
+            } else {
+                0
+            };
+            (left > 0, Some(term.token()), Some(left))
+        }
+        None => (false, None, None),
+    };
+    let leader = if leading {
+        Some(seat.id.as_str())
+    } else {
+        view.holder.as_ref().map(|(id, _)| id.as_str())
+    };
+    State {
+        election: &seat.name,
+        is_leader: leading,
+        token,
+        leader,
+        deadline_ms: left,
+    }
+}
+
+fn to_json(state: &State<'_>) -> String {
+    // Serializing plain strings and numbers cannot fail.
+    serde_json::to_string(state).unwrap_or_default()
+}
+
+/// Which term a view belongs to, for an event stream: the holder, and
+/// whether it is this instance leading.
+fn term_of(seat: &Seat, view: &View) -> (Option<(String, u64)>, bool) {
+    match &view.term {
+        Some(term) if term.is_leader() => (Some((seat.id.clone(), term.token())), true),
+        _ => (view.holder.clone(), false),
+    }
+}
+
+/// The event stream of `seat`: its state now, then one event per change,
+/// until the event that ends the term it began in.
+fn events(seat: Seat) -> Response<Body> {
+    struct Stream {
+        seat: Seat,
+        began_in: Option<(Option<(String, u64)>, bool)>,
+        /// What the last event said, less `deadline_ms`, plus the deadline.
+        said: Option<(String, Option<Instant>)>,
+        done: bool,
+        keep_alive: tokio::time::Interval,
+    }
+    let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
+    keep_alive.reset();
+    let stream = Stream {
+        seat,
+        began_in: None,
+        said: None,
+        done: false,
+        keep_alive,
+    };
+    let frames = futures_util::stream::unfold(stream, |mut stream| async move {
+        if stream.done {
+            return None;
+        }
+        loop {
+            // A change not yet said, if any.
+            let (event, term, said) = {
+                let view = stream.seat.view.borrow_and_update().clone();
+                let event = state(&stream.seat, &view);
+                let said = State {
+                    deadline_ms: None,
+                    ..event.clone()
+                };
+                (
+                    to_json(&event),
+                    term_of(&stream.seat, &view),
+                    (to_json(&said), view.deadline),
+                )
+            };
+            if stream.said.as_ref() != Some(&said) {
+                let began_in = stream.began_in.get_or_insert_with(|| term.clone());
+                stream.done = *began_in != term;
+                stream.said = Some(said);
+                let frame = format!("data: {event}\n\n");
+                return Some((Bytes::from(frame), stream));
+            }
+            // Nothing new: wait for a change, the deadline of this
+            // instance's term (is_leader turns false then, whether or not
+            // the seat has noticed), or the keep-alive.
+            let deadline = stream
+                .seat
+                .view
+                .borrow()
+                .term
+                .as_ref()
+                .filter(|term| term.is_leader())
+                .map(|term| term.deadline());
+            let at_deadline = async {
+                match deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                changed = stream.seat.view.changed() => {
+                    if changed.is_err() {
+                        // The seat is gone (shutdown): end the stream.
+                        return None;
+                    }
+                }
+                _ = at_deadline => {}
+                _ = stream.keep_alive.tick() => {
+                    return Some((Bytes::from_static(b": keep-alive\n\n"), stream));
+                }
+            }
+        }
+    });
+    let body = BodyExt::boxed(StreamBody::new(frames.map(|bytes| Ok(Frame::data(bytes)))));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-store"),
+    );
+    response
+}
+
+/// 401, for a POST without this server's bearer token.
+fn unauthorized() -> Response<Body> {
+    let mut response = error(
+        StatusCode::UNAUTHORIZED,
+        "POST needs the header `Authorization: Bearer TOKEN` with this server's token",
+    );
+    response.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Bearer"),
+    );
+    response
+}
+
+fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    http::respond(status, "application/json", format!("{value}\n"))
+}
+
+/// A JSON error: `{"error": "..."}`.
+fn error(status: StatusCode, message: &str) -> Response<Body> {
+    json_response(status, &json!({ "error": message }))
+}
+
+fn decode(raw: &str) -> String {
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// The (decoded) value of `key` in a query string.
+fn param(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(k) == key).then(|| decode(v))
+    })
+}

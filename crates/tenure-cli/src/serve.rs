@@ -1,0 +1,383 @@
+//! `tenure serve`: leader election for services in any language.
+//!
+//! `tenure run` serves programs that may run only while they lead. Many
+//! services instead run on every replica all the time and switch
+//! *behaviour* on leadership (a scheduler thread that acts on one replica
+//! only). For them this command campaigns for each named election and
+//! answers, over HTTP on localhost ([`crate::api`]), whether this replica
+//! leads.
+//!
+//! The usual "leader-elector" sidecar hands out a boolean, which is unsafe
+//! the moment it is read: the answer may be stale by the time the program
+//! acts. Every answer here carries what makes acting safe instead:
+//! - `deadline_ms`, how long this instance may still act, computed from the
+//!   term's local deadline at the moment of the answer. A client counts it
+//!   down on its own clock and stops at zero, so a sidecar that dies, a
+//!   stream that breaks or a store that stops answering can only make it
+//!   stop sooner, never act later;
+//! - `token`, the term's fencing token, for writes that a resource can
+//!   refuse when a newer leader wrote first (the only protection against a
+//!   program paused between its check and its write).
+//!
+//! Each election has one *seat*: a task that campaigns, holds the term,
+//! resigns on request and on shutdown, and campaigns again after every loss.
+//! It publishes a [`View`] on a watch channel; the HTTP side only reads views
+//! and sends the seat resign requests, so there is one place where a term
+//! starts and ends, as in the library's keeper.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tenure::{Election, LeaderInfo, Leadership};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ServeArgs;
+use crate::exit::{self, Failure};
+use crate::http;
+
+/// What a seat publishes: its own term, if any, and the holder it last saw.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// This instance's current term. Whether it may still act is read from
+    /// the term itself at the moment of each answer, not from here.
+    pub term: Option<Leadership>,
+    /// The deadline of `term` when this view was published: a renewal
+    /// publishes a new view, so that event streams report it.
+    pub deadline: Option<Instant>,
+    /// The holder (id, token) this instance last saw, itself included.
+    pub holder: Option<(String, u64)>,
+}
+
+/// When a seat campaigns again after a resign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejoin {
+    /// After one ttl, so that another instance takes over.
+    AfterTtl,
+    /// At once (`?rejoin=now`).
+    Now,
+}
+
+/// The answer to a resign request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resigned {
+    /// The term with this token was given up.
+    Term(u64),
+    /// This instance did not lead.
+    NotLeading,
+    /// The lease could not be released (the term ended all the same: it
+    /// lapses at its ttl).
+    Failed(String),
+}
+
+struct ResignRequest {
+    rejoin: Rejoin,
+    reply: oneshot::Sender<Resigned>,
+}
+
+/// One election served: its name, its id, and the seat's channels.
+#[derive(Debug, Clone)]
+pub struct Seat {
+    pub name: String,
+    pub id: String,
+    pub view: watch::Receiver<View>,
+    resigns: mpsc::Sender<ResignRequest>,
+}
+
+impl Seat {
+    /// Ask the seat to give up its term.
+    pub async fn resign(&self, rejoin: Rejoin) -> Resigned {
+        let (reply, answer) = oneshot::channel();
+        let request = ResignRequest { rejoin, reply };
+        if self.resigns.send(request).await.is_err() {
+            return Resigned::NotLeading;
+        }
+        answer.await.unwrap_or(Resigned::NotLeading)
+    }
+}
+
+/// Every seat of this process, by election name.
+pub type Seats = Arc<BTreeMap<String, Seat>>;
+
+pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
+    let token = auth_token(&args)?;
+    if !args.listen.ip().is_loopback() && token.is_none() {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "--listen {} is not a loopback address: give --auth-token-file (or \
+                 TENURE_AUTH_TOKEN) so that only holders of the token can resign",
+                args.listen
+            ),
+        ));
+    }
+    let mut names = args.elections.clone();
+    names.sort();
+    if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!("--election {} is given twice", twice[0]),
+        ));
+    }
+    let metrics = http::install_recorder()?;
+    let store = args.redis.connect().await?;
+    let id = args.id.clone().unwrap_or_else(tenure::instance_id);
+    let shutdown = CancellationToken::new();
+    let mut seats = BTreeMap::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    // Dropped (and so aborted) when this returns: they never end by themselves.
+    let mut followers = tokio::task::JoinSet::new();
+    for name in &args.elections {
+        let election = build_election(&args, &store, name, &id).await?;
+        let (publish, view) = watch::channel(View::default());
+        let (resigns, requests) = mpsc::channel(8);
+        seats.insert(
+            name.clone(),
+            Seat {
+                name: name.clone(),
+                id: id.clone(),
+                view,
+                resigns,
+            },
+        );
+        followers.spawn(follow_holder(election.clone(), publish.clone()));
+        tasks.spawn(keep_seat(election, publish, requests, shutdown.clone()));
+    }
+    let seats: Seats = Arc::new(seats);
+    let (bound, connections) = crate::api::listen(args.listen, seats, token, metrics).await?;
+    tracing::info!(addr = %bound, elections = ?args.elections, %id, "serving leader election");
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            crate::run::shutdown_signal().await;
+            tracing::info!("shutdown requested; resigning");
+            shutdown.cancel();
+        }
+    });
+    // A seat ends only on shutdown, or on an error that needs a person
+    // (credentials, ACL, foreign data): then the whole command fails,
+    // loudly, so that its supervisor shows why; the other seats resign.
+    let mut failure = None;
+    while let Some(ended) = tasks.join_next().await {
+        let err = match ended {
+            Ok(Ok(())) => continue,
+            Ok(Err(err)) => err,
+            Err(join) => Failure::new(exit::INTERNAL, format!("an election task failed: {join}")),
+        };
+        shutdown.cancel();
+        failure.get_or_insert(err);
+    }
+    // Every view's sender is gone once the followers are: each event
+    // stream sends its last event (the term ended) and closes. Give them a
+    // moment to be written.
+    drop(followers);
+    connections.close();
+    if tokio::time::timeout(Duration::from_secs(1), connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::debug!("some HTTP connections were still open at exit");
+    }
+    match failure {
+        Some(failure) => Err(failure),
+        None => Ok(exit::OK),
+    }
+}
+
+/// The bearer token for POST requests, if one is configured.
+fn auth_token(args: &ServeArgs) -> Result<Option<String>, Failure> {
+    let token = match (&args.auth_token_file, std::env::var("TENURE_AUTH_TOKEN")) {
+        (Some(_), Ok(_)) => {
+            return Err(Failure::new(
+                exit::USAGE,
+                "give the bearer token by --auth-token-file or by TENURE_AUTH_TOKEN, not both",
+            ))
+        }
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::new(
+                    exit::USAGE,
+                    format!("cannot read --auth-token-file {}: {e}", path.display()),
+                )
+            })?;
+            let token = text.strip_suffix('\n').unwrap_or(&text);
+            let token = token.strip_suffix('\r').unwrap_or(token);
+            if token.is_empty() {
+                return Err(Failure::new(
+                    exit::USAGE,
+                    format!("--auth-token-file {} is empty", path.display()),
+                ));
+            }
+            token.to_string()
+        }
+        (None, Ok(token)) if !token.is_empty() => token,
+        (None, _) => return Ok(None),
+    };
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Failure::new(
+            exit::USAGE,
+            "the bearer token contains white space or control characters",
+        ));
+    }
+    Ok(Some(token))
+}
+
+async fn build_election(
+    args: &ServeArgs,
+    store: &tenure::Store,
+    name: &str,
+    id: &str,
+) -> Result<Election, Failure> {
+    let mut builder = Election::builder(name)
+        .store(store)
+        .prefix(&args.redis.prefix)
+        .ttl(args.ttl)
+        .id(id)
+        .allow_eviction(args.redis.allow_eviction);
+    if let Some(max_ttl) = args.max_ttl {
+        builder = builder.max_ttl(max_ttl);
+    }
+    if let Some(every) = args.renew_every {
+        builder = builder.renew_every(every);
+    }
+    if let Some(margin) = args.margin {
+        builder = builder.margin(margin);
+    }
+    Ok(builder.build().await?)
+}
+
+/// Keep `holder` up to date from the election's announcements and lease
+/// reads (the library's [`Election::watch`]). Never ends.
+async fn follow_holder(election: Election, publish: watch::Sender<View>) -> Result<(), Failure> {
+    let mut changes = Box::pin(election.watch());
+    while let Some(change) = changes.next().await {
+        match change {
+            Ok(leader) => {
+                let holder = leader.map(|LeaderInfo { id, token, .. }| (id, token));
+                publish.send_if_modified(|view| {
+                    // While this instance leads, its own term is the truth.
+                    let leading = view.term.as_ref().is_some_and(Leadership::is_leader);
+                    if leading || view.holder == holder {
+                        return false;
+                    }
+                    view.holder = holder;
+                    true
+                });
+            }
+            Err(err) => {
+                tracing::debug!(election = %election.name(), error = %err, "cannot read the election's holder");
+            }
+        }
+    }
+    std::future::pending().await
+}
+
+/// The seat of one election: campaign, lead until the term ends, campaign
+/// again; resign on request or shutdown. Returns on shutdown, or with an
+/// error that needs a person.
+async fn keep_seat(
+    election: Election,
+    publish: watch::Sender<View>,
+    mut requests: mpsc::Receiver<ResignRequest>,
+    shutdown: CancellationToken,
+) -> Result<(), Failure> {
+    let name = election.name().to_string();
+    // How often a renewal is looked for: a fraction of the renew interval,
+    // so a client that counts down the last deadline it heard is told of
+    // the next one well before it runs out.
+    let poll = (election.renew_every() / 4).max(Duration::from_millis(10));
+    loop {
+        let campaign = election.campaign();
+        tokio::pin!(campaign);
+        let term = loop {
+            tokio::select! {
+                term = &mut campaign => break term?,
+                Some(request) = requests.recv() => {
+                    let _ = request.reply.send(Resigned::NotLeading);
+                }
+                _ = shutdown.cancelled() => {
+                    // The campaign may have won a lease whose reply it never
+                    // read: give it back rather than leave it to lapse.
+                    if let Err(err) = election.release_if_held().await {
+                        tracing::warn!(election = %name, error = %err, "could not check for a lease won by the abandoned campaign");
+                    }
+                    return Ok(());
+                }
+            }
+        };
+        let token = term.token();
+        tracing::info!(election = %name, token, "leading");
+        let mut deadline = term.deadline();
+        publish.send_modify(|view| {
+            view.term = Some(term.clone());
+            view.deadline = Some(deadline);
+            view.holder = Some((term.id().to_string(), token));
+        });
+        let rejoin = loop {
+            tokio::select! {
+                reason = term.lost() => {
+                    tracing::warn!(election = %name, token, %reason, "no longer leading");
+                    break Rejoin::Now;
+                }
+                _ = tokio::time::sleep(poll) => {
+                    let now = term.deadline();
+                    if now != deadline {
+                        deadline = now;
+                        publish.send_modify(|view| view.deadline = Some(now));
+                    }
+                }
+                Some(request) = requests.recv() => {
+                    let answer = match term.resign().await {
+                        Ok(()) => Resigned::Term(token),
+                        Err(err) => Resigned::Failed(err.to_string()),
+                    };
+                    tracing::info!(election = %name, token, "resigned on request");
+                    end_term(&publish, token);
+                    let _ = request.reply.send(answer);
+                    break request.rejoin;
+                }
+                _ = shutdown.cancelled() => {
+                    if let Err(err) = term.resign().await {
+                        tracing::warn!(election = %name, token, error = %err, "could not release the lease; it lapses at its ttl");
+                    }
+                    end_term(&publish, token);
+                    return Ok(());
+                }
+            }
+        };
+        end_term(&publish, token);
+        if rejoin == Rejoin::AfterTtl {
+            // Stand aside for one ttl, so another instance takes over;
+            // requests meanwhile are answered, shutdown ends it.
+            let stand_aside = tokio::time::sleep(election.ttl());
+            tokio::pin!(stand_aside);
+            loop {
+                tokio::select! {
+                    _ = &mut stand_aside => break,
+                    Some(request) = requests.recv() => {
+                        let _ = request.reply.send(Resigned::NotLeading);
+                    }
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Publish that the term `token` is over (if it is the one published).
+fn end_term(publish: &watch::Sender<View>, token: u64) {
+    publish.send_if_modified(|view| {
+        if view.term.as_ref().map(Leadership::token) != Some(token) {
+            return false;
+        }
+        view.term = None;
+        view.deadline = None;
+        if view.holder.as_ref().is_some_and(|(_, held)| *held == token) {
+            view.holder = None;
+        }
+        true
+    });
+}

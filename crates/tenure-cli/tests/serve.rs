@@ -1,0 +1,479 @@
+//! `tenure serve` end to end: real `serve` processes on a private Redis,
+//! spoken to over HTTP the way a program in any language would.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::*;
+
+/// A `tenure serve` process, and the address its log says it bound.
+struct Serve {
+    id: String,
+    child: Child,
+    addr: String,
+    log: std::path::PathBuf,
+}
+
+impl Serve {
+    /// `tenure serve --store URL --election E... --id ID --listen 127.0.0.1:0 EXTRA...`
+    fn start(url: &str, elections: &[&str], id: &str, extra: &[&str], scratch: &Scratch) -> Self {
+        Self::start_with_env(url, elections, id, extra, &[], scratch)
+    }
+
+    fn start_with_env(
+        url: &str,
+        elections: &[&str],
+        id: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        scratch: &Scratch,
+    ) -> Self {
+        let log = scratch.path(&format!("serve-{id}.log"));
+        let log_file = std::fs::File::create(&log).expect("log file");
+        let mut command = tenure();
+        command.args(["serve", "--store", url, "--id", id]);
+        if !extra.contains(&"--listen") {
+            command.args(["--listen", "127.0.0.1:0"]);
+        }
+        for election in elections {
+            command.args(["--election", election]);
+        }
+        let child = command
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file)
+            .spawn()
+            .expect("tenure serve starts");
+        let mut serve = Serve {
+            id: id.to_string(),
+            child,
+            addr: String::new(),
+            log,
+        };
+        let mut addr = None;
+        eventually_or_show(
+            "serve to log the address it listens on",
+            || {
+                addr = listening_on(&serve.log_text());
+                addr.is_some()
+            },
+            || serve.log_text(),
+        );
+        serve.addr = addr.unwrap_or_default();
+        serve
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET /v1/elections/NAME`, as JSON.
+    fn state(&self, election: &str) -> Value {
+        let (status, body) = http_get(&self.addr, &format!("/v1/elections/{election}"));
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str(&body).expect("JSON state")
+    }
+
+    fn leads(&self, election: &str) -> bool {
+        self.state(election)["is_leader"] == Value::Bool(true)
+    }
+
+    fn signal(&self, signal: Signal) {
+        let _ = kill(Pid::from_raw(self.child.id() as i32), signal);
+    }
+
+    /// Wait for exit; the exit code.
+    fn wait(&mut self) -> i32 {
+        let deadline = Instant::now() + HANG;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve {} did not exit; log:\n{}",
+                self.id,
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The address in serve's "serving leader election addr=…" log line.
+fn listening_on(log: &str) -> Option<String> {
+    let line = log
+        .lines()
+        .find(|l| l.contains("serving leader election"))?;
+    let rest = &line[line.find("addr=")? + "addr=".len()..];
+    Some(rest.split_whitespace().next()?.to_string())
+}
+
+/// An HTTP request on a new connection: (status, headers and body).
+fn http(addr: &str, method: &str, path: &str, headers: &[&str]) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("serve accepts");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("Content-Length: 0\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("request sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response)
+}
+
+fn body_json(response: &str) -> Value {
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {response}"))
+}
+
+/// An event stream being read in the background: the events so far, and
+/// whether the server ended it.
+#[derive(Clone, Default)]
+struct Events {
+    seen: Arc<Mutex<(Vec<Value>, bool)>>,
+}
+
+impl Events {
+    fn open(addr: &str, election: &str) -> Self {
+        let events = Events::default();
+        let mut stream = TcpStream::connect(addr).expect("serve accepts");
+        write!(
+            stream,
+            "GET /v1/elections/{election}/events HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+        )
+        .expect("request sent");
+        let seen = events.seen.clone();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stream);
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match lines.read_line(&mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                // Chunked transfer: data lines are whole within a chunk.
+                if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                    if let Ok(event) = serde_json::from_str(data) {
+                        seen.lock().expect("lock").0.push(event);
+                    }
+                }
+            }
+            seen.lock().expect("lock").1 = true;
+        });
+        events
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.seen.lock().expect("lock").0.clone()
+    }
+
+    fn ended(&self) -> bool {
+        self.seen.lock().expect("lock").1
+    }
+}
+
+fn token(state: &Value) -> u64 {
+    state["token"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no token in {state}"))
+}
+
+/// The one of `serves` that leads `election`, once one does.
+fn leader_of<'a>(serves: &[&'a Serve], election: &str) -> &'a Serve {
+    let mut found = None;
+    eventually("one serve instance to lead", || {
+        found = serves.iter().find(|s| s.leads(election)).copied();
+        found.is_some()
+    });
+    found.expect("found")
+}
+
+#[test]
+fn of_two_serve_instances_exactly_one_leads_with_a_token_and_both_name_it() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-one");
+    let a = Serve::start(&redis.url(), &["reports"], "a", &[], &scratch);
+    let b = Serve::start(&redis.url(), &["reports"], "b", &[], &scratch);
+    let leader = leader_of(&[&a, &b], "reports");
+    let follower = if leader.id == "a" { &b } else { &a };
+
+    let led = leader.state("reports");
+    assert_eq!(led["election"], "reports");
+    assert_eq!(led["leader"], leader.id.as_str());
+    assert!(led["deadline_ms"].as_u64().unwrap_or(0) > 0, "{led}");
+    assert!(token(&led) > 0);
+    eventually("the follower to see who leads", || {
+        follower.state("reports")["leader"] == leader.id.as_str()
+    });
+    let followed = follower.state("reports");
+    assert_eq!(followed["is_leader"], false, "{followed}");
+    assert_eq!(followed["token"], Value::Null);
+    assert_eq!(followed["deadline_ms"], Value::Null);
+    assert!(!leader.leads("reports") || !follower.leads("reports"));
+
+    // The leader-only readiness probe and the list of elections.
+    assert_eq!(
+        http_get(&leader.addr, "/readyz?leader=reports").0,
+        200,
+        "the leader is ready for leader-only traffic"
+    );
+    assert_eq!(http_get(&follower.addr, "/readyz?leader=reports").0, 503);
+    assert_eq!(http_get(&follower.addr, "/readyz").0, 200);
+    assert_eq!(http_get(&follower.addr, "/healthz").0, 200);
+    let (_, names) = http_get(&a.addr, "/v1/elections");
+    assert_eq!(
+        serde_json::from_str::<Value>(&names).expect("JSON"),
+        serde_json::json!({"elections": ["reports"]})
+    );
+}
+
+#[test]
+fn sigterm_of_the_leaders_serve_hands_over_before_the_lease_could_expire_and_the_streams_show_it() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-sigterm");
+    // A long lease: a hand-over before it could expire can only be the
+    // resign's doing.
+    let ttl = ["--ttl", "10s"];
+    let mut a = Serve::start(&redis.url(), &["mailer"], "a", &ttl, &scratch);
+    let mut b = Serve::start(&redis.url(), &["mailer"], "b", &ttl, &scratch);
+    let leader = leader_of(&[&a, &b], "mailer").id.clone();
+    let (old, new) = if leader == "a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let old_token = token(&old.state("mailer"));
+    eventually("the follower to see who leads", || {
+        new.state("mailer")["leader"] == old.id.as_str()
+    });
+    let old_events = Events::open(&old.addr, "mailer");
+    let new_events = Events::open(&new.addr, "mailer");
+    eventually("both streams to say who leads", || {
+        old_events.events().len() == 1 && new_events.events().len() == 1
+    });
+    assert_eq!(old_events.events()[0]["is_leader"], true);
+    assert_eq!(new_events.events()[0]["leader"], old.id.as_str());
+
+    let terminated = Instant::now();
+    old.signal(Signal::SIGTERM);
+    eventually_or_show(
+        "the other instance to lead",
+        || new.leads("mailer"),
+        || old.log_text(),
+    );
+    let handover = terminated.elapsed();
+    let took_over = new.state("mailer");
+    assert!(token(&took_over) > old_token, "{took_over}");
+    assert!(
+        handover < Duration::from_secs(9),
+        "took {handover:?}: the lease's expiry, not the resign, ended the term"
+    );
+    println!("hand-over after SIGTERM: {handover:?}");
+    assert_eq!(old.wait(), 0, "{}", old.log_text());
+
+    // The old leader's stream ends with its term; the new leader's stream
+    // reports the change and ends with the term it began in.
+    eventually("the old leader's stream to end", || old_events.ended());
+    let last = old_events.events().last().cloned().expect("events");
+    assert_eq!(last["is_leader"], false, "{:?}", old_events.events());
+    eventually("the new leader's stream to end", || new_events.ended());
+    let changes = new_events.events();
+    let last = changes.last().expect("events");
+    assert_ne!(last["leader"], old.id.as_str(), "{changes:?}");
+}
+
+#[test]
+fn deadline_ms_falls_to_zero_while_redis_is_paused_before_anyone_else_leads() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-pause");
+    let ttl = ["--ttl", "2s"];
+    let a = Serve::start(&redis.url(), &["cleanup"], "a", &ttl, &scratch);
+    let b = Serve::start(&redis.url(), &["cleanup"], "b", &ttl, &scratch);
+    let leader = leader_of(&[&a, &b], "cleanup");
+    let other = if leader.id == "a" { &b } else { &a };
+    let old_token = token(&leader.state("cleanup"));
+
+    // Writes and reads both wait: nobody can renew, nobody can acquire.
+    redis
+        .command(&["CLIENT", "PAUSE", "20000", "ALL"])
+        .expect("CLIENT PAUSE");
+    let mut left = Vec::new();
+    eventually_or_show(
+        "the leader's deadline_ms to reach 0 while Redis is paused",
+        || {
+            let state = leader.state("cleanup");
+            left.push(state["deadline_ms"].as_u64());
+            state["deadline_ms"].as_u64().unwrap_or(0) == 0 && state["is_leader"] == false
+        },
+        || leader.log_text(),
+    );
+    // Nobody else leads, and Redis is still paused (no one could have).
+    assert!(!other.leads("cleanup"));
+    let paused = redis
+        .command(&["CLIENT", "UNPAUSE"])
+        .expect("CLIENT UNPAUSE");
+    assert_eq!(paused, "OK");
+    let counted: Vec<u64> = left.iter().flatten().copied().collect();
+    assert!(
+        counted.windows(2).all(|w| w[1] <= w[0]),
+        "deadline_ms only falls while nothing can renew: {counted:?}"
+    );
+
+    let next = leader_of(&[&a, &b], "cleanup");
+    assert!(token(&next.state("cleanup")) > old_token);
+}
+
+#[test]
+fn post_resign_hands_over_and_answers_409_when_not_leading() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-resign");
+    let a = Serve::start(&redis.url(), &["queue"], "a", &["--ttl", "3s"], &scratch);
+    let b = Serve::start(&redis.url(), &["queue"], "b", &["--ttl", "3s"], &scratch);
+    let leads_a = leader_of(&[&a, &b], "queue").id == "a";
+    let (leader, other) = if leads_a { (a, b) } else { (b, a) };
+    let held = token(&leader.state("queue"));
+
+    let (status, response) = http(&other.addr, "POST", "/v1/elections/queue/resign", &[]);
+    assert_eq!(status, 409, "{response}");
+    assert!(body_json(&response)["error"].is_string(), "{response}");
+    let (status, response) = http(&leader.addr, "GET", "/v1/elections/queue/resign", &[]);
+    assert_eq!(status, 405, "{response}");
+    let (status, response) = http(
+        &leader.addr,
+        "POST",
+        "/v1/elections/queue/resign?rejoin=later",
+        &[],
+    );
+    assert_eq!(status, 400, "{response}");
+
+    let (status, response) = http(&leader.addr, "POST", "/v1/elections/queue/resign", &[]);
+    assert_eq!(status, 200, "{response}");
+    assert_eq!(
+        body_json(&response),
+        serde_json::json!({"election": "queue", "resigned": true, "token": held})
+    );
+    assert!(!leader.leads("queue"), "a resigned term ends at once");
+    eventually("the other instance to take over", || other.leads("queue"));
+    assert!(token(&other.state("queue")) > held);
+
+    // rejoin=now: alone, the instance campaigns again at once and starts
+    // a new term.
+    let mut leader = leader;
+    let taken = token(&other.state("queue"));
+    leader.signal(Signal::SIGTERM);
+    assert_eq!(leader.wait(), 0);
+    let (status, response) = http(
+        &other.addr,
+        "POST",
+        "/v1/elections/queue/resign?rejoin=now",
+        &[],
+    );
+    assert_eq!(status, 200, "{response}");
+    eventually("rejoin=now to campaign again", || other.leads("queue"));
+    assert!(token(&other.state("queue")) > taken);
+}
+
+#[test]
+fn an_unknown_election_is_a_404_with_a_json_error() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-404");
+    let a = Serve::start(&redis.url(), &["known"], "a", &[], &scratch);
+    for (method, path) in [
+        ("GET", "/v1/elections/unknown"),
+        ("GET", "/v1/elections/unknown/events"),
+        ("POST", "/v1/elections/unknown/resign"),
+        ("GET", "/readyz?leader=unknown"),
+    ] {
+        let (status, response) = http(&a.addr, method, path, &[]);
+        assert_eq!(status, 404, "{method} {path}: {response}");
+        assert_eq!(
+            body_json(&response)["error"],
+            "unknown election \"unknown\"",
+            "{method} {path}"
+        );
+    }
+    let (status, response) = http(&a.addr, "GET", "/v2/anything", &[]);
+    assert_eq!(status, 404, "{response}");
+    assert!(body_json(&response)["error"].is_string());
+    // Percent-encoded names are decoded.
+    let (status, response) = http(&a.addr, "GET", "/v1/elections/%6Bnown", &[]);
+    assert_eq!(status, 200, "{response}");
+}
+
+#[test]
+fn a_non_local_bind_needs_a_token_and_post_without_it_is_refused() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-auth");
+    let refused = tenure()
+        .args(["serve", "--store", &redis.url(), "--election", "x"])
+        .args(["--listen", "0.0.0.0:0"])
+        .env_remove("TENURE_AUTH_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("tenure runs");
+    assert_eq!(refused.status.code(), Some(2));
+    let message = one_line(&refused.stderr);
+    assert!(message.contains("--auth-token-file"), "{message}");
+
+    let secret = "s3cret-token-0123456789";
+    let a = Serve::start_with_env(
+        &redis.url(),
+        &["x"],
+        "a",
+        &["--listen", "0.0.0.0:0"],
+        &[("TENURE_AUTH_TOKEN", secret)],
+        &scratch,
+    );
+    let port = a.addr.rsplit(':').next().expect("a port");
+    let addr = format!("127.0.0.1:{port}");
+    eventually("a to lead", || {
+        http_get(&addr, "/v1/elections/x")
+            .1
+            .contains("\"is_leader\":true")
+    });
+    for headers in [
+        &[][..],
+        &["Authorization: Bearer wrong"][..],
+        &["Authorization: s3cret-token-0123456789"][..],
+    ] {
+        let (status, response) = http(&addr, "POST", "/v1/elections/x/resign", headers);
+        assert_eq!(status, 401, "{headers:?}: {response}");
+        assert!(body_json(&response)["error"].is_string());
+    }
+    assert!(
+        http_get(&addr, "/v1/elections/x")
+            .1
+            .contains("\"is_leader\":true"),
+        "a refused POST changes nothing"
+    );
+    let bearer = format!("Authorization: Bearer {secret}");
+    let (status, response) = http(&addr, "POST", "/v1/elections/x/resign", &[&bearer]);
+    assert_eq!(status, 200, "{response}");
+    assert!(!a.log_text().contains(secret), "the token is never logged");
+}
