@@ -477,3 +477,37 @@ fn a_non_local_bind_needs_a_token_and_post_without_it_is_refused() {
     assert_eq!(status, 200, "{response}");
     assert!(!a.log_text().contains(secret), "the token is never logged");
 }
+
+#[test]
+fn serve_works_the_same_on_etcd() {
+    let cluster = etcd_process::EtcdCluster::builder()
+        .election_timeout(Duration::from_millis(500))
+        .start()
+        .expect("an etcd cluster");
+    let scratch = Scratch::new("serve-etcd");
+    let ttl = ["--ttl", "2s"];
+    let mut a = Serve::start(&cluster.url(), &["etl", "mail"], "a", &ttl, &scratch);
+    let mut b = Serve::start(&cluster.url(), &["etl", "mail"], "b", &ttl, &scratch);
+    for election in ["etl", "mail"] {
+        let leader = leader_of(&[&a, &b], election);
+        let held = token(&leader.state(election));
+        let (status, response) = http(
+            &leader.addr,
+            "POST",
+            &format!("/v1/elections/{election}/resign"),
+            &[],
+        );
+        assert_eq!(status, 200, "{response}");
+        let other = if leader.id == "a" { &b } else { &a };
+        eventually("the other instance to take over", || other.leads(election));
+        assert!(token(&other.state(election)) > held);
+    }
+    // SIGTERM resigns every held term: the other instance leads both.
+    let leads_a = a.leads("etl");
+    let (stop, stay) = if leads_a { (&mut a, &b) } else { (&mut b, &a) };
+    stop.signal(Signal::SIGTERM);
+    assert_eq!(stop.wait(), 0, "{}", stop.log_text());
+    for election in ["etl", "mail"] {
+        eventually("the remaining instance to lead", || stay.leads(election));
+    }
+}
