@@ -412,3 +412,67 @@ fn param(query: &str, key: &str) -> Option<String> {
         (decode(k) == key).then(|| decode(v))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::Seat;
+    use tokio::task::JoinSet;
+    use tokio_util::sync::CancellationToken;
+
+    /// The next event of a stream (keep-alive comments skipped), or `None`
+    /// once the server ended it.
+    async fn next_event(body: &mut Body) -> Option<serde_json::Value> {
+        loop {
+            let frame = body.frame().await?.ok()?;
+            let data = frame.into_data().ok()?;
+            let text = String::from_utf8_lossy(&data).to_string();
+            if let Some(json) = text.strip_prefix("data: ") {
+                return Some(serde_json::from_str(json.trim()).expect("JSON event"));
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leaders_stream_reports_each_renewal_and_ends_with_its_term() {
+        let store = tenure::MemoryStore::new();
+        let election = tenure::Election::builder("jobs")
+            .memory(&store)
+            .id("me")
+            .ttl(Duration::from_secs(3))
+            .build()
+            .await
+            .expect("valid settings");
+        let shutdown = CancellationToken::new();
+        let (mut tasks, mut followers) = (JoinSet::new(), JoinSet::new());
+        let seat = Seat::start(election, &shutdown, &mut tasks, &mut followers);
+        let mut view = seat.view.clone();
+        view.wait_for(|view| view.term.is_some())
+            .await
+            .expect("the seat leads");
+
+        let mut body = events(seat.clone()).into_body();
+        let first = next_event(&mut body).await.expect("the current state");
+        assert_eq!(first["is_leader"], true, "{first}");
+        assert_eq!(first["leader"], "me");
+        let token = first["token"].as_u64().expect("a token");
+        let left = first["deadline_ms"].as_u64().expect("deadline_ms");
+        assert!(left > 0 && left <= 3_000, "{first}");
+
+        // A renewal moves the deadline: the stream says so.
+        let renewed = next_event(&mut body).await.expect("a renewal");
+        assert_eq!(renewed["token"], token);
+        assert_eq!(renewed["is_leader"], true);
+
+        // Another instance takes the lease: the term ends, the stream says
+        // so and ends.
+        store.steal("jobs", "other", Duration::from_secs(30));
+        let mut last = renewed;
+        while let Some(event) = next_event(&mut body).await {
+            last = event;
+        }
+        assert_eq!(last["is_leader"], false, "{last}");
+        assert_ne!(last["leader"], "me", "{last}");
+        shutdown.cancel();
+    }
+}

@@ -32,6 +32,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tenure::{Election, LeaderInfo, Leadership};
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -88,6 +89,28 @@ pub struct Seat {
 }
 
 impl Seat {
+    /// Start the seat of `election`: its keeper in `tasks` (it ends on
+    /// `shutdown`, or with an error that needs a person) and the reader of
+    /// who holds the lease in `followers` (it never ends by itself).
+    pub fn start(
+        election: Election,
+        shutdown: &CancellationToken,
+        tasks: &mut JoinSet<Result<(), Failure>>,
+        followers: &mut JoinSet<Result<(), Failure>>,
+    ) -> Seat {
+        let (publish, view) = watch::channel(View::default());
+        let (resigns, requests) = mpsc::channel(8);
+        let seat = Seat {
+            name: election.name().to_string(),
+            id: election.id().to_string(),
+            view,
+            resigns,
+        };
+        followers.spawn(follow_holder(election.clone(), publish.clone()));
+        tasks.spawn(keep_seat(election, publish, requests, shutdown.clone()));
+        seat
+    }
+
     /// Ask the seat to give up its term.
     pub async fn resign(&self, rejoin: Rejoin) -> Resigned {
         let (reply, answer) = oneshot::channel();
@@ -127,24 +150,13 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
     let id = args.id.clone().unwrap_or_else(tenure::instance_id);
     let shutdown = CancellationToken::new();
     let mut seats = BTreeMap::new();
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = JoinSet::new();
     // Dropped (and so aborted) when this returns: they never end by themselves.
-    let mut followers = tokio::task::JoinSet::new();
+    let mut followers = JoinSet::new();
     for name in &args.elections {
         let election = build_election(&args, &store, name, &id).await?;
-        let (publish, view) = watch::channel(View::default());
-        let (resigns, requests) = mpsc::channel(8);
-        seats.insert(
-            name.clone(),
-            Seat {
-                name: name.clone(),
-                id: id.clone(),
-                view,
-                resigns,
-            },
-        );
-        followers.spawn(follow_holder(election.clone(), publish.clone()));
-        tasks.spawn(keep_seat(election, publish, requests, shutdown.clone()));
+        let seat = Seat::start(election, &shutdown, &mut tasks, &mut followers);
+        seats.insert(name.clone(), seat);
     }
     let seats: Seats = Arc::new(seats);
     let (bound, connections) = crate::api::listen(args.listen, seats, token, metrics).await?;
