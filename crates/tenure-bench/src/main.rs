@@ -17,6 +17,7 @@ mod measure;
 mod naive;
 mod report;
 mod scale;
+mod serve_handover;
 mod stats;
 mod topology;
 

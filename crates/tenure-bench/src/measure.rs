@@ -14,6 +14,7 @@ use crate::etcd;
 use crate::naive::NaiveElection;
 use crate::report::{Machine, Report, Row};
 use crate::scale;
+use crate::serve_handover;
 use crate::stats::Samples;
 use crate::topology;
 
@@ -278,6 +279,19 @@ async fn single(
                 &cli.handover.less(floor),
                 "",
                 None,
+            ));
+            eprintln!("  handover through `tenure serve` ...");
+            let serve = serve_handover::measure(&binary, &url, plan.cli_handovers).await?;
+            report.push(Row::latency(
+                "floor: one HTTP request and answer to `tenure serve` on a new connection",
+                &serve.floor,
+                None,
+            ));
+            report.push(Row::percentiles(
+                "serve: SIGTERM of the leader's `tenure serve` → the follower's event stream says is_leader (reconnection included)",
+                &serve.handover,
+                "p99 <= 10 ms",
+                Some(serve.handover.p99() <= 10.0),
             ));
         }
         None => eprintln!(
