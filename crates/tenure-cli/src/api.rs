@@ -215,7 +215,19 @@ impl Api {
 
     fn readyz(&self, query: &str) -> Response<Body> {
         let Some(name) = param(query, "leader") else {
-            return http::text(StatusCode::OK, "ready\n");
+            let waiting: Vec<&str> = self
+                .seats
+                .values()
+                .filter(|seat| !seat.view.borrow().ready)
+                .map(|seat| seat.name.as_str())
+                .collect();
+            if waiting.is_empty() {
+                return http::text(StatusCode::OK, "ready\n");
+            }
+            return http::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: the store was not reached yet for {waiting:?}\n"),
+            );
         };
         let Some(seat) = self.seats.get(&name) else {
             return error(StatusCode::NOT_FOUND, &format!("unknown election {name:?}"));
@@ -254,7 +266,8 @@ pub fn state<'a>(seat: &'a Seat, view: &'a View) -> State<'a> {
             } else {
                 0
             };
-            (left > 0, Some(term.token()), Some(left))
+            let leading = left > 0;
+            (leading, leading.then(|| term.token()), Some(left))
         }
         None => (false, None, None),
     };
@@ -444,8 +457,12 @@ mod tests {
             .await
             .expect("valid settings");
         let shutdown = CancellationToken::new();
-        let (mut tasks, mut followers) = (JoinSet::new(), JoinSet::new());
-        let seat = Seat::start(election, &shutdown, &mut tasks, &mut followers);
+        let mut tasks = JoinSet::new();
+        let open: crate::serve::Open = std::sync::Arc::new(move || {
+            let election = election.clone();
+            Box::pin(async move { Ok(election) })
+        });
+        let seat = Seat::start("jobs", "me", open, &shutdown, &mut tasks);
         let mut view = seat.view.clone();
         view.wait_for(|view| view.term.is_some())
             .await

@@ -248,11 +248,11 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// An election to campaign for; repeat the flag for several (in
-    /// TENURE_ELECTIONS, separate names with commas).
+    /// An election to campaign for; repeat the flag, or separate names with
+    /// commas, for several.
     #[arg(
         long = "election",
-        env = "TENURE_ELECTIONS",
+        env = "TENURE_ELECTION",
         value_delimiter = ',',
         required = true
     )]

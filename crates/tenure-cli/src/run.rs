@@ -333,6 +333,14 @@ fn cannot_start(err: std::io::Error) -> Failure {
 /// and release the lease. (SIGHUP too: a closed terminal or a reloading
 /// supervisor must not end tenure without a release.)
 pub(crate) async fn shutdown_signal() {
+    shutdown_signals().await
+}
+
+/// Listen for SIGTERM, SIGINT and SIGHUP from now on; the future completes
+/// at the first of them. Registering before any term begins means a signal
+/// that arrives at once is not lost to its default action (which would
+/// leave a lease to lapse at its ttl).
+pub(crate) fn shutdown_signals() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{signal, SignalKind};
     let kinds = [
         SignalKind::terminate(),
@@ -346,11 +354,13 @@ pub(crate) async fn shutdown_signal() {
             Err(err) => tracing::warn!(error = %err, "cannot listen for a shutdown signal"),
         }
     }
-    if streams.is_empty() {
-        std::future::pending::<()>().await;
+    async move {
+        if streams.is_empty() {
+            std::future::pending::<()>().await;
+        }
+        let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
+        futures_util::future::select_all(waits).await;
     }
-    let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
-    futures_util::future::select_all(waits).await;
 }
 
 async fn build_election(args: &RunArgs) -> Result<Election, Failure> {

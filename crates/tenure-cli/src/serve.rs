@@ -51,6 +51,8 @@ pub struct View {
     pub deadline: Option<Instant>,
     /// The holder (id, token) this instance last saw, itself included.
     pub holder: Option<(String, u64)>,
+    /// Whether the election's store was reached and the seat campaigns.
+    pub ready: bool,
 }
 
 /// When a seat campaigns again after a resign.
@@ -89,25 +91,32 @@ pub struct Seat {
 }
 
 impl Seat {
-    /// Start the seat of `election`: its keeper in `tasks` (it ends on
-    /// `shutdown`, or with an error that needs a person) and the reader of
-    /// who holds the lease in `followers` (it never ends by itself).
+    /// Start the seat of election `name` in `tasks`: it opens the election
+    /// with `open` (again and again while the store cannot be reached),
+    /// then campaigns; it ends on `shutdown`, or with an error that needs a
+    /// person.
     pub fn start(
-        election: Election,
+        name: &str,
+        id: &str,
+        open: Open,
         shutdown: &CancellationToken,
         tasks: &mut JoinSet<Result<(), Failure>>,
-        followers: &mut JoinSet<Result<(), Failure>>,
     ) -> Seat {
         let (publish, view) = watch::channel(View::default());
         let (resigns, requests) = mpsc::channel(8);
         let seat = Seat {
-            name: election.name().to_string(),
-            id: election.id().to_string(),
+            name: name.to_string(),
+            id: id.to_string(),
             view,
             resigns,
         };
-        followers.spawn(follow_holder(election.clone(), publish.clone()));
-        tasks.spawn(keep_seat(election, publish, requests, shutdown.clone()));
+        tasks.spawn(keep_seat(
+            name.to_string(),
+            open,
+            publish,
+            requests,
+            shutdown.clone(),
+        ));
         seat
     }
 
@@ -124,6 +133,15 @@ impl Seat {
 
 /// Every seat of this process, by election name.
 pub type Seats = Arc<BTreeMap<String, Seat>>;
+
+/// How a seat gets its election: connect (once, shared by every seat) and
+/// build it. Called again after a transient failure.
+pub type Open = Arc<
+    dyn Fn()
+            -> std::pin::Pin<Box<dyn std::future::Future<Output = tenure::Result<Election>> + Send>>
+        + Send
+        + Sync,
+>;
 
 pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
     let token = auth_token(&args)?;
@@ -146,29 +164,46 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
         ));
     }
     let metrics = http::install_recorder()?;
-    let store = args.redis.connect().await?;
     let id = args.id.clone().unwrap_or_else(tenure::instance_id);
     let shutdown = CancellationToken::new();
-    let mut seats = BTreeMap::new();
-    let mut tasks = JoinSet::new();
-    // Dropped (and so aborted) when this returns: they never end by themselves.
-    let mut followers = JoinSet::new();
-    for name in &args.elections {
-        let election = build_election(&args, &store, name, &id).await?;
-        let seat = Seat::start(election, &shutdown, &mut tasks, &mut followers);
-        seats.insert(name.clone(), seat);
-    }
-    let seats: Seats = Arc::new(seats);
-    let (bound, connections) = crate::api::listen(args.listen, seats, token, metrics).await?;
-    tracing::info!(addr = %bound, elections = ?args.elections, %id, "serving leader election");
+    // Listening before any seat campaigns: a term is never left to lapse
+    // because a signal came early.
+    let signals = crate::run::shutdown_signals();
     tokio::spawn({
         let shutdown = shutdown.clone();
         async move {
-            crate::run::shutdown_signal().await;
+            signals.await;
             tracing::info!("shutdown requested; resigning");
             shutdown.cancel();
         }
     });
+    // The API answers from the start, while the store is still being
+    // reached: the app beside this sidecar runs (as a follower) even while
+    // the store is down, and `/readyz` says why it is not ready.
+    let settings = Arc::new(args);
+    let store = Arc::new(tokio::sync::OnceCell::<tenure::Store>::new());
+    let mut seats = BTreeMap::new();
+    let mut tasks = JoinSet::new();
+    for name in &settings.elections {
+        let open: Open = {
+            let (settings, store, name, id) =
+                (settings.clone(), store.clone(), name.clone(), id.clone());
+            Arc::new(move || {
+                let (settings, store, name, id) =
+                    (settings.clone(), store.clone(), name.clone(), id.clone());
+                Box::pin(async move {
+                    let store = store.get_or_try_init(|| settings.redis.connect()).await?;
+                    build_election(&settings, store, &name, &id).await
+                })
+            })
+        };
+        let seat = Seat::start(name, &id, open, &shutdown, &mut tasks);
+        seats.insert(name.clone(), seat);
+    }
+    let args = settings;
+    let seats: Seats = Arc::new(seats);
+    let (bound, connections) = crate::api::listen(args.listen, seats, token, metrics).await?;
+    tracing::info!(addr = %bound, elections = ?args.elections, %id, "serving leader election");
     // A seat ends only on shutdown, or on an error that needs a person
     // (credentials, ACL, foreign data): then the whole command fails,
     // loudly, so that its supervisor shows why; the other seats resign.
@@ -182,10 +217,9 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
         shutdown.cancel();
         failure.get_or_insert(err);
     }
-    // Every view's sender is gone once the followers are: each event
-    // stream sends its last event (the term ended) and closes. Give them a
-    // moment to be written.
-    drop(followers);
+    // Every view's sender is gone with its seat: each event stream sends
+    // its last event (the term ended) and closes. Give them a moment to be
+    // written.
     connections.close();
     if tokio::time::timeout(Duration::from_secs(1), connections.wait())
         .await
@@ -242,7 +276,7 @@ async fn build_election(
     store: &tenure::Store,
     name: &str,
     id: &str,
-) -> Result<Election, Failure> {
+) -> tenure::Result<Election> {
     let mut builder = Election::builder(name)
         .store(store)
         .prefix(&args.redis.prefix)
@@ -258,12 +292,12 @@ async fn build_election(
     if let Some(margin) = args.margin {
         builder = builder.margin(margin);
     }
-    Ok(builder.build().await?)
+    builder.build().await
 }
 
 /// Keep `holder` up to date from the election's announcements and lease
 /// reads (the library's [`Election::watch`]). Never ends.
-async fn follow_holder(election: Election, publish: watch::Sender<View>) -> Result<(), Failure> {
+async fn follow_holder(election: Election, publish: watch::Sender<View>) {
     let mut changes = Box::pin(election.watch());
     while let Some(change) = changes.next().await {
         match change {
@@ -284,19 +318,25 @@ async fn follow_holder(election: Election, publish: watch::Sender<View>) -> Resu
             }
         }
     }
-    std::future::pending().await
 }
 
 /// The seat of one election: campaign, lead until the term ends, campaign
 /// again; resign on request or shutdown. Returns on shutdown, or with an
 /// error that needs a person.
 async fn keep_seat(
-    election: Election,
+    name: String,
+    open: Open,
     publish: watch::Sender<View>,
     mut requests: mpsc::Receiver<ResignRequest>,
     shutdown: CancellationToken,
 ) -> Result<(), Failure> {
-    let name = election.name().to_string();
+    let Some(election) = open_election(&name, &open, &mut requests, &shutdown).await? else {
+        return Ok(());
+    };
+    publish.send_modify(|view| view.ready = true);
+    // Who holds the lease, for the `leader` field; it ends with the seat.
+    let follower = tokio::spawn(follow_holder(election.clone(), publish.clone()));
+    let _follower = AbortOnDrop(follower);
     // How often a renewal is looked for: a fraction of the renew interval,
     // so a client that counts down the last deadline it heard is told of
     // the next one well before it runs out.
@@ -376,6 +416,59 @@ async fn keep_seat(
                 }
             }
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Open the seat's election, trying again (with backoff) while the store
+/// cannot be reached; `None` on shutdown. Errors that need a person
+/// (credentials, ACL, configuration) are returned at once.
+async fn open_election(
+    name: &str,
+    open: &Open,
+    requests: &mut mpsc::Receiver<ResignRequest>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Election>, Failure> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let attempt = open();
+        tokio::pin!(attempt);
+        let opened = loop {
+            tokio::select! {
+                opened = &mut attempt => break opened,
+                Some(request) = requests.recv() => {
+                    let _ = request.reply.send(Resigned::NotLeading);
+                }
+                _ = shutdown.cancelled() => return Ok(None),
+            }
+        };
+        match opened {
+            Ok(election) => return Ok(Some(election)),
+            Err(err) if err.is_transient() => {
+                tracing::warn!(election = %name, error = %err, retry_in = ?backoff, "cannot reach the store yet; answering as a follower meanwhile");
+            }
+            Err(err) => return Err(err.into()),
+        }
+        let wait = tokio::time::sleep(backoff);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => break,
+                Some(request) = requests.recv() => {
+                    let _ = request.reply.send(Resigned::NotLeading);
+                }
+                _ = shutdown.cancelled() => return Ok(None),
+            }
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 

@@ -511,3 +511,159 @@ fn serve_works_the_same_on_etcd() {
         eventually("the remaining instance to lead", || stay.leads(election));
     }
 }
+
+#[test]
+fn serve_answers_while_the_store_is_down_and_leads_once_it_is_up() {
+    let mut redis = redis();
+    let url = redis.url();
+    redis.kill();
+    let scratch = Scratch::new("serve-down");
+    let a = Serve::start(&url, &["late"], "a", &[], &scratch);
+    let (status, body) = http_get(&a.addr, "/readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("not reached"), "{body}");
+    let state = a.state("late");
+    assert_eq!(state["is_leader"], false, "{state}");
+    let (status, response) = http(&a.addr, "POST", "/v1/elections/late/resign", &[]);
+    assert_eq!(status, 409, "{response}");
+
+    redis.resume().expect("redis starts again");
+    eventually_or_show(
+        "a to lead once Redis is up",
+        || a.leads("late"),
+        || a.log_text(),
+    );
+    assert_eq!(http_get(&a.addr, "/readyz").0, 200);
+}
+
+#[test]
+fn wrong_credentials_end_serve_at_once_with_one_line() {
+    let redis = RedisServer::builder()
+        .password("right-password")
+        .start()
+        .expect("redis with a password");
+    let url = format!("redis://:wrong-password@127.0.0.1:{}", redis.port());
+    let out = tenure()
+        .args(["serve", "--store", &url, "--election", "x"])
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("tenure runs");
+    assert_eq!(out.status.code(), Some(69));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("wrong-password"), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("tenure: "), "{stderr}");
+}
+
+#[test]
+fn the_python_worker_acts_on_one_replica_at_a_time() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-python");
+    let ttl = ["--ttl", "2s"];
+    let mut a = Serve::start(&redis.url(), &["singleton"], "a", &ttl, &scratch);
+    let mut b = Serve::start(&redis.url(), &["singleton"], "b", &ttl, &scratch);
+    let worker = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sidecar/worker.py"
+    );
+    let ledger = scratch.path("ledger");
+    let start_worker = |serve: &Serve, name: &str| -> Child {
+        std::process::Command::new("python3")
+            .arg(worker)
+            .args(["--url", &format!("http://{}", serve.addr)])
+            .args(["--election", "singleton", "--name", name, "--every", "0.05"])
+            .arg("--ledger")
+            .arg(&ledger)
+            .stdin(Stdio::null())
+            .stdout(
+                std::fs::File::create(scratch.path(&format!("worker-{name}.out"))).expect("out"),
+            )
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs the example")
+    };
+    let mut workers = [start_worker(&a, "wa"), start_worker(&b, "wb")];
+    let accepted = |ledger: &str| -> Vec<(String, u64)> {
+        ledger
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                (fields.next()? == "ACCEPT")
+                    .then(|| Some((fields.next()?.to_string(), fields.next()?.parse().ok()?)))?
+            })
+            .collect()
+    };
+    eventually("the leader's worker to write 10 times", || {
+        accepted(&std::fs::read_to_string(&ledger).unwrap_or_default()).len() >= 10
+    });
+    let first = accepted(&std::fs::read_to_string(&ledger).unwrap_or_default());
+    let acting = first[0].0.clone();
+    // Stop the acting replica's serve: the other replica's worker takes over.
+    let stop = if acting == "wa" { &mut a } else { &mut b };
+    stop.signal(Signal::SIGTERM);
+    assert_eq!(stop.wait(), 0);
+    eventually("the other worker to write", || {
+        accepted(&std::fs::read_to_string(&ledger).unwrap_or_default())
+            .iter()
+            .any(|(name, _)| name != &acting)
+    });
+    for worker in &mut workers {
+        let _ = kill(Pid::from_raw(worker.id() as i32), Signal::SIGTERM);
+        let _ = worker.wait();
+    }
+    let all = std::fs::read_to_string(&ledger).unwrap_or_default();
+    let writes = accepted(&all);
+    // One worker, then the other: never interleaved, tokens never fall,
+    // and no write was refused.
+    let switches = writes.windows(2).filter(|w| w[0].0 != w[1].0).count();
+    assert_eq!(switches, 1, "{all}");
+    assert!(writes.windows(2).all(|w| w[1].1 >= w[0].1), "{all}");
+    assert!(!all.contains("REJECT"), "{all}");
+}
+
+#[test]
+fn the_readmes_curl_one_liners_run_the_step_on_the_leader_only() {
+    let readme = include_str!("../../../README.md");
+    let block = readme
+        .split("# a short step, only on the leader\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README's curl one-liners");
+    let redis = redis();
+    let scratch = Scratch::new("serve-curl");
+    // The second one-liner skips the step with less than a second left.
+    let ttl = ["--ttl", "4s"];
+    let a = Serve::start(&redis.url(), &["nightly-report"], "a", &ttl, &scratch);
+    let b = Serve::start(&redis.url(), &["nightly-report"], "b", &ttl, &scratch);
+    let leader = leader_of(&[&a, &b], "nightly-report");
+    let follower = if leader.id == "a" { &b } else { &a };
+    let step = scratch.path("step.sh");
+    std::fs::write(
+        &step,
+        "#!/bin/sh\necho \"ran ${TENURE_TOKEN:-without a token}\" >> \"$OUT\"\n",
+    )
+    .expect("step script");
+    std::fs::set_permissions(&step, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("executable");
+    let run = |serve: &Serve, out: &str| {
+        let script = block
+            .replace("127.0.0.1:7878", &serve.addr)
+            .replace("./step.sh", &step.display().to_string());
+        let status = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env("OUT", scratch.path(out))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("sh runs");
+        (status, scratch.read(out))
+    };
+    let (_, ran) = run(follower, "follower.out");
+    assert_eq!(ran, "", "the follower runs no step");
+    let token = token(&leader.state("nightly-report"));
+    let (status, ran) = run(leader, "leader.out");
+    assert!(status.success(), "{ran}");
+    assert_eq!(ran, format!("ran without a token\nran {token}\n"));
+}
