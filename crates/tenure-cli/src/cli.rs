@@ -38,6 +38,8 @@ Examples:
   tenure run --election nightly-report --once -- ./report.sh
   tenure run --election mailer --redis rediss://app@redis:6380 \\
       --password-file /run/secrets/redis -- ./mailer
+  tenure serve --election scheduler --election cleanup
+  curl -s http://127.0.0.1:7878/v1/elections/scheduler
   tenure status --json
   tenure watch mailer";
 
