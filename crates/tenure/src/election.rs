@@ -1097,6 +1097,44 @@ impl Election {
         }
     }
 
+    /// [`Election::campaign`] for at most `wait`: the term if this
+    /// instance was elected in time, `None` if not (another instance led
+    /// all along, or the store could not be reached). A lease the
+    /// abandoned campaign may have won meanwhile is released before `None`
+    /// is returned (see [`Election::release_if_held`]), so it blocks nobody;
+    /// if that release cannot be confirmed the lease lapses after one ttl.
+    ///
+    /// Do not call it while a term of this instance is running (as for
+    /// [`Election::release_if_held`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("cron").memory(&store).id("a").build().await?;
+    /// let b = tenure::Election::builder("cron").memory(&store).id("b").build().await?;
+    /// let term = a.campaign().await?;
+    /// assert!(b.campaign_timeout(Duration::from_millis(100)).await?.is_none());
+    /// term.resign().await?;
+    /// assert!(b.campaign_timeout(Duration::from_millis(100)).await?.is_some());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`Election::campaign`].
+    pub async fn campaign_timeout(&self, wait: Duration) -> Result<Option<Leadership>> {
+        match timeout(wait, self.campaign()).await {
+            Ok(term) => term.map(Some),
+            Err(_elapsed) => {
+                // The abandoned campaign's last acquire may have won.
+                if let Err(err) = self.release_if_held().await {
+                    tracing::warn!(election = %self.inner.name, error = %err, "could not check for a lease won by the abandoned campaign; it lapses at its ttl");
+                }
+                Ok(None)
+            }
+        }
+    }
+
     /// How long ago the last successful run of this election's work was
     /// recorded ([`Leadership::record_run`], by any instance), measured by
     /// the store's own clock, so every host agrees; `None` when the store
