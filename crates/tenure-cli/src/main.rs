@@ -17,7 +17,6 @@ mod demo;
 mod exit;
 mod guardian;
 mod http;
-mod marker;
 mod observe;
 mod output;
 mod password;
