@@ -217,6 +217,10 @@ pub struct RunArgs {
     #[arg(long, env = "TENURE_NO_WAIT", value_parser = BoolishValueParser::new())]
     pub no_wait: bool,
 
+    /// With --once: give up (status 75) if not elected within this long.
+    #[arg(long, env = "TENURE_WAIT_TIMEOUT", value_parser = parse_duration, allow_hyphen_values = true, requires = "once", conflicts_with = "no_wait")]
+    pub wait_timeout: Option<Duration>,
+
     /// With --once: skip (exit 0) if CMD already succeeded within this period
     /// anywhere in the cluster.
     #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_duration, allow_hyphen_values = true, requires = "once")]

@@ -12,7 +12,7 @@ pub const TABLE: &str =
            foreign data; status: some election could not be read (the rest is listed)
   70       internal failure (the guardian died or could not start); CMD was killed,
            the lease released; run --cgroup require without a usable cgroup
-  75       run --no-wait: another instance leads
+  75       run --no-wait: another instance leads; run --wait-timeout: not elected in time
   126/127  CMD could not be executed / was not found
   128+N    CMD was ended by signal N";
 

@@ -20,7 +20,6 @@ mod demo;
 mod exit;
 mod guardian;
 mod http;
-mod marker;
 mod observe;
 mod output;
 mod password;

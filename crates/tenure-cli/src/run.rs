@@ -24,7 +24,6 @@ use crate::cli::{CgroupMode, RunArgs};
 use crate::complain;
 use crate::exit::{self, Failure};
 use crate::http::{self, Health, Phase};
-use crate::marker::Marker;
 use crate::supervisor::{Ended, Job, JobCgroup, Standby};
 
 /// Time allowed between SIGKILL and the job being gone, kept free before the
@@ -75,10 +74,6 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             shutdown.cancel();
         }
     });
-    let mut marker = match args.at_most_every {
-        Some(period) => Some(Marker::connect(&args, period).await?),
-        None => None,
-    };
     let kill_slack = KILL_SLACK.min(election.margin());
     let limits = StopLimits {
         stop_lead: stop_lead(&election, args.kill_grace, kill_slack),
@@ -117,6 +112,28 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
                     return Ok(exit::SOMEONE_ELSE_LEADS);
                 }
             }
+        } else if let Some(wait) = args.wait_timeout {
+            tokio::select! {
+                term = election.campaign_timeout(wait) => match term? {
+                    Some(term) => term,
+                    None => {
+                        let leader = match election.leader().await.ok().flatten() {
+                            Some(l) => format!("{} (token {}) leads", l.id, l.token),
+                            None => "no lease was granted".to_string(),
+                        };
+                        complain!(
+                            "tenure: not elected in election {name:?} within {} ({leader}); \
+                             giving up (--wait-timeout)",
+                            humantime::format_duration(wait)
+                        );
+                        return Ok(exit::SOMEONE_ELSE_LEADS);
+                    }
+                },
+                _ = shutdown.cancelled() => {
+                    let _ = election.release_if_held().await;
+                    return Ok(exit::OK);
+                }
+            }
         } else {
             tokio::select! {
                 term = election.campaign() => term?,
@@ -133,7 +150,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             standby,
             &election,
             &term,
-            marker.as_mut(),
+            args.at_most_every,
             limits,
             &shutdown,
         )
@@ -241,15 +258,19 @@ async fn lead(
     standby: Standby,
     election: &Election,
     term: &Leadership,
-    marker: Option<&mut Marker>,
+    at_most_every: Option<Duration>,
     limits: StopLimits,
     shutdown: &CancellationToken,
 ) -> Result<Outcome, Failure> {
     let name = election.name().to_string();
-    let mut marker = marker;
-    if let Some(marker) = marker.as_mut() {
-        if let Some(skip) = marker.recent_run().await? {
-            complain!("tenure: skipping: {skip}");
+    if let Some(period) = at_most_every {
+        // The library's last-run marker, on whatever store the election uses.
+        if let Some(age) = election.since_last_run().await?.filter(|age| *age < period) {
+            complain!(
+                "tenure: skipping: the command last succeeded {} ago, within --at-most-every {}",
+                humantime::format_duration(Duration::from_secs(age.as_secs())),
+                humantime::format_duration(period)
+            );
             return Ok(Outcome::Skipped);
         }
     }
@@ -270,8 +291,17 @@ async fn lead(
     let outcome = supervise(term, &mut job, limits, shutdown).await;
     job.ensure_gone().await;
     let outcome = outcome?;
-    if let (Outcome::Exited(0), Some(marker)) = (&outcome, marker) {
-        marker.record_run(term.token()).await;
+    if let (Outcome::Exited(0), Some(period)) = (&outcome, at_most_every) {
+        // Best effort: without the record, the next cron run repeats the job.
+        match term.record_run(period).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(token = term.token(), "the command succeeded, but this term no longer holds the lease, so the run was not recorded; another host may repeat it")
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "could not record the run; another host may repeat it")
+            }
+        }
     }
     Ok(outcome)
 }

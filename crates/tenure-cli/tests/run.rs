@@ -324,6 +324,53 @@ fn no_wait_exits_75_when_another_instance_leads() {
 }
 
 #[test]
+fn wait_timeout_gives_up_with_75_after_about_the_timeout_while_another_instance_leads() {
+    let server = redis();
+    let scratch = Scratch::new("waittimeout");
+    let _a = Instance::start(&server.url(), "waittimeout", "a", &[], LONG_JOB, &scratch);
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let wait = std::time::Duration::from_secs(2);
+    let asked = std::time::Instant::now();
+    let out = tenure_output(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "--election",
+        "waittimeout",
+        "--once",
+        "--wait-timeout",
+        "2s",
+        "--",
+        "sh",
+        "-c",
+        "exit 9",
+    ]);
+    let took = asked.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(took >= wait, "gave up after {took:?}, before the timeout");
+    assert!(
+        took < wait * 5,
+        "gave up after {took:?}, long after the timeout"
+    );
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("--wait-timeout") && last.contains("a (token"),
+        "{stderr}"
+    );
+    // Only with --once, and not with --no-wait.
+    for flags in [
+        &["--wait-timeout", "2s"][..],
+        &["--once", "--no-wait", "--wait-timeout", "2s"],
+    ] {
+        let mut args = vec!["run", "--redis", "redis://127.0.0.1:1", "--election", "x"];
+        args.extend(flags);
+        args.extend(["--", "true"]);
+        assert_eq!(tenure_output(&args).status.code(), Some(2), "{flags:?}");
+    }
+}
+
+#[test]
 fn status_and_watch_show_the_leader() {
     let server = redis();
     let scratch = Scratch::new("observe");

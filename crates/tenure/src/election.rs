@@ -965,6 +965,23 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
                 let _ = reply.send(release(&election, &shared).await);
                 return;
             }
+            Some(Command::RecordRun {
+                token, keep, reply, ..
+            }) => {
+                if keeper.slot_of(Some(TERM), token).is_none() {
+                    let _ = reply.send(Ok(false));
+                    continue;
+                }
+                // Beside the keeper, so that renewals never wait for it;
+                // the store checks the term anyway.
+                let election = election.clone();
+                tokio::spawn(async move {
+                    let inner = &election.inner;
+                    let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+                    let record = inner.backend.record_run(&inner.id, token, keep_ms);
+                    let _ = reply.send(inner.call(inner.timing.call_timeout, record).await);
+                });
+            }
             None => {
                 // Every handle is gone: nobody can act on this term.
                 keeper.end(TERM, LostReason::Resigned);
@@ -1078,6 +1095,73 @@ impl Election {
             // the call timeout is shorter than the ttl); the lease lapses.
             CandidateStep::Retry { .. } => Err(Error::Timeout(timing.call_timeout)),
         }
+    }
+
+    /// [`Election::campaign`] for at most `wait`: the term if this
+    /// instance was elected in time, `None` if not (another instance led
+    /// all along, or the store could not be reached). A lease the
+    /// abandoned campaign may have won meanwhile is released before `None`
+    /// is returned (see [`Election::release_if_held`]), so it blocks nobody;
+    /// if that release cannot be confirmed the lease lapses after one ttl.
+    ///
+    /// Do not call it while a term of this instance is running (as for
+    /// [`Election::release_if_held`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("cron").memory(&store).id("a").build().await?;
+    /// let b = tenure::Election::builder("cron").memory(&store).id("b").build().await?;
+    /// let term = a.campaign().await?;
+    /// assert!(b.campaign_timeout(Duration::from_millis(100)).await?.is_none());
+    /// term.resign().await?;
+    /// assert!(b.campaign_timeout(Duration::from_millis(100)).await?.is_some());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// As [`Election::campaign`].
+    pub async fn campaign_timeout(&self, wait: Duration) -> Result<Option<Leadership>> {
+        match timeout(wait, self.campaign()).await {
+            Ok(term) => term.map(Some),
+            Err(_elapsed) => {
+                // The abandoned campaign's last acquire may have won.
+                if let Err(err) = self.release_if_held().await {
+                    tracing::warn!(election = %self.inner.name, error = %err, "could not check for a lease won by the abandoned campaign; it lapses at its ttl");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// How long ago the last successful run of this election's work was
+    /// recorded ([`Leadership::record_run`], by any instance), measured by
+    /// the store's own clock, so every host agrees; `None` when the store
+    /// remembers none (never recorded, or kept for less than has passed
+    /// since). On etcd, which has no clock clients can read, the age is
+    /// whole seconds, counted short (never more than the true age).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("nightly").memory(&store).build().await?;
+    /// assert_eq!(election.since_last_run().await?, None);
+    /// let term = election.campaign().await?;
+    /// term.record_run(Duration::from_secs(60)).await?;
+    /// tokio::time::sleep(Duration::from_secs(5)).await;
+    /// assert_eq!(election.since_last_run().await?, Some(Duration::from_secs(5)));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn since_last_run(&self) -> Result<Option<Duration>> {
+        let inner = &self.inner;
+        inner
+            .call(inner.timing.call_timeout, inner.backend.last_run())
+            .await
     }
 
     /// The safety margin.

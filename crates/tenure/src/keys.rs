@@ -11,7 +11,7 @@
 //! | `PREFIX:{NAME}:probe`       | none    | never written: the permission check at connect time runs its no-op commands on it |
 //! | `PREFIX:epoch`              | hash    | `run_id` of the Redis process serving the prefix, `since` (ms): a new election's hold-off counts from it |
 //! | `PREFIX:{TAG}:slot-epoch`   | hash    | on a Redis Cluster, the same per slot (`TAG` hashes to the election's slot; scripts may touch one slot only) |
-//! | `PREFIX:{NAME}:last-run`    | hash    | fenced marker of `tenure run --at-most-every` (`token`, `value`) |
+//! | `PREFIX:{NAME}:last-run`    | hash    | the last-run marker of `Runner::every` and `tenure run --at-most-every`: `token` of the term that recorded the run, `value` = the server's clock (ms) at the record (a `FencedKey` hash); expires after the keep asked for |
 //!
 //! A partition set `GROUP` adds `PREFIX:{GROUP}:members`, a sorted set of
 //! live member ids scored by heartbeat expiry; each of its partitions is an

@@ -192,6 +192,31 @@ pub(crate) enum Command {
         reason: LostReason,
         reply: oneshot::Sender<Result<()>>,
     },
+    /// Record a successful run by this term, kept for `keep` (the store
+    /// call runs beside the keeper, not in its way).
+    RecordRun {
+        election: String,
+        token: u64,
+        keep: Duration,
+        reply: oneshot::Sender<Result<bool>>,
+    },
+}
+
+impl Command {
+    /// The term the command is for: (election, token).
+    pub fn term(&self) -> (&str, u64) {
+        match self {
+            Command::Confirm {
+                election, token, ..
+            }
+            | Command::Resign {
+                election, token, ..
+            }
+            | Command::RecordRun {
+                election, token, ..
+            } => (election, *token),
+        }
+    }
 }
 
 /// One term of leadership: the right to act until [`Leadership::lost`] fires.
@@ -358,6 +383,48 @@ impl Leadership {
                 self.lost_reason().unwrap_or(LostReason::Resigned),
             )),
         }
+    }
+
+    /// Record in the store that the election's work ran successfully,
+    /// now: [`crate::Election::since_last_run`] (on any instance) then
+    /// counts from this instant, by the store's clock, and the store keeps
+    /// the record for at least `keep`. Returns `false` when refused: the
+    /// lease is no longer held by this term (a stale leader cannot record a
+    /// run), or a newer term has recorded one.
+    ///
+    /// This is the marker that [`crate::Runner::every`] and `tenure run
+    /// --at-most-every` keep; call it after work that must not run twice
+    /// within a period, once it has completed.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("reports").memory(&store).build().await?;
+    /// let term = election.campaign().await?;
+    /// // ... send the reports ...
+    /// assert!(term.record_run(Duration::from_secs(3600)).await?);
+    /// assert!(election.since_last_run().await?.is_some());
+    /// term.resign().await?;
+    /// assert!(!term.record_run(Duration::from_secs(3600)).await?, "the term is over");
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the record is made (or refused) all the same.
+    pub async fn record_run(&self, keep: Duration) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::RecordRun {
+            election: self.shared.election.clone(),
+            token: self.shared.token,
+            keep,
+            reply,
+        };
+        if self.commands.send(command).await.is_err() {
+            // The keeper is gone: the term is over.
+            return Ok(false);
+        }
+        answer.await.unwrap_or(Ok(false))
     }
 
     /// End the term: stop being leader at once (every clone's

@@ -98,6 +98,11 @@
 //!   the last successful acquire/renew + ttl − margin.
 //! - **margin**: the safety allowance for clock-rate differences.
 //! - **resign**: end one's own term and release the lease at once.
+//! - **run** (last run): a successful completion of the election's
+//!   periodic work, recorded in the store by the term that did it
+//!   ([`Leadership::record_run`]) in the election's **last-run marker**;
+//!   [`Election::since_last_run`] reads its age by the store's clock.
+//!   [`Runner::every`] and `tenure run --at-most-every` keep it.
 //!
 //! # Timing
 //!
@@ -117,9 +122,10 @@
 //! Every key of the election `NAME` shares the Redis Cluster hash tag
 //! `{NAME}` under a configurable prefix (default `tenure`):
 //! `tenure:{NAME}:lease` (hash: owner, token, since, attempt, ttl; with
-//! TTL), `tenure:{NAME}:token` (last token issued), `tenure:{NAME}:epoch`
-//! and the pub/sub channel `tenure:{NAME}:events`; plus `tenure:epoch` for
-//! the prefix. A key holding anything else (a hash with other fields
+//! TTL), `tenure:{NAME}:token` (last token issued), `tenure:{NAME}:epoch`,
+//! `tenure:{NAME}:last-run` (the last-run marker: token, and the server's
+//! ms of the run; with TTL) and the pub/sub channel `tenure:{NAME}:events`;
+//! plus `tenure:epoch` for the prefix. A key holding anything else (a hash with other fields
 //! included) is reported as [`Error::ForeignData`] and never written.
 //!
 //! # Redis requirements
@@ -164,7 +170,7 @@ pub use fence::{FencedKey, FencedWrite};
 pub use leadership::Leadership;
 pub use metrics::describe_metrics;
 pub use partitions::{PartitionObserver, PartitionSet, PartitionSetBuilder};
-pub use runner::{shutdown_signal, Runner};
+pub use runner::{shutdown_signal, Runner, TickOutcome};
 pub use store::{Store, StoreBuilder};
 pub use term::{LeaderInfo, LostReason};
 

@@ -893,14 +893,7 @@ impl PartitionSet {
     /// token): a handle of an earlier term of the partition never reaches a
     /// later one.
     async fn serve(&self, command: Command, keeper: &mut Keeper<Work>) {
-        let (election, token) = match &command {
-            Command::Confirm {
-                election, token, ..
-            }
-            | Command::Resign {
-                election, token, ..
-            } => (election.as_str(), *token),
-        };
+        let (election, token) = command.term();
         let slot = self
             .slots
             .binary_search_by(|i| self.partitions[*i as usize].as_str().cmp(election))
@@ -916,10 +909,31 @@ impl PartitionSet {
                 Command::Resign { reply, .. } => {
                     let _ = reply.send(Ok(()));
                 }
+                Command::RecordRun { reply, .. } => {
+                    let _ = reply.send(Ok(false));
+                }
             }
             return;
         };
         let reply = match command {
+            Command::RecordRun { keep, reply, .. } => {
+                // Beside the keeper, so that renewals never wait for it;
+                // the store checks the term anyway.
+                let (store, keys) = (self.store.clone(), self.keys(index));
+                let (name, id) = (self.partitions[index].clone(), self.id.clone());
+                let limit = self.timing.call_timeout;
+                tokio::spawn(async move {
+                    let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
+                    let record =
+                        crate::backend::record_run(&store, &name, &keys, &id, token, keep_ms);
+                    let recorded = match timeout(limit, record).await {
+                        Ok(recorded) => recorded,
+                        Err(_) => Err(Error::Timeout(limit)),
+                    };
+                    let _ = reply.send(recorded);
+                });
+                return;
+            }
             Command::Resign { reason, reply, .. } => {
                 if let Some(kept) = keeper.get(index) {
                     kept.shared.mark_lost(reason);

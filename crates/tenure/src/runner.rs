@@ -6,23 +6,69 @@
 //! leadership the runner campaigns again by itself (no "zombie standby"),
 //! and on shutdown it first stops the work and only then releases the lease,
 //! so the next leader never overlaps with this one's last actions.
+//!
+//! Periodic work ([`Runner::every`]) is scheduled by the store, not by the
+//! leader's memory: each successful tick is recorded in the store with the
+//! term's token (the last-run marker, [`Leadership::record_run`]), and a
+//! tick starts only once the last recorded one is a period old by the
+//! store's clock, so a new leader does not repeat a tick its predecessor
+//! completed within the period (ShedLock's "at most once per period").
 
+use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-
-use tokio::time::{interval, MissedTickBehavior};
 
 use crate::{Election, LeaderInfo, Leadership, LostReason, Result};
 
 type WorkFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type WorkFn = Box<dyn FnMut(Leadership) -> WorkFuture + Send>;
+/// A tick's future: `Some(why)` when it failed.
+type TickFuture = Pin<Box<dyn Future<Output = Option<String>> + Send>>;
+type TickFn = Box<dyn FnMut(Leadership) -> TickFuture + Send>;
 type Callback<T> = Option<Box<dyn FnMut(&T) + Send>>;
 
 enum Work {
     Idle,
-    Every(Duration, WorkFn),
+    Every(Duration, TickFn),
     Lead(WorkFn),
+}
+
+/// What a [`Runner::every`] tick returns: `()` (always a success), or a
+/// `Result` whose `Err` marks a failed tick, which is logged with the
+/// error, not recorded as a run, and tried again sooner.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let store = tenure::MemoryStore::new();
+/// let election = tenure::Election::builder("billing").memory(&store).build().await?;
+/// election
+///     .runner()
+///     .every(Duration::from_secs(60), |term| async move {
+///         charge_due_invoices(term.token()).await?; // an Err is retried
+///         Ok::<(), std::io::Error>(())
+///     })
+///     .run_until(tokio::time::sleep(Duration::from_millis(50)))
+///     .await?;
+/// # Ok(()) }
+/// # async fn charge_due_invoices(_: u64) -> std::io::Result<()> { Ok(()) }
+/// ```
+pub trait TickOutcome: Send + 'static {
+    /// `None` for a success; for a failure, what went wrong (for the log).
+    fn failure(self) -> Option<String>;
+}
+
+impl TickOutcome for () {
+    fn failure(self) -> Option<String> {
+        None
+    }
+}
+
+impl<T: Send + 'static, E: Display + Send + 'static> TickOutcome for std::result::Result<T, E> {
+    fn failure(self) -> Option<String> {
+        self.err().map(|err| err.to_string())
+    }
 }
 
 /// Runs an election in the callback style; made by [`Election::runner`].
@@ -112,15 +158,66 @@ impl Runner {
         self
     }
 
-    /// While leader, run `tick` every `period` (first at once). A tick is
-    /// dropped the moment leadership is lost; a shutdown lets the running
-    /// tick finish before the lease is released.
+    /// While leader, run `tick` at most once per `period`, across
+    /// failovers: a tick starts only once the last *successful* tick (of
+    /// this instance or any other) completed at least `period` ago, by the
+    /// store's clock. The first tick of a term starts at once unless a
+    /// previous leader's last successful tick is younger than `period`;
+    /// then it waits out the rest (a loss of leadership or a shutdown ends
+    /// the wait). So ticks run `period` apart, counted from the end of one
+    /// to the start of the next (a tick of duration `d` repeats every
+    /// `period + d`), and a slow tick is never overlapped by the next.
+    ///
+    /// A tick returns `()` or a `Result` ([`TickOutcome`]). A success is
+    /// recorded in the store with the term's token
+    /// ([`Leadership::record_run`], kept for `period`); a failure (`Err`)
+    /// is logged, not recorded, and tried again after the shorter of
+    /// `period` and the ttl. If the marker cannot be read, no tick starts:
+    /// the read is tried again after that same delay.
+    ///
+    /// What this does not promise: the record is made *after* the tick
+    /// completes, so a leader that dies (or loses the store) while a tick
+    /// runs, or between its completion and the record, leaves no record,
+    /// and the next leader runs the tick again. Work that must never run
+    /// twice still needs its own writes fenced with [`Leadership::token`].
+    ///
+    /// A tick is dropped the moment leadership is lost; a shutdown lets the
+    /// running tick finish (and be recorded) before the lease is released.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("digest").memory(&store).id("a").build().await?;
+    /// // a sends the digest, and goes away before the hour is up.
+    /// a.runner()
+    ///     .every(Duration::from_secs(3600), |_term| async { println!("digest sent by a") })
+    ///     .run_until(tokio::time::sleep(Duration::from_secs(60)))
+    ///     .await?;
+    /// // b takes over at once, and sends the next digest an hour after a's.
+    /// let b = tenure::Election::builder("digest").memory(&store).id("b").build().await?;
+    /// let started = tokio::time::Instant::now();
+    /// b.runner()
+    ///     .every(Duration::from_secs(3600), move |_term| async move {
+    ///         assert_eq!(started.elapsed(), Duration::from_secs(3600 - 60));
+    ///     })
+    ///     .run_until(tokio::time::sleep(Duration::from_secs(3600)))
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub fn every<F, Fut>(mut self, period: Duration, mut tick: F) -> Self
     where
         F: FnMut(Leadership) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: TickOutcome,
     {
-        self.work = Work::Every(period, Box::new(move |term| Box::pin(tick(term))));
+        self.work = Work::Every(
+            period,
+            Box::new(move |term| {
+                let run = tick(term);
+                Box::pin(async move { run.await.failure() })
+            }),
+        );
         self
     }
 
@@ -182,7 +279,14 @@ impl Runner {
                 f(&term);
             }
             let grace = self.shutdown_grace.unwrap_or(self.election.ttl());
-            let end = lead_term(&term, &mut self.work, shutdown.as_mut(), grace).await;
+            let end = lead_term(
+                &self.election,
+                &term,
+                &mut self.work,
+                shutdown.as_mut(),
+                grace,
+            )
+            .await;
             let reason = match end {
                 TermEnd::Lost(reason) => reason,
                 TermEnd::Shutdown | TermEnd::WorkDone => {
@@ -209,6 +313,7 @@ impl Runner {
 
 /// Do the work of one term until it is lost or shutdown is requested.
 async fn lead_term(
+    election: &Election,
     term: &Leadership,
     work: &mut Work,
     mut shutdown: Pin<&mut impl Future<Output = ()>>,
@@ -220,20 +325,71 @@ async fn lead_term(
             _ = shutdown.as_mut() => TermEnd::Shutdown,
         },
         Work::Every(period, tick) => {
-            let mut ticker = interval(*period);
-            ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let period = *period;
+            let retry = period.min(election.ttl());
+            // Until the leader has recorded a tick of its own, the store
+            // says when the next is due; after one, it is due a period
+            // after the record was confirmed (only this term can record
+            // while it holds the lease, so asking again would tell nothing
+            // new; on etcd it would round the age down and add a second).
+            let mut due: Option<tokio::time::Instant> = None;
             loop {
-                tokio::select! {
-                    biased;
-                    reason = term.lost() => return TermEnd::Lost(reason),
-                    _ = shutdown.as_mut() => return TermEnd::Shutdown,
-                    _ = ticker.tick() => {}
+                // The wait before the next tick, and whether the store is
+                // to be asked again after it.
+                let (wait, ask_again) = match due.take() {
+                    Some(at) => (
+                        at.saturating_duration_since(tokio::time::Instant::now()),
+                        false,
+                    ),
+                    None => {
+                        let asked = tokio::select! {
+                            biased;
+                            reason = term.lost() => return TermEnd::Lost(reason),
+                            _ = shutdown.as_mut() => return TermEnd::Shutdown,
+                            asked = election.since_last_run() => asked,
+                        };
+                        match asked {
+                            Ok(Some(age)) if age < period => (period - age, true),
+                            Ok(_) => (Duration::ZERO, false),
+                            Err(err) => {
+                                tracing::warn!(election = %election.name(), error = %err, retry = ?retry, "cannot read when the work last ran; no tick until it can be read");
+                                (retry, true)
+                            }
+                        }
+                    }
+                };
+                if !wait.is_zero() {
+                    tokio::select! {
+                        biased;
+                        reason = term.lost() => return TermEnd::Lost(reason),
+                        _ = shutdown.as_mut() => return TermEnd::Shutdown,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+                if ask_again {
+                    // Another leader's record is the store's to tell (and
+                    // a run recorded by a term this instance lost, too).
+                    continue;
                 }
                 let run = tick(term.clone());
-                tokio::select! {
+                let failure = tokio::select! {
                     biased;
                     reason = term.lost() => return TermEnd::Lost(reason),
-                    _ = run => {}
+                    failure = run => failure,
+                };
+                if let Some(failure) = failure {
+                    tracing::warn!(election = %election.name(), error = %failure, retry = ?retry, "tick failed; not recorded as a run, trying again");
+                    due = Some(tokio::time::Instant::now() + retry);
+                    continue;
+                }
+                match term.record_run(period).await {
+                    Ok(true) => due = Some(tokio::time::Instant::now() + period),
+                    Ok(false) => {
+                        tracing::warn!(election = %election.name(), token = term.token(), "the tick completed, but the store refused to record it: this term no longer holds the lease, and the next leader may run it again");
+                    }
+                    Err(err) => {
+                        tracing::warn!(election = %election.name(), error = %err, "the tick completed, but could not be recorded; the next leader may run it again");
+                    }
                 }
             }
         }

@@ -70,6 +70,8 @@ contract!(
     a_stale_handle_cannot_renew_or_resign_a_later_term,
     leader_and_watch_report_each_term,
     partition_sets_share_the_partitions_and_take_over_a_crash,
+    a_tick_completed_before_a_crash_is_not_rerun_within_the_period,
+    only_the_term_holding_the_lease_records_a_run,
 );
 
 async fn exactly_one_of_many_candidates_wins(url: &str) {
@@ -294,4 +296,88 @@ async fn partition_sets_share_the_partitions_and_take_over_a_crash(url: &str) {
     assert!(crashed_at.elapsed() >= TTL - TTL / 3 - Duration::from_millis(50));
     assert_eq!(b.members(), ["b"]);
     b_runtime.shutdown_background();
+}
+
+async fn a_tick_completed_before_a_crash_is_not_rerun_within_the_period(url: &str) {
+    // Whole seconds: etcd counts a run's age in seconds.
+    let period = Duration::from_secs(5);
+    // The victim completes a tick (recording it as Runner::every does) and
+    // crashes: no release, its lease lapses.
+    let sent = Instant::now();
+    let (crashed, _) = CrashableInstance::lead_after_a_run(url, "tick", "victim", TTL, period);
+    let survivor = election(url, "tick", "survivor", TTL).await;
+    let (ticked, mut ticks) = tokio::sync::mpsc::unbounded_channel();
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let runner = survivor.runner().every(period, move |term| {
+        let (ticked, attempts) = (ticked.clone(), attempts.clone());
+        async move {
+            let _ = ticked.send((Instant::now(), term.token()));
+            // The survivor's first tick fails, and is tried again.
+            if attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                Err("the first tick fails")
+            } else {
+                Ok(())
+            }
+        }
+    });
+    let running = tokio::spawn(runner.run_until(std::future::pending()));
+    support::topo::until_led(&survivor).await;
+    crashed.crash();
+    let (first, _) = next_tick(&mut ticks).await;
+    // The store recorded the victim's run after `sent`; its clock and this
+    // host's run at the same rate, give or take a few milliseconds.
+    assert!(
+        first + Duration::from_millis(20) >= sent + period,
+        "the survivor ran the tick {:?} after the victim's, within the period {period:?}",
+        first - sent
+    );
+    let (retried, _) = next_tick(&mut ticks).await;
+    assert!(
+        retried >= first + TTL,
+        "a failed tick is retried after the ttl, here shorter than the period"
+    );
+    running.abort();
+}
+
+async fn only_the_term_holding_the_lease_records_a_run(url: &str) {
+    let keep = Duration::from_secs(60);
+    let a = election(url, "records", "a", TTL).await;
+    let b = election(url, "records", "b", TTL).await;
+    assert_eq!(a.since_last_run().await.expect("readable"), None);
+    let first = campaign(&a).await;
+    let stale = first.clone();
+    first.resign().await.expect("resign");
+    let current = campaign(&b).await;
+    assert!(
+        !stale.record_run(keep).await.expect("answered"),
+        "a stale term's record is refused"
+    );
+    assert_eq!(b.since_last_run().await.expect("readable"), None);
+    assert!(current.record_run(keep).await.expect("answered"));
+    let age = a
+        .since_last_run()
+        .await
+        .expect("readable")
+        .expect("a run is remembered");
+    assert!(age < Duration::from_secs(2), "{age:?}");
+    // Recorded again by the same term: the age starts over.
+    assert!(current.record_run(keep).await.expect("answered"));
+    current.resign().await.expect("resign");
+    assert!(
+        !current.record_run(keep).await.expect("answered"),
+        "after resigning"
+    );
+    // The marker is no election: nothing new is listed.
+    let store = tenure::Store::open(url).connect().await.expect("store");
+    assert_eq!(
+        store.elections("tenure").await.expect("listed"),
+        Vec::<String>::new()
+    );
+}
+
+async fn next_tick<T>(ticks: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {
+    timeout(HANG, ticks.recv())
+        .await
+        .expect("the runner ticks")
+        .expect("the runner runs")
 }

@@ -579,3 +579,33 @@ fn script_calls(server: &support::RedisServer) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// The store itself refuses a run recorded by a term that no longer holds
+/// the lease, even while that term's keeper has not noticed yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_refuses_a_run_recorded_by_a_term_whose_lease_was_taken() {
+    let server = redis();
+    // The stale term's keeper renews (and notices) a second or more later;
+    // a fresh Redis grants the first lease one ttl after it is asked.
+    let ttl = Duration::from_secs(4);
+    let a = election(&server.url(), "taken", "a", ttl).await;
+    let b = election(&server.url(), "taken", "b", ttl).await;
+    let stale = campaign(&a).await;
+    server.command(&["DEL", "tenure:{taken}:lease"]).unwrap();
+    let current = campaign(&b).await;
+    assert!(stale.is_leader(), "the stale term has not noticed yet");
+    assert!(!stale.record_run(ttl).await.unwrap(), "refused by Redis");
+    assert_eq!(a.since_last_run().await.unwrap(), None);
+    assert!(current.record_run(ttl).await.unwrap());
+    // The marker keeps the layout of a FencedKey, with an expiry.
+    let token = server
+        .command(&["HGET", "tenure:{taken}:last-run", "token"])
+        .unwrap();
+    assert_eq!(token, current.token().to_string());
+    let pttl: u64 = server
+        .command(&["PTTL", "tenure:{taken}:last-run"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(pttl > 0 && pttl <= 4_000, "{pttl}");
+}

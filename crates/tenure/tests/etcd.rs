@@ -457,3 +457,42 @@ async fn etcds_with_a_client_certificate_leads_and_without_one_is_refused() {
     drop(cluster);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// etcd itself refuses a run recorded by a term that no longer holds the
+/// election's key, even while that term's keeper has not noticed yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_refuses_a_run_recorded_by_a_term_whose_key_was_taken() {
+    let cluster = support::etcd();
+    let store = store(&cluster.url()).await;
+    // A long ttl: the stale term's keeper renews (and notices) seconds later.
+    let ttl = Duration::from_secs(30);
+    let member = |id: &'static str| {
+        Election::builder("taken")
+            .store(&store)
+            .ttl(ttl)
+            .id(id)
+            .build()
+    };
+    let (a, b) = (member("a").await.unwrap(), member("b").await.unwrap());
+    let stale = campaign(&a).await;
+    let body = format!(r#"{{"key":"{}"}}"#, b64("tenure/taken"));
+    cluster
+        .post(0, "/v3/kv/deleterange", &body)
+        .expect("the key is deleted");
+    let current = campaign(&b).await;
+    assert!(stale.is_leader(), "the stale term has not noticed yet");
+    assert!(!stale.record_run(ttl).await.unwrap(), "refused by etcd");
+    assert_eq!(a.since_last_run().await.unwrap(), None);
+    assert!(current.record_run(ttl).await.unwrap());
+    assert!(a.since_last_run().await.unwrap().is_some());
+    // Recorded again: the earlier marker's lease is revoked, not left to run out.
+    assert!(current.record_run(ttl).await.unwrap());
+    let leases = cluster
+        .post(0, "/v3/lease/leases", "{}")
+        .expect("leases listed");
+    assert_eq!(
+        leases.matches("\"ID\"").count(),
+        3,
+        "a's and b's session leases and one marker lease: {leases}"
+    );
+}

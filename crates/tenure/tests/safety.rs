@@ -193,6 +193,11 @@ async fn every_operation(url: &str) -> tenure::Result<()> {
     let term = e.campaign().await?;
     term.confirm().await?;
     e.leader().await?;
+    assert!(
+        term.record_run(SECOND).await?,
+        "the last-run marker is written"
+    );
+    assert!(e.since_last_run().await?.is_some());
     let mut conn = tenure::admin::connect(url, None, SECOND).await?;
     let marker = FencedKey::new("tenure:{acl}:last-run");
     marker.set(&mut conn, term.token(), "1").await?;

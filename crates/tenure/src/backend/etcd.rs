@@ -18,8 +18,20 @@
 //! `tenure/1`, the ttl (ms), the start (ms since the epoch, the
 //! candidate's clock), the attempt nonce and the owner's id, one per line.
 //! A partition set `GROUP` keeps its members under
-//! `PREFIX/{GROUP}/members/ID` (names cannot contain braces, so that never
-//! clashes with an election's key).
+//! `PREFIX/{GROUP}/members/ID`, and an election's last-run marker is
+//! `PREFIX/{NAME}/last-run` (names cannot contain braces, so neither ever
+//! clashes with an election's key, nor is listed as one).
+//!
+//! **The last-run marker** ([`Op::RecordRun`]) has no server clock to
+//! read: etcd has none that clients can see. So the marker is put on an
+//! etcd lease of its own, granted for its keep time (whole seconds, rounded
+//! up), and its age is the lease's granted ttl minus its remaining ttl, as
+//! etcd's leader counts them: in whole seconds, and counted one second
+//! short (etcd rounds the remaining ttl down), so a run is never taken for
+//! older than it is. An etcd leader change renews every lease, which makes
+//! a marker look younger than it is: a wait of up to one keep longer,
+//! never a second run. The marker is written in one transaction with a
+//! check that the election's key is still the recording term's.
 //!
 //! **The fencing token is the key's creating revision.** etcd's revision is
 //! one counter for the whole cluster, bumped by every write, replicated by
@@ -466,6 +478,17 @@ impl EtcdStore {
                     keys, id, token, ..
                 } => self.resign(keys, id, token).await.map(Reply::Resign),
                 Op::Inspect { keys, .. } => self.inspect(keys).await.map(Reply::Inspect),
+                Op::LastRun { keys, .. } => self.last_run(keys).await.map(Reply::LastRun),
+                Op::RecordRun {
+                    keys,
+                    id,
+                    token,
+                    keep_ms,
+                    ..
+                } => self
+                    .record_run(keys, id, token, keep_ms)
+                    .await
+                    .map(Reply::RecordRun),
             }
         })
         .await;
@@ -1046,6 +1069,96 @@ impl EtcdStore {
         }
     }
 
+    /// The age of the last-run marker (see the module docs), `None` when
+    /// there is none or its lease has run out.
+    async fn last_run(&self, keys: &Keys) -> Result<Option<Duration>> {
+        let key = last_run_key(keys)?;
+        let Some(kv) = self.get(&key).await? else {
+            return Ok(None);
+        };
+        decode_marker(&key, &kv)?;
+        let lease = kv.lease();
+        let answer = self
+            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await?;
+        let (Ok(left), Ok(granted)) = (
+            u64::try_from(answer.ttl()),
+            u64::try_from(answer.granted_ttl()),
+        ) else {
+            // -1: the lease has expired.
+            return Ok(None);
+        };
+        let age = granted.saturating_sub(left).saturating_sub(1);
+        Ok(Some(Duration::from_secs(age)))
+    }
+
+    /// Put the last-run marker on a new lease of `keep_ms` (rounded up to
+    /// whole seconds), in a transaction that checks the election's key is
+    /// still term (`id`, `token`)'s; the previous marker's lease is revoked.
+    async fn record_run(&self, keys: &Keys, id: &str, token: u64, keep_ms: u64) -> Result<bool> {
+        let key = lease_key(&keys.lease)?;
+        let marker = last_run_key(keys)?;
+        let revision = i64::try_from(token).unwrap_or(i64::MAX);
+        // The owner is read first; the transaction goes ahead only if the
+        // key has not changed since (its mod_revision is still the term's).
+        let Some(kv) = self.get(&key).await? else {
+            return Ok(false);
+        };
+        if kv.mod_revision() != revision || decode(&key, &kv)?.owner != id {
+            return Ok(false);
+        }
+        let seconds = i64::try_from(keep_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        // A cluster whose minimum lease ttl is longer grants more: the
+        // marker is then kept longer, and its age still counts right.
+        let granted = self
+            .call(|mut c| async move { c.lease_grant(seconds, None).await })
+            .await?;
+        if !granted.error().is_empty() {
+            return Err(Error::Etcd {
+                detail: one_line(granted.error()),
+            });
+        }
+        let lease = granted.id();
+        let value = format!("{MAGIC}\nlast-run\n{token}\n{id}");
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([
+                TxnOp::get(marker.clone(), None),
+                TxnOp::put(
+                    marker.clone(),
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+            ]);
+        let revoke = |lease: i64| async move {
+            let revoked = self
+                .call(|mut c| async move { c.lease_revoke(lease).await })
+                .await;
+            if let Err(err) = revoked {
+                tracing::debug!(lease, error = %err, "cannot revoke a last-run marker's lease; it runs out by itself");
+            }
+        };
+        let txn = match self.txn(txn).await {
+            Ok(txn) => txn,
+            Err(err) => {
+                revoke(lease).await;
+                return Err(err);
+            }
+        };
+        if !txn.succeeded() {
+            revoke(lease).await;
+            return Ok(false);
+        }
+        if let Some(previous) = first_kv(&txn).filter(|kv| kv.lease() != 0 && kv.lease() != lease) {
+            revoke(previous.lease()).await;
+        }
+        Ok(true)
+    }
+
     async fn heartbeat(&self, keys: &Keys, member: &str, ttl_ms: u64, join: bool) -> Result<Reply> {
         let prefix = members_prefix(keys)?;
         let key = format!("{prefix}{member}");
@@ -1221,6 +1334,31 @@ pub(crate) fn lease_key(redis_key: &str) -> Result<String> {
 fn members_prefix(keys: &Keys) -> Result<String> {
     let (prefix, group) = split_key(&keys.members, "}:members")?;
     Ok(format!("{prefix}/{{{group}}}/members/"))
+}
+
+/// The etcd key of an election's last-run marker: `PREFIX/{NAME}/last-run`.
+fn last_run_key(keys: &Keys) -> Result<String> {
+    let (prefix, name) = split_key(&keys.lease, "}:lease")?;
+    Ok(format!("{prefix}/{{{name}}}/last-run"))
+}
+
+/// Check that `kv` is a last-run marker tenure wrote (on a lease).
+fn decode_marker(key: &str, kv: &KeyValue) -> Result<()> {
+    let foreign = |detail: &str| Error::ForeignData {
+        key: key.to_string(),
+        detail: detail.to_string(),
+    };
+    let text = std::str::from_utf8(kv.value()).map_err(|_| foreign("not UTF-8"))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(MAGIC) || lines.next() != Some("last-run") {
+        return Err(foreign(&format!(
+            "it does not start with {MAGIC:?} and \"last-run\""
+        )));
+    }
+    if kv.lease() == 0 {
+        return Err(foreign("it has no lease"));
+    }
+    Ok(())
 }
 
 fn split_key<'a>(redis_key: &'a str, suffix: &str) -> Result<(&'a str, &'a str)> {
@@ -1646,6 +1784,10 @@ mod tests {
         assert_eq!(
             members_prefix(&keys).expect("layout"),
             "tenure/{reports/daily}/members/"
+        );
+        assert_eq!(
+            last_run_key(&keys).expect("layout"),
+            "tenure/{reports/daily}/last-run"
         );
     }
 }

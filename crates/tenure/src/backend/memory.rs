@@ -108,6 +108,16 @@ struct StoreState {
     calls: HashMap<String, Calls>,
     /// Partition-set members by group: heartbeat expiry by member id.
     members: HashMap<String, BTreeMap<String, Instant>>,
+    /// Last-run markers by election.
+    runs: HashMap<String, Run>,
+}
+
+/// A recorded successful run ([`Op::RecordRun`]).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    at: Instant,
+    token: u64,
+    expires: Instant,
 }
 
 /// How many requests an election's members made of a [`MemoryStore`]:
@@ -136,6 +146,10 @@ pub struct Calls {
     pub inspect: u64,
     /// Partition-set heartbeats (counted under the group's name).
     pub heartbeat: u64,
+    /// Reads of the last-run marker ([`crate::Election::since_last_run`]).
+    pub last_run: u64,
+    /// Records of a run ([`crate::Leadership::record_run`]), accepted or not.
+    pub record_run: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -162,6 +176,7 @@ struct Lease {
 pub struct Snapshot {
     leases: HashMap<String, Lease>,
     last_tokens: HashMap<String, u64>,
+    runs: HashMap<String, Run>,
 }
 
 impl StoreState {
@@ -245,6 +260,7 @@ impl MemoryStore {
         Snapshot {
             leases: state.leases.clone(),
             last_tokens: state.last_tokens.clone(),
+            runs: state.runs.clone(),
         }
     }
 
@@ -257,18 +273,20 @@ impl MemoryStore {
         let mut state = self.lock();
         state.leases = snapshot.leases.clone();
         state.last_tokens = snapshot.last_tokens.clone();
+        state.runs = snapshot.runs.clone();
         state.hold_off_since.clear();
         state.wiped = true;
     }
 
-    /// Lose every lease and token counter, as a Redis restart without
-    /// persistence does. Later tokens still rise above earlier ones, and,
+    /// Lose every lease, token counter and last-run marker, as a Redis
+    /// restart without persistence does. Later tokens still rise above earlier ones, and,
     /// as with Redis, no lease is granted until one ttl after an election
     /// is next asked for one (a leader from before may still believe).
     pub fn wipe(&self) {
         let mut state = self.lock();
         state.leases.clear();
         state.last_tokens.clear();
+        state.runs.clear();
         state.hold_off_since.clear();
         state.wiped = true;
     }
@@ -384,6 +402,8 @@ impl StoreState {
             }
             Op::Resign { name, .. } => (name, |c| c.resign += 1),
             Op::Inspect { name, .. } => (name, |c| c.inspect += 1),
+            Op::LastRun { name, .. } => (name, |c| c.last_run += 1),
+            Op::RecordRun { name, .. } => (name, |c| c.record_run += 1),
         };
         count(self.calls.entry(name.to_string()).or_default());
     }
@@ -433,7 +453,49 @@ impl StoreState {
                 self.live_lease(name, now)
                     .map(|lease| holder_of(lease, now)),
             ),
+            Op::LastRun { name, .. } => Reply::LastRun(
+                self.runs
+                    .get(name)
+                    .filter(|run| run.expires > now)
+                    .map(|run| now.saturating_duration_since(run.at)),
+            ),
+            Op::RecordRun {
+                name,
+                id,
+                token,
+                keep_ms,
+                ..
+            } => Reply::RecordRun(self.record_run(name, id, token, keep_ms, now)),
         }
+    }
+
+    /// As `record_run.lua`: only the term holding the lease records, and
+    /// never over a newer term's record.
+    fn record_run(
+        &mut self,
+        election: &str,
+        id: &str,
+        token: u64,
+        keep_ms: u64,
+        now: Instant,
+    ) -> bool {
+        let holds = self
+            .live_lease(election, now)
+            .is_some_and(|lease| lease.owner == id && lease.token == token);
+        let newer = self
+            .runs
+            .get(election)
+            .is_some_and(|run| run.expires > now && run.token > token);
+        if !holds || newer {
+            return false;
+        }
+        let run = Run {
+            at: now,
+            token,
+            expires: now + Duration::from_millis(keep_ms),
+        };
+        self.runs.insert(election.to_string(), run);
+        true
     }
 
     /// As `acquire.lua`: a lease of another term is reported; in the

@@ -1,7 +1,9 @@
 //! Where leases live: the seam between the election logic and storage.
 //!
 //! A [`Store`] carries out atomic operations on leases ([`Op`]: acquire,
-//! renew, resign, inspect, and a partition-set member's heartbeat), any
+//! renew, resign, inspect, a partition-set member's heartbeat, and the
+//! last-run marker that [`crate::Runner::every`] and `tenure run
+//! --at-most-every` share), any
 //! number of them in one round trip ([`Store::batch`]), and a [`Backend`]
 //! is one election's view of it, with a stream of hints that the lease
 //! changed hands. [`redis`] is the production backend; [`memory`] is a
@@ -97,6 +99,22 @@ pub(crate) enum Op<'a> {
         name: &'a str,
         keys: &'a Keys,
     },
+    /// How long ago the election's last successful run was recorded, by
+    /// the store's own clock (`None`: none is remembered).
+    LastRun {
+        name: &'a str,
+        keys: &'a Keys,
+    },
+    /// Record a successful run now, only if the lease is held by exactly
+    /// the term (id, token); remembered for at least `keep_ms`. A record
+    /// of any other term (a stale one included) is refused: `false`.
+    RecordRun {
+        name: &'a str,
+        keys: &'a Keys,
+        id: &'a str,
+        token: u64,
+        keep_ms: u64,
+    },
 }
 
 /// The reply to one [`Op`].
@@ -112,6 +130,8 @@ pub(crate) enum Reply {
     RenewMany(Vec<Result<RenewReply>>),
     Resign(bool),
     Inspect(Option<Holder>),
+    LastRun(Option<std::time::Duration>),
+    RecordRun(bool),
 }
 
 impl Reply {
@@ -157,6 +177,20 @@ impl Reply {
     pub fn into_inspect(self) -> Result<Option<Holder>> {
         match self {
             Reply::Inspect(holder) => Ok(holder),
+            other => Err(other.mismatch()),
+        }
+    }
+
+    pub fn into_last_run(self) -> Result<Option<std::time::Duration>> {
+        match self {
+            Reply::LastRun(age) => Ok(age),
+            other => Err(other.mismatch()),
+        }
+    }
+
+    pub fn into_record_run(self) -> Result<bool> {
+        match self {
+            Reply::RecordRun(recorded) => Ok(recorded),
             other => Err(other.mismatch()),
         }
     }
@@ -349,6 +383,26 @@ impl NoEtcd {
     }
 }
 
+/// [`Op::RecordRun`] on `store` (for elections and partition sets alike).
+pub(crate) async fn record_run(
+    store: &Store,
+    name: &str,
+    keys: &Keys,
+    id: &str,
+    token: u64,
+    keep_ms: u64,
+) -> Result<bool> {
+    let op = Op::RecordRun {
+        name,
+        keys,
+        id,
+        token,
+        // A keep of zero would delete the marker at once on Redis.
+        keep_ms: keep_ms.max(1),
+    };
+    store.one(op).await?.into_record_run()
+}
+
 /// One election's storage: its store, its keys, and its announcements.
 pub(crate) struct Backend {
     store: Store,
@@ -414,6 +468,18 @@ impl Backend {
             keys: &self.keys,
         };
         self.store.one(op).await?.into_inspect()
+    }
+
+    pub async fn last_run(&self) -> Result<Option<std::time::Duration>> {
+        let op = Op::LastRun {
+            name: &self.name,
+            keys: &self.keys,
+        };
+        self.store.one(op).await?.into_last_run()
+    }
+
+    pub async fn record_run(&self, id: &str, token: u64, keep_ms: u64) -> Result<bool> {
+        record_run(&self.store, &self.name, &self.keys, id, token, keep_ms).await
     }
 
     /// Drop the current connection for a new one (after a timeout).

@@ -43,6 +43,8 @@ pub(crate) static RENEW: &str = script!("renew.lua");
 pub(crate) static RENEW_MANY: &str = script!("renew_many.lua");
 pub(crate) static RESIGN: &str = script!("resign.lua");
 pub(crate) static INSPECT: &str = script!("inspect.lua");
+pub(crate) static LAST_RUN: &str = script!("last_run.lua");
+pub(crate) static RECORD_RUN: &str = script!("record_run.lua");
 pub(crate) static MEMBERS: &str = script!("members.lua");
 pub(crate) static CHECK: &str = script!("check.lua");
 
@@ -299,10 +301,12 @@ struct Scripts {
     resign: Script,
     inspect: Script,
     members: Script,
+    last_run: Script,
+    record_run: Script,
 }
 
 impl Scripts {
-    fn all(&self) -> [&Script; 6] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.acquire,
             &self.renew,
@@ -310,6 +314,8 @@ impl Scripts {
             &self.resign,
             &self.inspect,
             &self.members,
+            &self.last_run,
+            &self.record_run,
         ]
     }
 }
@@ -360,6 +366,8 @@ impl RedisStore {
                 resign: script(RESIGN),
                 inspect: script(INSPECT),
                 members: script(MEMBERS),
+                last_run: script(LAST_RUN),
+                record_run: script(RECORD_RUN),
             },
         })
     }
@@ -490,6 +498,18 @@ impl RedisStore {
                 cmd
             }
             Op::Inspect { keys, .. } => evalsha(&self.scripts.inspect, &[&keys.lease]),
+            Op::LastRun { keys, .. } => evalsha(&self.scripts.last_run, &[&keys.last_run]),
+            Op::RecordRun {
+                keys,
+                id,
+                token,
+                keep_ms,
+                ..
+            } => {
+                let mut cmd = evalsha(&self.scripts.record_run, &[&keys.lease, &keys.last_run]);
+                cmd.arg(id).arg(token).arg(keep_ms);
+                cmd
+            }
         }
     }
 
@@ -500,7 +520,9 @@ impl RedisStore {
             Op::Acquire { keys, .. }
             | Op::Renew { keys, .. }
             | Op::Resign { keys, .. }
-            | Op::Inspect { keys, .. } => &keys.lease,
+            | Op::Inspect { keys, .. }
+            | Op::LastRun { keys, .. }
+            | Op::RecordRun { keys, .. } => &keys.lease,
             Op::RenewMany { terms, .. } => terms.first().map_or("", |(_, lease, _)| lease),
         }
     }
@@ -519,6 +541,8 @@ impl RedisStore {
             }
             Op::Resign { .. } => Reply::Resign(ReplyReader { url }.int(&value)? == 1),
             Op::Inspect { .. } => Reply::Inspect(parse_inspect(value, url)?),
+            Op::LastRun { .. } => Reply::LastRun(parse_last_run(value, url)?),
+            Op::RecordRun { .. } => Reply::RecordRun(ReplyReader { url }.int(&value)? == 1),
         })
     }
 
@@ -1295,6 +1319,16 @@ pub(crate) fn parse_members(reply: Value, url: &str) -> Result<(Vec<String>, u64
         other => return Err(r.unexpected(&format!("{other:?} where the members were expected"))),
     };
     Ok((members, phantoms))
+}
+
+/// Parse the reply of `last_run.lua`: the age of the last run, if any.
+pub(crate) fn parse_last_run(reply: Value, url: &str) -> Result<Option<Duration>> {
+    let r = ReplyReader { url };
+    let items = r.array(reply, 0)?;
+    match items.first() {
+        None => Ok(None),
+        Some(age) => Ok(Some(Duration::from_millis(r.uint(age)?))),
+    }
 }
 
 /// Parse the reply of `inspect.lua`.

@@ -74,6 +74,8 @@ pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
 /// on it vanish, nothing is resigned.
 pub struct CrashableInstance {
     runtime: Option<tokio::runtime::Runtime>,
+    /// A handle of its term, to act as it before the crash.
+    term: Leadership,
 }
 
 impl CrashableInstance {
@@ -87,31 +89,58 @@ impl CrashableInstance {
             .expect("a runtime can be built");
         let (url, name, id) = (url.to_string(), name.to_string(), id.to_string());
         // block_on cannot run inside the test's runtime; a plain thread can.
-        let token = std::thread::scope(|scope| {
+        let term = std::thread::scope(|scope| {
             scope
                 .spawn(|| {
                     runtime.block_on(async move {
                         let election = election(&url, &name, &id, ttl).await;
                         let term = campaign(&election).await;
-                        let token = term.token();
+                        let handle = term.clone();
                         // Keep the term (and its keeper) alive on this runtime.
                         tokio::spawn(async move {
                             let _term = term;
                             let _election = election;
                             std::future::pending::<()>().await;
                         });
-                        token
+                        handle
                     })
                 })
                 .join()
                 .expect("the crashable instance's thread does not panic")
         });
+        let token = term.token();
         (
             CrashableInstance {
                 runtime: Some(runtime),
+                term,
             },
             token,
         )
+    }
+
+    /// [`CrashableInstance::lead`], then record a successful run of the
+    /// election's work (kept for `keep`), as `Runner::every` does after a
+    /// tick.
+    pub fn lead_after_a_run(
+        url: &str,
+        name: &str,
+        id: &str,
+        ttl: Duration,
+        keep: Duration,
+    ) -> (Self, u64) {
+        let (instance, token) = Self::lead(url, name, id, ttl);
+        let term = instance.term.clone();
+        let recorded = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = instance.runtime.as_ref().expect("running");
+                    runtime.block_on(term.record_run(keep))
+                })
+                .join()
+                .expect("the crashable instance's thread does not panic")
+        });
+        assert!(recorded.expect("the store answers"), "the run is recorded");
+        (instance, token)
     }
 
     /// Crash: drop every task without running any more of them.

@@ -55,3 +55,22 @@ local function server_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+
+-- Read a last-run marker (the fenced hash of tenure::FencedKey: fields
+-- token, and value = the server's clock in ms when the run was recorded):
+-- nil when there is none, or nil and an error reply when the key holds
+-- anything else.
+local function read_marker(key)
+  local key_type = call('TYPE', key).ok
+  if key_type == 'none' then
+    return nil
+  elseif key_type ~= 'hash' then
+    return nil, foreign(key, 'holds a ' .. key_type .. ', not a last-run marker')
+  end
+  local f = call('HMGET', key, 'token', 'value')
+  local marker = {token = tonumber(f[1]), at = tonumber(f[2])}
+  if not marker.token or not marker.at or call('HLEN', key) ~= 2 then
+    return nil, foreign(key, 'is not a last-run marker (a hash of a token and the ms of the run)')
+  end
+  return marker
+end

@@ -1,0 +1,28 @@
+-- Record a successful run now, if the caller's term still holds the lease.
+--
+-- KEYS[1]  lease hash
+-- KEYS[2]  last-run marker hash (same hash tag)
+-- ARGV[1]  holder's instance id
+-- ARGV[2]  the term's fencing token
+-- ARGV[3]  how long to keep the record, in milliseconds (at least 1)
+--
+-- Returns 1 when recorded; 0 when refused (the lease is gone or held by
+-- another term, or a newer term has recorded a run; nothing changed).
+-- Errors with "TENUREFOREIGN <key> <what>" on data tenure did not write,
+-- and "TENURECMD ..." (prelude). The expiry is proven allowed when
+-- connecting (check.lua), so the marker is never left without one.
+
+local lease, err = read_lease(KEYS[1])
+if err then return err end
+local marker, merr = read_marker(KEYS[2])
+if merr then return merr end
+local token = tonumber(ARGV[2])
+if not lease or lease.owner ~= ARGV[1] or lease.token ~= token then
+  return 0
+end
+if marker and marker.token > token then
+  return 0
+end
+call('HSET', KEYS[2], 'token', ARGV[2], 'value', server_ms())
+call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
