@@ -388,7 +388,7 @@ impl Leadership {
     /// Record in the store that the election's work ran successfully,
     /// now: [`crate::Election::since_last_run`] (on any instance) then
     /// counts from this instant, by the store's clock, and the store keeps
-    /// the record for at least `keep`. Returns `false` when refused: the
+    /// the record for at least `keep` (at most a hundred years). Returns `false` when refused: the
     /// lease is no longer held by this term (a stale leader cannot record a
     /// run), or a newer term has recorded one.
     ///

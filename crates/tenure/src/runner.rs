@@ -182,7 +182,8 @@ impl Runner {
     /// twice still needs its own writes fenced with [`Leadership::token`].
     ///
     /// A tick is dropped the moment leadership is lost; a shutdown lets the
-    /// running tick finish (and be recorded) before the lease is released.
+    /// running tick finish (and be recorded) within the shutdown grace
+    /// ([`Runner::shutdown_grace`]) before the lease is released.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
@@ -372,25 +373,39 @@ async fn lead_term(
                     continue;
                 }
                 let run = tick(term.clone());
+                tokio::pin!(run);
                 let failure = tokio::select! {
                     biased;
                     reason = term.lost() => return TermEnd::Lost(reason),
-                    failure = run => failure,
+                    failure = &mut run => failure,
+                    _ = shutdown.as_mut() => {
+                        // The running tick gets the shutdown grace to
+                        // finish (and be recorded) while the keeper keeps
+                        // the lease; then it is dropped.
+                        let finished = tokio::select! {
+                            biased;
+                            _ = term.lost() => None,
+                            failure = &mut run => Some(failure),
+                            _ = tokio::time::sleep(grace) => {
+                                tracing::warn!(election = %election.name(), ?grace, "tick did not finish within the shutdown grace; dropping it");
+                                None
+                            }
+                        };
+                        if let Some(None) = finished {
+                            record(election, term, period).await;
+                        }
+                        return TermEnd::Shutdown;
+                    }
                 };
                 if let Some(failure) = failure {
                     tracing::warn!(election = %election.name(), error = %failure, retry = ?retry, "tick failed; not recorded as a run, trying again");
-                    due = Some(tokio::time::Instant::now() + retry);
+                    due = Some(later(retry));
                     continue;
                 }
-                match term.record_run(period).await {
-                    Ok(true) => due = Some(tokio::time::Instant::now() + period),
-                    Ok(false) => {
-                        tracing::warn!(election = %election.name(), token = term.token(), "the tick completed, but the store refused to record it: this term no longer holds the lease, and the next leader may run it again");
-                    }
-                    Err(err) => {
-                        tracing::warn!(election = %election.name(), error = %err, "the tick completed, but could not be recorded; the next leader may run it again");
-                    }
-                }
+                record(election, term, period).await;
+                // Whether or not the store took the record, this leader
+                // knows the tick ran: the next is due a period from now.
+                due = Some(later(period));
             }
         }
         Work::Lead(start) => {
@@ -414,6 +429,27 @@ async fn lead_term(
             }
         }
     }
+}
+
+/// Record a completed tick as the last run, logging a refusal or failure.
+async fn record(election: &Election, term: &Leadership, period: Duration) {
+    match term.record_run(period).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(election = %election.name(), token = term.token(), "the tick completed, but the store refused to record it: this term no longer holds the lease, and the next leader may run it again");
+        }
+        Err(err) => {
+            tracing::warn!(election = %election.name(), error = %err, "the tick completed, but could not be recorded; the next leader may run it again");
+        }
+    }
+}
+
+/// The instant `wait` from now, or a century away if that overflows (a
+/// period of `Duration::MAX` means "once").
+fn later(wait: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(wait)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// Wait for SIGTERM or SIGINT (Ctrl-C elsewhere than Unix).

@@ -297,3 +297,65 @@ async fn campaign_timeout_gives_up_and_leaves_no_lease_behind() {
     store.set_fault(tenure::Fault::None);
     assert!(store.holder("jobs").is_none(), "released");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_gives_a_running_tick_the_grace_then_drops_it_and_releases() {
+    let store = MemoryStore::new();
+    let election = member(&store, "a").await;
+    let started = Arc::new(Mutex::new(None));
+    let runner = election
+        .runner()
+        .shutdown_grace(Duration::from_secs(2))
+        .every(PERIOD, {
+            let started = started.clone();
+            move |_term| {
+                let started = started.clone();
+                async move {
+                    *started.lock().unwrap() = Some(Instant::now());
+                    // Far longer than the grace.
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                }
+            }
+        });
+    let asked = Instant::now() + Duration::from_secs(1);
+    within(runner.run_until(tokio::time::sleep_until(asked)))
+        .await
+        .expect("runs");
+    assert!(started.lock().unwrap().is_some(), "the tick started");
+    assert_eq!(
+        Instant::now(),
+        asked + Duration::from_secs(2),
+        "the runner returns when the grace runs out, not when the tick ends"
+    );
+    assert!(
+        election.leader().await.expect("reads").is_none(),
+        "released"
+    );
+    assert_eq!(
+        election.since_last_run().await.expect("reads"),
+        None,
+        "a dropped tick is not a run"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tick_that_finishes_within_the_shutdown_grace_is_recorded() {
+    let store = MemoryStore::new();
+    let election = member(&store, "a").await;
+    let runner = election
+        .runner()
+        .shutdown_grace(Duration::from_secs(5))
+        .every(PERIOD, |_term| async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        });
+    let asked = Instant::now() + Duration::from_secs(1);
+    within(runner.run_until(tokio::time::sleep_until(asked)))
+        .await
+        .expect("runs");
+    assert!(Instant::now() < asked + Duration::from_secs(5));
+    let other = member(&store, "b").await;
+    assert!(
+        other.since_last_run().await.expect("reads").is_some(),
+        "the tick that finished during the grace was recorded"
+    );
+}

@@ -383,6 +383,9 @@ impl NoEtcd {
     }
 }
 
+/// The longest a last-run record is kept: a hundred years.
+pub(crate) const MAX_KEEP_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
 /// [`Op::RecordRun`] on `store` (for elections and partition sets alike).
 pub(crate) async fn record_run(
     store: &Store,
@@ -397,8 +400,10 @@ pub(crate) async fn record_run(
         keys,
         id,
         token,
-        // A keep of zero would delete the marker at once on Redis.
-        keep_ms: keep_ms.max(1),
+        // A keep of zero would delete the marker at once on Redis; one past
+        // what Redis accepts (a signed 64-bit expiry) would leave it with
+        // none. "Once ever" is a hundred years.
+        keep_ms: keep_ms.clamp(1, MAX_KEEP_MS),
     };
     store.one(op).await?.into_record_run()
 }

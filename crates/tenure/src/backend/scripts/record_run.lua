@@ -4,7 +4,7 @@
 -- KEYS[2]  last-run marker hash (same hash tag)
 -- ARGV[1]  holder's instance id
 -- ARGV[2]  the term's fencing token
--- ARGV[3]  how long to keep the record, in milliseconds (at least 1)
+-- ARGV[3]  how long to keep the record, in milliseconds (1 to 100 years)
 --
 -- Returns 1 when recorded; 0 when refused (the lease is gone or held by
 -- another term, or a newer term has recorded a run; nothing changed).
@@ -17,6 +17,11 @@ if err then return err end
 local marker, merr = read_marker(KEYS[2])
 if merr then return merr end
 local token = tonumber(ARGV[2])
+local keep = tonumber(ARGV[3])
+if not keep or keep < 1 or keep > 3153600000000 or keep % 1 ~= 0 then
+  -- Checked before anything is written: the marker never lacks an expiry.
+  return redis.error_reply('ERR record_run: keep must be 1 to 3153600000000 ms, got ' .. tostring(ARGV[3]))
+end
 if not lease or lease.owner ~= ARGV[1] or lease.token ~= token then
   return 0
 end
