@@ -6,8 +6,11 @@
 //! Two real `tenure serve` processes per round on the bench's private
 //! Redis. The follower's stream is read the way a client does: when it ends
 //! with its term (the old leader's), it is opened again at once, and that
-//! reconnection is part of the figure. The floor is one request and answer
-//! on a new connection to the same server (`GET /healthz`).
+//! reconnection is part of the figure. No client holds time to act from
+//! the leader (it is found with the leader-only probe, which hands out
+//! none), so its resign does not wait for a deadline it gave: with one, the
+//! hand-over waits up to `--max-deadline` more, by design. The floor is one
+//! request and answer on a new connection to the same server (`GET /healthz`).
 
 use std::path::Path;
 use std::process::Stdio;
@@ -119,9 +122,11 @@ async fn serve(tenure: &Path, url: &str, id: &str) -> Result<(Child, String)> {
 async fn wait_for_leader(a: &str, b: &str) -> Result<bool> {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
+        // The leader-only probe: it hands out no time to act, so the
+        // leader's resign need not wait for a client's deadline.
         for (addr, is_a) in [(a, true), (b, false)] {
-            let path = format!("/v1/elections/{ELECTION}");
-            if get(addr, &path).await?.contains("\"is_leader\":true") {
+            let path = format!("/readyz?leader={ELECTION}");
+            if get(addr, &path).await?.starts_with("HTTP/1.1 200") {
                 return Ok(is_a);
             }
         }

@@ -19,6 +19,7 @@
 //! longer act, whether or not the seat has noticed yet.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +30,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
 use subtle::ConstantTimeEq;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use tokio_util::task::TaskTracker;
@@ -54,12 +56,13 @@ pub async fn listen(
     bearer: Option<String>,
     metrics: PrometheusHandle,
 ) -> Result<(SocketAddr, TaskTracker), Failure> {
-    let api = std::sync::Arc::new(Api {
+    let api = Arc::new(Api {
         seats,
         bearer,
         metrics,
+        streams: Arc::new(Semaphore::new(MAX_STREAMS)),
     });
-    let handler: Handler = std::sync::Arc::new(move |request| {
+    let handler: Handler = Arc::new(move |request| {
         let api = api.clone();
         Box::pin(async move { api.answer(request).await })
     });
@@ -78,7 +81,15 @@ struct Api {
     seats: Seats,
     bearer: Option<String>,
     metrics: PrometheusHandle,
+    /// Event streams open at once; the other connections stay free for
+    /// short requests (`/healthz`, a resign).
+    streams: Arc<Semaphore>,
 }
+
+/// At most this many event streams are served at once: half the
+/// connections, so that streams whose clients never read cannot lock out
+/// health checks and resigns.
+pub const MAX_STREAMS: usize = 128;
 
 /// What a request under `/v1/elections/` asks for.
 enum Route<'a> {
@@ -123,7 +134,13 @@ impl Api {
                 let body = format!("{}\n", to_json(&state(seat, &view)));
                 http::respond(StatusCode::OK, "application/json", body)
             }
-            (Route::Events(seat), &Method::GET) => events(seat.clone()),
+            (Route::Events(seat), &Method::GET) => match self.streams.clone().try_acquire_owned() {
+                Ok(slot) => events(seat.clone(), slot),
+                Err(_) => error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("{MAX_STREAMS} event streams are open, the most served at once; poll GET /v1/elections/NAME, or try again later"),
+                ),
+            },
             (Route::Resign(seat), &Method::POST) => {
                 if !self.authorized(&request) {
                     return unauthorized();
@@ -183,13 +200,16 @@ impl Api {
         let Some(expected) = &self.bearer else {
             return true;
         };
-        let given = request
+        // Every Authorization header is tried; the scheme is
+        // case-insensitive (RFC 7235), the token is compared in constant time.
+        request
             .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .unwrap_or("");
-        bool::from(given.as_bytes().ct_eq(expected.as_bytes()))
+            .get_all(hyper::header::AUTHORIZATION)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .filter_map(|value| value.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .any(|(_, given)| bool::from(given.trim().as_bytes().ct_eq(expected.as_bytes())))
     }
 
     fn healthz(&self) -> Response<Body> {
@@ -260,12 +280,7 @@ pub struct State<'a> {
 pub fn state<'a>(seat: &'a Seat, view: &'a View) -> State<'a> {
     let (leading, token, left) = match &view.term {
         Some(term) => {
-            // Rounded down: a client never acts a millisecond too long.
-            let left = if term.is_leader() {
-                term.remaining().as_millis() as u64
-            } else {
-                0
-            };
+            let left = seat.grant(term).as_millis() as u64;
             let leading = left > 0;
             (leading, leading.then(|| term.token()), Some(left))
         }
@@ -290,25 +305,41 @@ fn to_json(state: &State<'_>) -> String {
     serde_json::to_string(state).unwrap_or_default()
 }
 
+/// What an event says, less the time left (which changes by the
+/// millisecond): whether this instance may act, in which term, and who
+/// holds the lease. Read without handing out a deadline.
+fn shape(seat: &Seat, view: &View) -> (bool, Option<u64>, Option<String>) {
+    match &view.term {
+        Some(term) if seat.granting(term) => (true, Some(term.token()), Some(seat.id.clone())),
+        _ => (false, None, view.holder.as_ref().map(|(id, _)| id.clone())),
+    }
+}
+
 /// Which term a view belongs to, for an event stream: the holder, and
 /// whether it is this instance leading.
 fn term_of(seat: &Seat, view: &View) -> (Option<(String, u64)>, bool) {
     match &view.term {
-        Some(term) if term.is_leader() => (Some((seat.id.clone(), term.token())), true),
+        Some(term) if seat.granting(term) => (Some((seat.id.clone(), term.token())), true),
         _ => (view.holder.clone(), false),
     }
 }
 
 /// The event stream of `seat`: its state now, then one event per change,
-/// until the event that ends the term it began in.
-fn events(seat: Seat) -> Response<Body> {
+/// until the event that ends the term it began in. While this instance
+/// leads, the state is repeated every third of `--max-deadline`, so that
+/// a client's deadline is renewed long before it runs out.
+fn events(seat: Seat, slot: OwnedSemaphorePermit) -> Response<Body> {
     struct Stream {
         seat: Seat,
         began_in: Option<(Option<(String, u64)>, bool)>,
-        /// What the last event said, less `deadline_ms`, plus the deadline.
-        said: Option<(String, Option<Instant>)>,
+        /// What the last event said, less the time left.
+        said: Option<(bool, Option<u64>, Option<String>)>,
+        /// When to repeat the state (while leading).
+        refresh: Option<Instant>,
         done: bool,
         keep_alive: tokio::time::Interval,
+        /// Held for as long as the stream lives.
+        _slot: OwnedSemaphorePermit,
     }
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
@@ -316,49 +347,47 @@ fn events(seat: Seat) -> Response<Body> {
         seat,
         began_in: None,
         said: None,
+        refresh: None,
         done: false,
         keep_alive,
+        _slot: slot,
     };
     let frames = futures_util::stream::unfold(stream, |mut stream| async move {
         if stream.done {
             return None;
         }
         loop {
-            // A change not yet said, if any.
-            let (event, term, said) = {
-                let view = stream.seat.view.borrow_and_update().clone();
-                let event = state(&stream.seat, &view);
-                let said = State {
-                    deadline_ms: None,
-                    ..event.clone()
-                };
-                (
-                    to_json(&event),
-                    term_of(&stream.seat, &view),
-                    (to_json(&said), view.deadline),
-                )
-            };
-            if stream.said.as_ref() != Some(&said) {
+            let view = stream.seat.view.borrow_and_update().clone();
+            let shape = shape(&stream.seat, &view);
+            let due = stream.refresh.is_some_and(|at| Instant::now() >= at);
+            if stream.said.as_ref() != Some(&shape) || due {
+                let term = term_of(&stream.seat, &view);
                 let began_in = stream.began_in.get_or_insert_with(|| term.clone());
                 stream.done = *began_in != term;
-                stream.said = Some(said);
-                let frame = format!("data: {event}\n\n");
+                let event = state(&stream.seat, &view);
+                stream.refresh = event
+                    .is_leader
+                    .then(|| Instant::now() + stream.seat.max_deadline / 3);
+                stream.said = Some(shape);
+                let frame = format!("data: {}\n\n", to_json(&event));
                 return Some((Bytes::from(frame), stream));
             }
-            // Nothing new: wait for a change, the deadline of this
-            // instance's term (is_leader turns false then, whether or not
-            // the seat has noticed), or the keep-alive.
-            let deadline = stream
-                .seat
-                .view
-                .borrow()
+            // Nothing new: wait for a change, the time to repeat the
+            // state, the deadline of this instance's term (it may no
+            // longer act then, whether or not the seat has noticed), or
+            // the keep-alive.
+            let deadline = view
                 .term
                 .as_ref()
                 .filter(|term| term.is_leader())
                 .map(|term| term.deadline());
-            let at_deadline = async {
-                match deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+            let wake = match (deadline, stream.refresh) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let at_wake = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
@@ -369,7 +398,7 @@ fn events(seat: Seat) -> Response<Body> {
                         return None;
                     }
                 }
-                _ = at_deadline => {}
+                _ = at_wake => {}
                 _ = stream.keep_alive.tick() => {
                     return Some((Bytes::from_static(b": keep-alive\n\n"), stream));
                 }
@@ -447,7 +476,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_leaders_stream_reports_each_renewal_and_ends_with_its_term() {
+    async fn a_leaders_stream_repeats_the_state_within_the_max_deadline_and_ends_with_its_term() {
         let store = tenure::MemoryStore::new();
         let election = tenure::Election::builder("jobs")
             .memory(&store)
@@ -458,38 +487,86 @@ mod tests {
             .expect("valid settings");
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        let open: crate::serve::Open = std::sync::Arc::new(move || {
+        let open: crate::serve::Open = Arc::new(move || {
             let election = election.clone();
             Box::pin(async move { Ok(election) })
         });
-        let seat = Seat::start("jobs", "me", open, &shutdown, &mut tasks);
+        let max = Duration::from_millis(900);
+        let seat = Seat::start("jobs", "me", max, open, &shutdown, &mut tasks);
         let mut view = seat.view.clone();
         view.wait_for(|view| view.term.is_some())
             .await
             .expect("the seat leads");
 
-        let mut body = events(seat.clone()).into_body();
+        let slot = Arc::new(Semaphore::new(1))
+            .try_acquire_owned()
+            .expect("a slot");
+        let mut body = events(seat.clone(), slot).into_body();
         let first = next_event(&mut body).await.expect("the current state");
+        let at = Instant::now();
         assert_eq!(first["is_leader"], true, "{first}");
         assert_eq!(first["leader"], "me");
         let token = first["token"].as_u64().expect("a token");
-        let left = first["deadline_ms"].as_u64().expect("deadline_ms");
-        assert!(left > 0 && left <= 3_000, "{first}");
+        assert_eq!(first["deadline_ms"], 900, "capped by the max deadline");
 
-        // A renewal moves the deadline: the stream says so.
-        let renewed = next_event(&mut body).await.expect("a renewal");
-        assert_eq!(renewed["token"], token);
-        assert_eq!(renewed["is_leader"], true);
+        // The state is repeated a third of the max deadline later.
+        let again = next_event(&mut body).await.expect("a repeat");
+        assert_eq!(again["token"], token);
+        assert_eq!(again["is_leader"], true);
+        assert_eq!(Instant::now() - at, max / 3);
 
         // Another instance takes the lease: the term ends, the stream says
         // so and ends.
         store.steal("jobs", "other", Duration::from_secs(30));
-        let mut last = renewed;
+        let mut last = again;
         while let Some(event) = next_event(&mut body).await {
             last = event;
         }
         assert_eq!(last["is_leader"], false, "{last}");
         assert_ne!(last["leader"], "me", "{last}");
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_resign_waits_until_the_deadline_handed_out_has_passed() {
+        let store = tenure::MemoryStore::new();
+        let election = tenure::Election::builder("jobs")
+            .memory(&store)
+            .id("me")
+            .ttl(Duration::from_secs(3))
+            .build()
+            .await
+            .expect("valid settings");
+        let shutdown = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let opened = election.clone();
+        let open: crate::serve::Open = Arc::new(move || {
+            let election = opened.clone();
+            Box::pin(async move { Ok(election) })
+        });
+        let max = Duration::from_millis(1500);
+        let seat = Seat::start("jobs", "me", max, open, &shutdown, &mut tasks);
+        let mut view = seat.view.clone();
+        view.wait_for(|view| view.term.is_some())
+            .await
+            .expect("the seat leads");
+        let handed = {
+            let view = seat.view.borrow().clone();
+            state(&seat, &view).deadline_ms.expect("a deadline")
+        };
+        assert_eq!(handed, 1500);
+        let asked = Instant::now();
+        let resigned = seat.resign(crate::serve::Rejoin::AfterTtl).await;
+        assert!(matches!(resigned, crate::serve::Resigned::Term(_)));
+        assert_eq!(
+            Instant::now() - asked,
+            max,
+            "the lease is released only when the deadline handed out has passed"
+        );
+        assert!(election.leader().await.expect("reads").is_none());
+        // Meanwhile no answer handed out more time.
+        let view = seat.view.borrow().clone();
+        assert_eq!(state(&seat, &view).deadline_ms, None);
         shutdown.cancel();
     }
 }

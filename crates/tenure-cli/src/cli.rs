@@ -279,6 +279,14 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_AUTH_TOKEN_FILE")]
     pub auth_token_file: Option<PathBuf>,
 
+    /// The longest `deadline_ms` one answer hands out. A resign or shutdown
+    /// releases the lease only once every deadline handed out has passed,
+    /// so this bounds a graceful hand-over while clients are acting; clients
+    /// ask again (or read the event stream, which repeats the state every
+    /// third of it) more often than this.
+    #[arg(long, env = "TENURE_MAX_DEADLINE", default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub max_deadline: Duration,
+
     /// Lease time-to-live.
     #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub ttl: Duration,

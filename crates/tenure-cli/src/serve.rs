@@ -26,7 +26,7 @@
 //! starts and ends, as in the library's keeper.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -46,9 +46,6 @@ pub struct View {
     /// This instance's current term. Whether it may still act is read from
     /// the term itself at the moment of each answer, not from here.
     pub term: Option<Leadership>,
-    /// The deadline of `term` when this view was published: a renewal
-    /// publishes a new view, so that event streams report it.
-    pub deadline: Option<Instant>,
     /// The holder (id, token) this instance last saw, itself included.
     pub holder: Option<(String, u64)>,
     /// Whether the election's store was reached and the seat campaigns.
@@ -76,6 +73,13 @@ pub enum Resigned {
     Failed(String),
 }
 
+/// The seat task's ends of its channels.
+struct SeatChannels {
+    publish: watch::Sender<View>,
+    requests: mpsc::Receiver<ResignRequest>,
+    grants: Arc<Mutex<Grants>>,
+}
+
 struct ResignRequest {
     rejoin: Rejoin,
     reply: oneshot::Sender<Resigned>,
@@ -87,7 +91,73 @@ pub struct Seat {
     pub name: String,
     pub id: String,
     pub view: watch::Receiver<View>,
+    /// The deadlines handed to clients in this term.
+    pub grants: Arc<Mutex<Grants>>,
+    /// The longest deadline one answer hands out (`--max-deadline`).
+    pub max_deadline: Duration,
     resigns: mpsc::Sender<ResignRequest>,
+}
+
+/// What this instance has told clients about its current term: the one
+/// promise a sidecar must keep on their behalf.
+///
+/// A client acts until the deadline it was given, and nothing can take
+/// that back. So a resign (a request, or shutdown) first closes the term to
+/// new grants, then waits until the latest deadline handed out has passed,
+/// and only then releases the lease; the next leader cannot begin before
+/// every client of this one has stopped. (A term that ends by itself needs
+/// no wait: every deadline handed out is capped by the term's own, which
+/// ends before the lease can pass to anyone else.)
+#[derive(Debug, Default)]
+pub struct Grants {
+    /// The term these grants are for.
+    token: Option<u64>,
+    /// No more grants: the term is being given up.
+    closed: bool,
+    /// The latest deadline handed out.
+    until: Option<Instant>,
+}
+
+impl Seat {
+    /// Whether answers may hand out time in `term` now (no I/O, no grant).
+    pub fn granting(&self, term: &Leadership) -> bool {
+        let grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        !grants.closed && grants.token == Some(term.token()) && term.is_leader()
+    }
+
+    /// The time this instance may still act in `term`, as an answer hands
+    /// it out now: zero if the term may not act or is being given up, else
+    /// the term's time left, capped by `max_deadline`, rounded down to the
+    /// millisecond and recorded as handed out.
+    pub fn grant(&self, term: &Leadership) -> Duration {
+        let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
+        if grants.closed || grants.token != Some(term.token()) || !term.is_leader() {
+            return Duration::ZERO;
+        }
+        let left = term.remaining().min(self.max_deadline);
+        let left = Duration::from_millis(left.as_millis() as u64);
+        if !left.is_zero() {
+            let until = Instant::now() + left;
+            grants.until = Some(grants.until.map_or(until, |was| was.max(until)));
+        }
+        left
+    }
+}
+
+/// Begin granting for the term `token`.
+fn open_grants(grants: &Mutex<Grants>, token: u64) {
+    *grants.lock().unwrap_or_else(|p| p.into_inner()) = Grants {
+        token: Some(token),
+        closed: false,
+        until: None,
+    };
+}
+
+/// Stop granting; the latest deadline handed out, if any.
+fn close_grants(grants: &Mutex<Grants>) -> Option<Instant> {
+    let mut grants = grants.lock().unwrap_or_else(|p| p.into_inner());
+    grants.closed = true;
+    grants.until
 }
 
 impl Seat {
@@ -98,23 +168,31 @@ impl Seat {
     pub fn start(
         name: &str,
         id: &str,
+        max_deadline: Duration,
         open: Open,
         shutdown: &CancellationToken,
         tasks: &mut JoinSet<Result<(), Failure>>,
     ) -> Seat {
         let (publish, view) = watch::channel(View::default());
         let (resigns, requests) = mpsc::channel(8);
+        let grants = Arc::new(Mutex::new(Grants::default()));
         let seat = Seat {
             name: name.to_string(),
             id: id.to_string(),
             view,
+            grants: grants.clone(),
+            max_deadline,
             resigns,
+        };
+        let channels = SeatChannels {
+            publish,
+            requests,
+            grants,
         };
         tasks.spawn(keep_seat(
             name.to_string(),
             open,
-            publish,
-            requests,
+            channels,
             shutdown.clone(),
         ));
         seat
@@ -155,6 +233,19 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
             ),
         ));
     }
+    for name in &args.elections {
+        // The library's own check, before the port is bound.
+        tenure::admin::last_run_key(&args.redis.prefix, name)?;
+        if name.ends_with("/events") || name.ends_with("/resign") {
+            return Err(Failure::new(
+                exit::USAGE,
+                format!(
+                    "--election {name:?} ends like one of the API's paths \
+                     (/events, /resign); choose another name"
+                ),
+            ));
+        }
+    }
     let mut names = args.elections.clone();
     names.sort();
     if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
@@ -180,6 +271,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
     // The API answers from the start, while the store is still being
     // reached: the app beside this sidecar runs (as a follower) even while
     // the store is down, and `/readyz` says why it is not ready.
+    let max_deadline = args.max_deadline;
     let settings = Arc::new(args);
     let store = Arc::new(tokio::sync::OnceCell::<tenure::Store>::new());
     let mut seats = BTreeMap::new();
@@ -197,7 +289,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
                 })
             })
         };
-        let seat = Seat::start(name, &id, open, &shutdown, &mut tasks);
+        let seat = Seat::start(name, &id, max_deadline, open, &shutdown, &mut tasks);
         seats.insert(name.clone(), seat);
     }
     let args = settings;
@@ -326,10 +418,14 @@ async fn follow_holder(election: Election, publish: watch::Sender<View>) {
 async fn keep_seat(
     name: String,
     open: Open,
-    publish: watch::Sender<View>,
-    mut requests: mpsc::Receiver<ResignRequest>,
+    channels: SeatChannels,
     shutdown: CancellationToken,
 ) -> Result<(), Failure> {
+    let SeatChannels {
+        publish,
+        mut requests,
+        grants,
+    } = channels;
     let Some(election) = open_election(&name, &open, &mut requests, &shutdown).await? else {
         return Ok(());
     };
@@ -337,10 +433,6 @@ async fn keep_seat(
     // Who holds the lease, for the `leader` field; it ends with the seat.
     let follower = tokio::spawn(follow_holder(election.clone(), publish.clone()));
     let _follower = AbortOnDrop(follower);
-    // How often a renewal is looked for: a fraction of the renew interval,
-    // so a client that counts down the last deadline it heard is told of
-    // the next one well before it runs out.
-    let poll = (election.renew_every() / 4).max(Duration::from_millis(10));
     loop {
         let campaign = election.campaign();
         tokio::pin!(campaign);
@@ -361,43 +453,32 @@ async fn keep_seat(
             }
         };
         let token = term.token();
+        open_grants(&grants, token);
         tracing::info!(election = %name, token, "leading");
-        let mut deadline = term.deadline();
         publish.send_modify(|view| {
             view.term = Some(term.clone());
-            view.deadline = Some(deadline);
             view.holder = Some((term.id().to_string(), token));
         });
-        let rejoin = loop {
-            tokio::select! {
-                reason = term.lost() => {
-                    tracing::warn!(election = %name, token, %reason, "no longer leading");
-                    break Rejoin::Now;
+        let rejoin = tokio::select! {
+            reason = term.lost() => {
+                close_grants(&grants);
+                tracing::warn!(election = %name, token, %reason, "no longer leading");
+                Rejoin::Now
+            }
+            Some(request) = requests.recv() => {
+                let answer = match give_up(&name, &term, &grants, &publish).await {
+                    Ok(()) => Resigned::Term(token),
+                    Err(err) => Resigned::Failed(err.to_string()),
+                };
+                tracing::info!(election = %name, token, "resigned on request");
+                let _ = request.reply.send(answer);
+                request.rejoin
+            }
+            _ = shutdown.cancelled() => {
+                if let Err(err) = give_up(&name, &term, &grants, &publish).await {
+                    tracing::warn!(election = %name, token, error = %err, "could not release the lease; it lapses at its ttl");
                 }
-                _ = tokio::time::sleep(poll) => {
-                    let now = term.deadline();
-                    if now != deadline {
-                        deadline = now;
-                        publish.send_modify(|view| view.deadline = Some(now));
-                    }
-                }
-                Some(request) = requests.recv() => {
-                    let answer = match term.resign().await {
-                        Ok(()) => Resigned::Term(token),
-                        Err(err) => Resigned::Failed(err.to_string()),
-                    };
-                    tracing::info!(election = %name, token, "resigned on request");
-                    end_term(&publish, token);
-                    let _ = request.reply.send(answer);
-                    break request.rejoin;
-                }
-                _ = shutdown.cancelled() => {
-                    if let Err(err) = term.resign().await {
-                        tracing::warn!(election = %name, token, error = %err, "could not release the lease; it lapses at its ttl");
-                    }
-                    end_term(&publish, token);
-                    return Ok(());
-                }
+                return Ok(());
             }
         };
         end_term(&publish, token);
@@ -417,6 +498,29 @@ async fn keep_seat(
             }
         }
     }
+}
+
+/// Resign `term` the safe way for a sidecar: no more grants, tell the
+/// clients (streams say the term ended), wait until the last deadline
+/// handed out has passed, and only then release the lease.
+async fn give_up(
+    name: &str,
+    term: &Leadership,
+    grants: &Mutex<Grants>,
+    publish: &watch::Sender<View>,
+) -> tenure::Result<()> {
+    let until = close_grants(grants);
+    end_term(publish, term.token());
+    if let Some(until) = until.filter(|until| *until > Instant::now()) {
+        tracing::info!(election = %name, token = term.token(), wait = ?(until - Instant::now()), "waiting for the deadline handed to clients before releasing the lease");
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => {}
+            // The term ended meanwhile (taken, or its own deadline): the
+            // lease is no longer this instance's to hold back.
+            _ = term.lost() => {}
+        }
+    }
+    term.resign().await
 }
 
 /// Aborts a task when dropped.
@@ -479,7 +583,6 @@ fn end_term(publish: &watch::Sender<View>, token: u64) {
             return false;
         }
         view.term = None;
-        view.deadline = None;
         if view.holder.as_ref().is_some_and(|(_, held)| *held == token) {
             view.holder = None;
         }

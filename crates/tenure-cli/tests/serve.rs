@@ -665,5 +665,72 @@ fn the_readmes_curl_one_liners_run_the_step_on_the_leader_only() {
     let token = token(&leader.state("nightly-report"));
     let (status, ran) = run(leader, "leader.out");
     assert!(status.success(), "{ran}");
-    assert_eq!(ran, format!("ran without a token\nran {token}\n"));
+    assert_eq!(ran, format!("ran {token}\n"));
+}
+
+#[test]
+fn a_resign_waits_for_the_deadline_a_client_was_given_before_anyone_else_leads() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-grant");
+    let ttl = ["--ttl", "5s", "--max-deadline", "2s"];
+    let a = Serve::start(&redis.url(), &["exclusive"], "a", &ttl, &scratch);
+    let b = Serve::start(&redis.url(), &["exclusive"], "b", &ttl, &scratch);
+    let leader = leader_of(&[&a, &b], "exclusive");
+    let other = if leader.id == "a" { &b } else { &a };
+    // A client asks the leader: from the moment it sent the request, it
+    // may act for deadline_ms.
+    let sent = Instant::now();
+    let granted = leader.state("exclusive");
+    let may_act_until = sent + Duration::from_millis(granted["deadline_ms"].as_u64().expect("ms"));
+    assert!(
+        granted["deadline_ms"].as_u64().unwrap_or(0) > 1_000,
+        "{granted}"
+    );
+
+    let (status, response) = http(&leader.addr, "POST", "/v1/elections/exclusive/resign", &[]);
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        Instant::now() >= may_act_until,
+        "the resign returned before the deadline it had handed out"
+    );
+    eventually("the other instance to lead", || other.leads("exclusive"));
+    // The other instance cannot have begun before the resign released the
+    // lease, which was after the client's deadline.
+    let after = leader.state("exclusive");
+    assert_eq!(after["is_leader"], false, "{after}");
+}
+
+#[test]
+fn event_streams_cannot_take_every_connection() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-streams");
+    let a = Serve::start(&redis.url(), &["busy"], "a", &[], &scratch);
+    // Streams whose clients never read.
+    let mut streams = Vec::new();
+    for _ in 0..128 {
+        let mut stream = TcpStream::connect(&a.addr).expect("connects");
+        write!(
+            stream,
+            "GET /v1/elections/busy/events HTTP/1.1\r\nHost: x\r\n\r\n"
+        )
+        .expect("request sent");
+        streams.push(stream);
+    }
+    // Each got its response head: the stream slots are all taken.
+    for stream in &mut streams {
+        stream.set_read_timeout(Some(HANG)).expect("read timeout");
+        let mut head = [0u8; 12];
+        stream.read_exact(&mut head).expect("a response");
+        assert_eq!(&head, b"HTTP/1.1 200");
+    }
+    let (status, response) = http(&a.addr, "GET", "/v1/elections/busy/events", &[]);
+    assert_eq!(status, 503, "{response}");
+    assert!(body_json(&response)["error"].is_string());
+    assert_eq!(
+        http_get(&a.addr, "/healthz").0,
+        200,
+        "health checks still answer"
+    );
+    assert_eq!(a.state("busy")["election"], "busy");
+    drop(streams);
 }
