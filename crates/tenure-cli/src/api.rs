@@ -102,7 +102,12 @@ impl Api {
     async fn answer<B>(&self, request: Request<B>) -> Response<Body> {
         let path = request.uri().path();
         let query = request.uri().query().unwrap_or("");
-        let method = request.method();
+        // HEAD is GET without the body (hyper leaves it out), for probes
+        // that use it.
+        let method = match request.method() {
+            &Method::HEAD => &Method::GET,
+            method => method,
+        };
         match path {
             "/healthz" | "/readyz" | "/metrics" | "/v1/elections" if method != Method::GET => {
                 return error(StatusCode::METHOD_NOT_ALLOWED, "use GET");

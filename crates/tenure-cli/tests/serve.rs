@@ -418,6 +418,8 @@ fn an_unknown_election_is_a_404_with_a_json_error() {
             "{method} {path}"
         );
     }
+    let (status, response) = http(&a.addr, "HEAD", "/healthz", &[]);
+    assert_eq!(status, 200, "HEAD is GET without a body: {response}");
     let (status, response) = http(&a.addr, "GET", "/v2/anything", &[]);
     assert_eq!(status, 404, "{response}");
     assert!(body_json(&response)["error"].is_string());

@@ -342,6 +342,23 @@ async fn credentials_and_roles_are_checked_with_one_clear_line() {
     let term = campaign(&a).await;
     renewed(&term).await;
     term.resign().await.expect("resign");
+    // A change to users or roles makes every token issued before it stale
+    // ("revision of auth store is old"): the connected client authenticates
+    // again instead of failing every call from then on.
+    let added = std::process::Command::new("etcdctl")
+        .args(["--endpoints", &hosts, "--user", "root:rootpw"])
+        .args(["user", "add", "later", "--new-user-password", "l4ter"])
+        .env_remove("ETCDCTL_API")
+        .output()
+        .expect("etcdctl runs");
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let term = campaign(&a).await;
+    renewed(&term).await;
+    term.resign().await.expect("resign after the auth change");
     for (url, says) in [
         (
             format!("etcd://app:wrong-pw@{hosts}"),

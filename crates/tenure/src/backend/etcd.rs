@@ -1465,9 +1465,24 @@ where
         };
         match answer {
             Err(err) if sends < SENDS && never_sent(&err) => continue,
+            Err(err) if sends < SENDS && old_auth_revision(&err) => {
+                // Every change to users or roles makes the tokens issued
+                // before it stale on each member that has applied it (as
+                // does a token from a member that had not applied the last
+                // one yet); etcd's own client authenticates again and
+                // retries. A failed refresh shows in the retry's answer.
+                let _ = client.refresh_token().await;
+                continue;
+            }
             other => return other,
         }
     }
+}
+
+/// Whether etcd refused a call for a token older than its users and roles.
+fn old_auth_revision(err: &etcd_client::Error) -> bool {
+    matches!(err, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("revision of auth store is old"))
 }
 
 /// Whether a call failed before anything reached etcd: the connection to
