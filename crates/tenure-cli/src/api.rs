@@ -467,6 +467,38 @@ mod tests {
     use tokio::task::JoinSet;
     use tokio_util::sync::CancellationToken;
 
+    /// A seat of election "jobs" on `store`, as instance "me", once it leads.
+    async fn leading_seat(
+        store: &tenure::MemoryStore,
+        max_deadline: Duration,
+    ) -> (
+        Seat,
+        tenure::Election,
+        CancellationToken,
+        JoinSet<Result<(), Failure>>,
+    ) {
+        let election = tenure::Election::builder("jobs")
+            .memory(store)
+            .id("me")
+            .ttl(Duration::from_secs(3))
+            .build()
+            .await
+            .expect("valid settings");
+        let shutdown = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let opened = election.clone();
+        let open: crate::serve::Open = Arc::new(move || {
+            let election = opened.clone();
+            Box::pin(async move { Ok(election) })
+        });
+        let seat = Seat::start("jobs", "me", max_deadline, open, &shutdown, &mut tasks);
+        let mut view = seat.view.clone();
+        view.wait_for(|view| view.term.is_some())
+            .await
+            .expect("the seat leads");
+        (seat, election, shutdown, tasks)
+    }
+
     /// The next event of a stream (keep-alive comments skipped), or `None`
     /// once the server ended it.
     async fn next_event(body: &mut Body) -> Option<serde_json::Value> {
@@ -483,25 +515,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_leaders_stream_repeats_the_state_within_the_max_deadline_and_ends_with_its_term() {
         let store = tenure::MemoryStore::new();
-        let election = tenure::Election::builder("jobs")
-            .memory(&store)
-            .id("me")
-            .ttl(Duration::from_secs(3))
-            .build()
-            .await
-            .expect("valid settings");
-        let shutdown = CancellationToken::new();
-        let mut tasks = JoinSet::new();
-        let open: crate::serve::Open = Arc::new(move || {
-            let election = election.clone();
-            Box::pin(async move { Ok(election) })
-        });
         let max = Duration::from_millis(900);
-        let seat = Seat::start("jobs", "me", max, open, &shutdown, &mut tasks);
-        let mut view = seat.view.clone();
-        view.wait_for(|view| view.term.is_some())
-            .await
-            .expect("the seat leads");
+        let (seat, _election, shutdown, _tasks) = leading_seat(&store, max).await;
 
         let slot = Arc::new(Semaphore::new(1))
             .try_acquire_owned()
@@ -535,26 +550,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_resign_waits_until_the_deadline_handed_out_has_passed() {
         let store = tenure::MemoryStore::new();
-        let election = tenure::Election::builder("jobs")
-            .memory(&store)
-            .id("me")
-            .ttl(Duration::from_secs(3))
-            .build()
-            .await
-            .expect("valid settings");
-        let shutdown = CancellationToken::new();
-        let mut tasks = JoinSet::new();
-        let opened = election.clone();
-        let open: crate::serve::Open = Arc::new(move || {
-            let election = opened.clone();
-            Box::pin(async move { Ok(election) })
-        });
         let max = Duration::from_millis(1500);
-        let seat = Seat::start("jobs", "me", max, open, &shutdown, &mut tasks);
-        let mut view = seat.view.clone();
-        view.wait_for(|view| view.term.is_some())
-            .await
-            .expect("the seat leads");
+        let (seat, election, shutdown, _tasks) = leading_seat(&store, max).await;
         let handed = {
             let view = seat.view.borrow().clone();
             state(&seat, &view).deadline_ms.expect("a deadline")

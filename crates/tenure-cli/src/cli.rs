@@ -177,28 +177,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub redis: RedisArgs,
 
-    /// Lease time-to-live.
-    #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub ttl: Duration,
-
-    /// How often the leader renews (default: ttl/3).
-    #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub renew_every: Option<Duration>,
-
-    /// The largest ttl any instance of this election uses (default: --ttl).
-    /// After Redis lost or rolled back data, no lease is granted until this
-    /// long after it came back; set it to the old ttl during a rolling
-    /// change to a shorter one.
-    #[arg(long, env = "TENURE_MAX_TTL", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub max_ttl: Option<Duration>,
-
-    /// Safety margin subtracted from the ttl for the local deadline (default: ttl/10, at most 2s).
-    #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub margin: Option<Duration>,
-
-    /// This instance's id (default: hostname plus 128 random bits).
-    #[arg(long, env = "TENURE_ID")]
-    pub id: Option<String>,
+    #[command(flatten)]
+    pub term: TermArgs,
 
     /// Time CMD gets between SIGTERM and SIGKILL; always capped so CMD is
     /// gone before the lease could pass to another instance.
@@ -236,6 +216,53 @@ pub struct RunArgs {
     /// not be UTF-8).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// How an instance holds its terms: the same flags for `run` and `serve`.
+#[derive(Debug, Args, Clone)]
+pub struct TermArgs {
+    /// Lease time-to-live.
+    #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub ttl: Duration,
+
+    /// How often the leader renews (default: ttl/3).
+    #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub renew_every: Option<Duration>,
+
+    /// The largest ttl any instance of the election uses (default: --ttl).
+    /// After Redis lost or rolled back data, no lease is granted until this
+    /// long after it came back; set it to the old ttl during a rolling
+    /// change to a shorter one.
+    #[arg(long, env = "TENURE_MAX_TTL", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub max_ttl: Option<Duration>,
+
+    /// Safety margin subtracted from the ttl for the local deadline (default: ttl/10, at most 2s).
+    #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration, allow_hyphen_values = true)]
+    pub margin: Option<Duration>,
+
+    /// This instance's id (default: hostname plus 128 random bits).
+    #[arg(long, env = "TENURE_ID")]
+    pub id: Option<String>,
+}
+
+impl TermArgs {
+    /// `builder` with these settings.
+    pub fn apply(&self, builder: tenure::ElectionBuilder) -> tenure::ElectionBuilder {
+        let mut builder = builder.ttl(self.ttl);
+        if let Some(max_ttl) = self.max_ttl {
+            builder = builder.max_ttl(max_ttl);
+        }
+        if let Some(every) = self.renew_every {
+            builder = builder.renew_every(every);
+        }
+        if let Some(margin) = self.margin {
+            builder = builder.margin(margin);
+        }
+        if let Some(id) = &self.id {
+            builder = builder.id(id);
+        }
+        builder
+    }
 }
 
 /// Whether `tenure run` puts CMD in a cgroup of its own.
@@ -287,25 +314,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_MAX_DEADLINE", default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub max_deadline: Duration,
 
-    /// Lease time-to-live.
-    #[arg(long, env = "TENURE_TTL", default_value = "15s", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub ttl: Duration,
-
-    /// How often the leader renews (default: ttl/3).
-    #[arg(long, env = "TENURE_RENEW_EVERY", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub renew_every: Option<Duration>,
-
-    /// The largest ttl any instance of these elections uses (default: --ttl).
-    #[arg(long, env = "TENURE_MAX_TTL", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub max_ttl: Option<Duration>,
-
-    /// Safety margin subtracted from the ttl for the local deadline (default: ttl/10, at most 2s).
-    #[arg(long, env = "TENURE_MARGIN", value_parser = parse_duration, allow_hyphen_values = true)]
-    pub margin: Option<Duration>,
-
-    /// This instance's id (default: hostname plus 128 random bits).
-    #[arg(long, env = "TENURE_ID")]
-    pub id: Option<String>,
+    #[command(flatten)]
+    pub term: TermArgs,
 }
 
 #[derive(Debug, Args)]

@@ -394,23 +394,11 @@ pub(crate) fn shutdown_signals() -> impl std::future::Future<Output = ()> + Send
 }
 
 async fn build_election(args: &RunArgs) -> Result<Election, Failure> {
-    let mut builder = Election::builder(&args.election)
+    let builder = Election::builder(&args.election)
         .redis(&args.redis.url)
         .prefix(&args.redis.prefix)
-        .allow_eviction(args.redis.allow_eviction)
-        .ttl(args.ttl);
-    if let Some(max_ttl) = args.max_ttl {
-        builder = builder.max_ttl(max_ttl);
-    }
-    if let Some(every) = args.renew_every {
-        builder = builder.renew_every(every);
-    }
-    if let Some(margin) = args.margin {
-        builder = builder.margin(margin);
-    }
-    if let Some(id) = &args.id {
-        builder = builder.id(id);
-    }
+        .allow_eviction(args.redis.allow_eviction);
+    let mut builder = args.term.apply(builder);
     if let Some(ca) = &args.redis.tls_ca {
         builder = builder.tls_ca_file(ca);
     }

@@ -255,7 +255,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
         ));
     }
     let metrics = http::install_recorder()?;
-    let id = args.id.clone().unwrap_or_else(tenure::instance_id);
+    let id = args.term.id.clone().unwrap_or_else(tenure::instance_id);
     let shutdown = CancellationToken::new();
     // Listening before any seat campaigns: a term is never left to lapse
     // because a signal came early.
@@ -369,22 +369,12 @@ async fn build_election(
     name: &str,
     id: &str,
 ) -> tenure::Result<Election> {
-    let mut builder = Election::builder(name)
+    let builder = Election::builder(name)
         .store(store)
         .prefix(&args.redis.prefix)
-        .ttl(args.ttl)
-        .id(id)
         .allow_eviction(args.redis.allow_eviction);
-    if let Some(max_ttl) = args.max_ttl {
-        builder = builder.max_ttl(max_ttl);
-    }
-    if let Some(every) = args.renew_every {
-        builder = builder.renew_every(every);
-    }
-    if let Some(margin) = args.margin {
-        builder = builder.margin(margin);
-    }
-    builder.build().await
+    // One id for every election of this process (given or made here).
+    args.term.apply(builder).id(id).build().await
 }
 
 /// Keep `holder` up to date from the election's announcements and lease

@@ -504,12 +504,20 @@ async fn etcd_refuses_a_run_recorded_by_a_term_whose_key_was_taken() {
     assert!(a.since_last_run().await.unwrap().is_some());
     // Recorded again: the earlier marker's lease is revoked, not left to run out.
     assert!(current.record_run(ttl).await.unwrap());
-    let leases = cluster
-        .post(0, "/v3/lease/leases", "{}")
-        .expect("leases listed");
-    assert_eq!(
-        leases.matches("\"ID\"").count(),
-        3,
-        "a's and b's session leases and one marker lease: {leases}"
-    );
+    // A member lists the leases it has applied, which may trail the
+    // revoke by a moment: wait for the exact count.
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let leases = cluster
+            .post(0, "/v3/lease/leases", "{}")
+            .expect("leases listed");
+        if leases.matches("\"ID\"").count() == 3 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not only a's and b's session leases and one marker lease: {leases}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
