@@ -217,11 +217,12 @@ impl fmt::Display for Violation {
         }
         let bug = self
             .bug
-            .map(|bug| format!("BUG={} ", bug.name()))
+            .map(|bug| format!(" --bug {}", bug.name()))
             .unwrap_or_default();
         write!(
             f,
-            "replay: {bug}SEED={} cargo test -p tenure-sim --test simulation replay -- --nocapture",
+            "replay: RUSTFLAGS=\"--cfg tokio_unstable\" CARGO_TARGET_DIR=target/sim \\\n  \
+             cargo run --release -p tenure-sim -- --first {} --seeds 1{bug}",
             self.seed
         )
     }
@@ -400,7 +401,8 @@ impl Shared {
                     term.owner, term.token, term.election
                 ));
             }
-            if term.handle.lost_reason().is_some() {
+            // Cheaper than `lost_reason` (a clone): once seen, it stays.
+            if !term.lost_seen && term.handle.lost_reason().is_some() {
                 term.lost_seen = true;
             }
             if leader {
@@ -464,6 +466,8 @@ struct Sim {
     resource: Resource,
     /// Highest token each fenced key accepted, by the harness's own count.
     accepted: BTreeMap<String, u64>,
+    /// The fenced key of each election (made once: it hashes its script).
+    keys: BTreeMap<String, FencedKey>,
     step: usize,
 }
 
@@ -485,6 +489,7 @@ impl Sim {
             snapshot: None,
             resource: Resource::default(),
             accepted: BTreeMap::new(),
+            keys: BTreeMap::new(),
             step: 0,
         }
     }
@@ -571,9 +576,7 @@ impl Sim {
 
     /// Let ready tasks run at this instant, then check.
     async fn settle(&mut self) -> Result<(), Box<Violation>> {
-        for _ in 0..4 {
-            tokio::task::yield_now().await;
-        }
+        tokio::task::yield_now().await;
         let mut shared = lock(&self.shared);
         shared.check();
         match shared.violation.clone() {
@@ -790,7 +793,7 @@ impl Sim {
         let found: Vec<usize> = (0..shared.terms.len())
             .filter(|i| {
                 let t = &shared.terms[*i];
-                t.owner == owner && t.handle.lost_reason().is_some() == stale
+                t.owner == owner && t.lost_seen == stale
             })
             .collect();
         drop(shared);
@@ -824,7 +827,7 @@ impl Sim {
                 let running = lock(&self.shared)
                     .terms
                     .iter()
-                    .any(|t| t.owner == id && t.handle.lost_reason().is_none());
+                    .any(|t| t.owner == id && !t.lost_seen);
                 let kind = if running && kind == 2 { 0 } else { kind };
                 let wait = Duration::from_millis(self.rng.random_range(1..=1000));
                 let (action, task) = match kind {
@@ -858,7 +861,7 @@ impl Sim {
                 let before = shared.terms.len();
                 shared
                     .terms
-                    .retain(|t| t.owner != id || t.handle.lost_reason().is_some());
+                    .retain(|t| t.owner != id || t.lost_seen);
                 if shared.terms.len() < before {
                     shared.note(format!("{id}: drops its term's handles"));
                     *shared.stats.actions.entry("drop handles").or_default() += 1;
@@ -1005,12 +1008,12 @@ impl Sim {
                 .filter(|i| {
                     let t = &shared.terms[*i];
                     t.owner == owner
-                        && t.handle.lost_reason().is_some()
+                        && t.lost_seen
                         && shared.terms.iter().any(|later| {
                             later.owner == owner
                                 && later.election == t.election
                                 && later.token > t.token
-                                && later.handle.lost_reason().is_none()
+                                && !later.lost_seen
                         })
                 })
                 .collect();
@@ -1058,7 +1061,11 @@ impl Sim {
     /// the writer's `is_leader()` was true at this instant.
     async fn fenced_write(&mut self, owner: &str, election: &str, token: u64, leading: bool) {
         self.count_action("fenced write");
-        let key = FencedKey::new(format!("fenced:{election}"));
+        let key = self
+            .keys
+            .entry(election.to_string())
+            .or_insert_with(|| FencedKey::new(format!("fenced:{election}")))
+            .clone();
         let mut conn = self.resource.clone();
         let outcome = key.set(&mut conn, token, owner).await;
         let mut shared = lock(&self.shared);
@@ -1102,28 +1109,6 @@ impl Sim {
         }
         self.end_episodes().await;
         self.note("quiet: every fault stopped; all campaign, all members join".into());
-        for index in 0..self.instances.len() {
-            let instance = &mut self.instances[index];
-            if instance
-                .campaign
-                .as_ref()
-                .is_some_and(|task| task.is_finished())
-            {
-                instance.campaign = None;
-            }
-            let id = instance.id.clone();
-            let has_term = lock(&self.shared)
-                .terms
-                .iter()
-                .any(|t| t.owner == id && t.handle.lost_reason().is_none());
-            if instance.campaign.is_none() && !has_term {
-                let (election, shared) = (instance.election.clone(), self.shared.clone());
-                instance.campaign = Some(tokio::spawn(async move {
-                    let outcome = election.campaign().await.map(Some);
-                    report(&shared, &id, "campaign", outcome);
-                }));
-            }
-        }
         for m in 0..self.members.len() {
             while self.members[m].running.is_none() {
                 self.act_member(m).await;
@@ -1131,6 +1116,7 @@ impl Sim {
         }
         let deadline = Instant::now() + liveness_bound();
         loop {
+            self.keep_campaigning();
             self.settle().await?;
             let led = {
                 let shared = lock(&self.shared);
@@ -1156,6 +1142,33 @@ impl Sim {
                 return self.settle().await;
             }
             self.advance(Duration::from_millis(10)).await?;
+        }
+    }
+
+    /// Start a campaign for every instance with neither a term nor a
+    /// campaign (one that gave up included).
+    fn keep_campaigning(&mut self) {
+        for index in 0..self.instances.len() {
+            let instance = &mut self.instances[index];
+            if instance
+                .campaign
+                .as_ref()
+                .is_some_and(|task| task.is_finished())
+            {
+                instance.campaign = None;
+            }
+            let id = instance.id.clone();
+            let has_term = lock(&self.shared)
+                .terms
+                .iter()
+                .any(|t| t.owner == id && !t.lost_seen);
+            if instance.campaign.is_none() && !has_term {
+                let (election, shared) = (instance.election.clone(), self.shared.clone());
+                instance.campaign = Some(tokio::spawn(async move {
+                    let outcome = election.campaign().await.map(Some);
+                    report(&shared, &id, "campaign", outcome);
+                }));
+            }
         }
     }
 
