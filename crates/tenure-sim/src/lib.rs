@@ -415,7 +415,9 @@ impl Shared {
         let overlap = leaders
             .into_iter()
             .find(|(_, who)| who.len() > 1)
-            .map(|(election, who)| format!("two leaders of {election} at once: {}", who.join(", ")));
+            .map(|(election, who)| {
+                format!("two leaders of {election} at once: {}", who.join(", "))
+            });
         if let Some(what) = again.or(overlap) {
             self.violate(what);
         }
@@ -685,7 +687,10 @@ impl Sim {
             };
             self.store.set_fault(fault);
             self.count_fault("store outage");
-            self.note(format!("store: outage {fault:?} for {} ms", lasting.as_millis()));
+            self.note(format!(
+                "store: outage {fault:?} for {} ms",
+                lasting.as_millis()
+            ));
             self.episodes.push(Episode {
                 target: Target::Store,
                 until,
@@ -717,7 +722,10 @@ impl Sim {
         }
         let name = self.view_name(index).to_string();
         let call_timeout = if index < self.instances.len() {
-            self.instances[index].election.renew_every().min(Duration::from_secs(2))
+            self.instances[index]
+                .election
+                .renew_every()
+                .min(Duration::from_secs(2))
         } else {
             Duration::from_millis(MEMBER_TTL_MS / 3)
         };
@@ -725,15 +733,23 @@ impl Sim {
         let (fault, what): (&'static str, String) = match kind {
             22..=39 => {
                 let ms = self.rng.random_range(1..=call_timeout.as_millis() as u64);
-                self.view(index).set_fault(Fault::Slow(Duration::from_millis(ms)));
-                ("slow replies (within the call timeout)", format!("replies {ms} ms late"))
+                self.view(index)
+                    .set_fault(Fault::Slow(Duration::from_millis(ms)));
+                (
+                    "slow replies (within the call timeout)",
+                    format!("replies {ms} ms late"),
+                )
             }
             40..=49 => {
                 let ms = self.rng.random_range(
                     call_timeout.as_millis() as u64 + 1..=3 * call_timeout.as_millis() as u64,
                 );
-                self.view(index).set_fault(Fault::Slow(Duration::from_millis(ms)));
-                ("late replies (after the call timeout)", format!("replies {ms} ms late"))
+                self.view(index)
+                    .set_fault(Fault::Slow(Duration::from_millis(ms)));
+                (
+                    "late replies (after the call timeout)",
+                    format!("replies {ms} ms late"),
+                )
             }
             50..=57 => {
                 self.view(index).set_fault(Fault::Stall);
@@ -831,18 +847,27 @@ impl Sim {
                 let kind = if running && kind == 2 { 0 } else { kind };
                 let wait = Duration::from_millis(self.rng.random_range(1..=1000));
                 let (action, task) = match kind {
-                    0 => ("campaign", tokio::spawn(async move {
-                        let outcome = election.campaign().await.map(Some);
-                        report(&shared, &id, "campaign", outcome);
-                    })),
-                    1 => ("try_campaign", tokio::spawn(async move {
-                        let outcome = election.try_campaign().await;
-                        report(&shared, &id, "try_campaign", outcome);
-                    })),
-                    _ => ("campaign_timeout", tokio::spawn(async move {
-                        let outcome = election.campaign_timeout(wait).await;
-                        report(&shared, &id, "campaign_timeout", outcome);
-                    })),
+                    0 => (
+                        "campaign",
+                        tokio::spawn(async move {
+                            let outcome = election.campaign().await.map(Some);
+                            report(&shared, &id, "campaign", outcome);
+                        }),
+                    ),
+                    1 => (
+                        "try_campaign",
+                        tokio::spawn(async move {
+                            let outcome = election.try_campaign().await;
+                            report(&shared, &id, "try_campaign", outcome);
+                        }),
+                    ),
+                    _ => (
+                        "campaign_timeout",
+                        tokio::spawn(async move {
+                            let outcome = election.campaign_timeout(wait).await;
+                            report(&shared, &id, "campaign_timeout", outcome);
+                        }),
+                    ),
                 };
                 self.count_action(action);
                 self.note(format!("{}: {action}", self.instances[index].id));
@@ -859,9 +884,7 @@ impl Sim {
                 // Drop every handle of its current terms.
                 let mut shared = lock(&self.shared);
                 let before = shared.terms.len();
-                shared
-                    .terms
-                    .retain(|t| t.owner != id || t.lost_seen);
+                shared.terms.retain(|t| t.owner != id || t.lost_seen);
                 if shared.terms.len() < before {
                     shared.note(format!("{id}: drops its term's handles"));
                     *shared.stats.actions.entry("drop handles").or_default() += 1;
@@ -916,8 +939,9 @@ impl Sim {
                 }
                 self.count_action("join a partition set");
                 self.note(format!("{id}: joins"));
-                let partitions: Vec<String> =
-                    (0..self.config.partitions).map(|p| format!("p{p}")).collect();
+                let partitions: Vec<String> = (0..self.config.partitions)
+                    .map(|p| format!("p{p}"))
+                    .collect();
                 let set = PartitionSet::builder(GROUP, partitions)
                     .memory(&self.members[m].view)
                     .id(&id)
@@ -975,7 +999,9 @@ impl Sim {
             return;
         }
         self.count_action("resign from a stale handle");
-        self.note(format!("{owner}: resigns {election} from the stale handle of token {token}"));
+        self.note(format!(
+            "{owner}: resigns {election} from the stale handle of token {token}"
+        ));
         let later = lock(&self.shared)
             .terms
             .iter()
@@ -1072,7 +1098,9 @@ impl Sim {
         match outcome {
             Ok(FencedWrite::Accepted) => {
                 shared.stats.fenced.0 += 1;
-                shared.note(format!("{owner}: fenced write to {election} with token {token} accepted"));
+                shared.note(format!(
+                    "{owner}: fenced write to {election} with token {token} accepted"
+                ));
                 let highest = self.accepted.entry(election.to_string()).or_default();
                 if token < *highest {
                     shared.violate(format!(
@@ -1188,12 +1216,7 @@ impl Sim {
 }
 
 /// Note what a campaign came to, registering the term it won.
-fn report(
-    shared: &SharedRef,
-    id: &str,
-    how: &str,
-    outcome: tenure::Result<Option<Leadership>>,
-) {
+fn report(shared: &SharedRef, id: &str, how: &str, outcome: tenure::Result<Option<Leadership>>) {
     let mut shared = lock(shared);
     match outcome {
         Ok(Some(term)) => shared.register(id, term),

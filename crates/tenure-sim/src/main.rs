@@ -12,7 +12,10 @@ fn main() -> ExitCode {
     let (mut first, mut count, mut budget, mut threads) = (0u64, None, None, 2usize);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage(&format!("{flag} needs a value")));
+        let mut value = || {
+            args.next()
+                .unwrap_or_else(|| usage(&format!("{flag} needs a value")))
+        };
         match flag.as_str() {
             "--seeds" => count = Some(number(&value())),
             "--first" => first = number(&value()),
@@ -21,7 +24,9 @@ fn main() -> ExitCode {
             "--budget" => budget = Some(Duration::from_secs(number(&value()))),
             "--bug" => {
                 let name = value();
-                config.bug = Some(Bug::parse(&name).unwrap_or_else(|| usage(&format!("unknown bug {name}"))));
+                config.bug = Some(
+                    Bug::parse(&name).unwrap_or_else(|| usage(&format!("unknown bug {name}"))),
+                );
             }
             other => usage(&format!("unknown argument {other}")),
         }
@@ -40,9 +45,15 @@ fn main() -> ExitCode {
         found.elapsed.as_secs_f64(),
         stats.schedules as f64 / found.elapsed.as_secs_f64()
     );
-    println!("terms begun: {}; fenced writes accepted {}, refused {}", stats.terms, stats.fenced.0, stats.fenced.1);
+    println!(
+        "terms begun: {}; fenced writes accepted {}, refused {}",
+        stats.terms, stats.fenced.0, stats.fenced.1
+    );
     for kind in FAULTS {
-        println!("fault  {kind}: {}", stats.faults.get(kind).copied().unwrap_or(0));
+        println!(
+            "fault  {kind}: {}",
+            stats.faults.get(kind).copied().unwrap_or(0)
+        );
     }
     for (kind, n) in &stats.actions {
         println!("action {kind}: {n}");
@@ -60,7 +71,8 @@ fn main() -> ExitCode {
 }
 
 fn number(text: &str) -> u64 {
-    text.parse().unwrap_or_else(|_| usage(&format!("not a number: {text}")))
+    text.parse()
+        .unwrap_or_else(|_| usage(&format!("not a number: {text}")))
 }
 
 fn usage(problem: &str) -> ! {

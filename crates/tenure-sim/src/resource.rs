@@ -15,10 +15,13 @@ use std::sync::{Arc, Mutex};
 use tenure::redis::aio::ConnectionLike;
 use tenure::redis::{Arg, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 
+/// Each fenced key's highest accepted token and its value, by key.
+type Keys = BTreeMap<Vec<u8>, (u64, Vec<u8>)>;
+
 /// Fenced keys by name: the highest token accepted and its value.
 #[derive(Clone, Default, Debug)]
 pub struct Resource {
-    keys: Arc<Mutex<BTreeMap<Vec<u8>, (u64, Vec<u8>)>>>,
+    keys: Arc<Mutex<Keys>>,
 }
 
 impl Resource {
@@ -30,7 +33,12 @@ impl Resource {
                 _ => None,
             })
             .collect();
-        let malformed = || RedisError::from((ErrorKind::Client, "the simulated resource only runs the fenced-set script"));
+        let malformed = || {
+            RedisError::from((
+                ErrorKind::Client,
+                "the simulated resource only runs the fenced-set script",
+            ))
+        };
         // EVALSHA sha 1 key token value
         let [command, _sha, _one, key, token, value] = args.as_slice() else {
             return Err(malformed());
@@ -45,7 +53,10 @@ impl Resource {
         let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
         let highest = keys.get(*key).map_or(0, |(highest, _)| *highest);
         if token < highest {
-            return Ok(Value::Array(vec![Value::Int(0), Value::Int(highest as i64)]));
+            return Ok(Value::Array(vec![
+                Value::Int(0),
+                Value::Int(highest as i64),
+            ]));
         }
         keys.insert(key.to_vec(), (token, value.to_vec()));
         Ok(Value::Array(vec![Value::Int(1)]))

@@ -26,7 +26,10 @@ fn finds(bug: Bug) {
         ..config
     };
     if let Err(other) = run_schedule(violation.seed, &clean) {
-        panic!("seed {} fails without the bug too:\n{other}", violation.seed);
+        panic!(
+            "seed {} fails without the bug too:\n{other}",
+            violation.seed
+        );
     }
 }
 

@@ -743,7 +743,9 @@ impl Election {
         };
         let acquire = self.inner.backend.acquire(&request);
         match self.inner.call(timing.call_timeout, acquire).await? {
-            AcquireReply::Held(holder) if bugs.adopt_earlier_lease && holder.owner == self.inner.id => {
+            AcquireReply::Held(holder)
+                if bugs.adopt_earlier_lease && holder.owner == self.inner.id =>
+            {
                 Ok(AcquireReply::Won {
                     token: holder.token,
                 })

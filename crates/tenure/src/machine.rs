@@ -305,7 +305,11 @@ impl LeaderState {
         match reply {
             Some(RenewReply::Renewed) => {
                 // A late reply to an old request must not pull the deadline back.
-                let from = if timing.late_renewal_bug { now } else { sent_at };
+                let from = if timing.late_renewal_bug {
+                    now
+                } else {
+                    sent_at
+                };
                 self.deadline = self.deadline.max(timing.deadline(from));
                 self.next_renewal = sent_at + timing.renew_every;
                 if now >= self.deadline {
