@@ -9,7 +9,7 @@
 //! connection to the same data, with faults and announcements of its own,
 //! so one instance can be cut off, slowed or deafened while others work.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -476,24 +476,43 @@ fn lock(view: &Mutex<View>) -> MutexGuard<'_, View> {
 
 /// The announcements of `source` as a view receives them: passed on,
 /// delayed or dropped as the view's [`Announcements`] say when each is
-/// sent. The relay ends when the election stops listening.
+/// sent, always in the order they were sent. The relay ends when the
+/// election stops listening.
 fn relay(mut source: watch::Receiver<Notices>, view: Arc<Mutex<View>>) -> watch::Receiver<Notices> {
     let (tx, rx) = watch::channel(*source.borrow_and_update());
     tokio::spawn(async move {
+        // Announcements on their way: when each arrives, and what it says.
+        let mut on_the_way: VecDeque<(Instant, Notices)> = VecDeque::new();
         loop {
+            let next = on_the_way.front().map(|(due, _)| *due);
             tokio::select! {
-                changed = source.changed() => if changed.is_err() { return },
+                changed = source.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let notices = *source.borrow_and_update();
+                    let announcements = lock(&view).announcements;
+                    match announcements {
+                        Announcements::Lost => {}
+                        Announcements::Delivered if on_the_way.is_empty() => {
+                            if tx.send(notices).is_err() {
+                                return;
+                            }
+                        }
+                        Announcements::Delivered => on_the_way.push_back((Instant::now(), notices)),
+                        Announcements::Delayed(delay) => {
+                            on_the_way.push_back((Instant::now() + delay, notices));
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
+                    if let Some((_, notices)) = on_the_way.pop_front() {
+                        if tx.send(notices).is_err() {
+                            return;
+                        }
+                    }
+                }
                 () = tx.closed() => return,
-            }
-            let notices = *source.borrow_and_update();
-            let announcements = lock(&view).announcements;
-            match announcements {
-                Announcements::Lost => continue,
-                Announcements::Delayed(delay) => tokio::time::sleep(delay).await,
-                Announcements::Delivered => {}
-            }
-            if tx.send(notices).is_err() {
-                return;
             }
         }
     });
@@ -704,5 +723,64 @@ impl StoreState {
             self.notify(election, |n| n.released += 1);
         }
         ours
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::{sleep, Instant};
+
+    use crate::{Announcements, Election, MemoryStore};
+
+    /// How long a follower on a view with `announcements` takes to lead
+    /// after the leader resigns 100 ms into a 1 s lease.
+    async fn takeover(announcements: Announcements) -> Duration {
+        let store = MemoryStore::new();
+        let (view_a, view_b) = (store.view(), store.view());
+        let ttl = Duration::from_secs(1);
+        let build = |view: &MemoryStore, id: &str| {
+            Election::builder("jobs")
+                .memory(view)
+                .id(id)
+                .ttl(ttl)
+                .build()
+        };
+        let a = build(&view_a, "a").await.expect("builds");
+        let b = build(&view_b, "b").await.expect("builds");
+        let term = a.campaign().await.expect("a leads");
+        view_b.set_announcements(announcements);
+        let follower = tokio::spawn(async move { b.campaign().await });
+        sleep(Duration::from_millis(100)).await;
+        let resigned = Instant::now();
+        term.resign().await.expect("resigns");
+        follower.await.expect("joins").expect("b leads");
+        resigned.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_views_announcements_arrive_at_once_late_or_never() {
+        assert!(takeover(Announcements::Delivered).await < Duration::from_millis(50));
+        let late = takeover(Announcements::Delayed(Duration::from_millis(300))).await;
+        assert!(late >= Duration::from_millis(300) && late < Duration::from_millis(400));
+        // Deaf to the release, the follower waits for the lease to lapse.
+        let never = takeover(Announcements::Lost).await;
+        assert!(never >= Duration::from_millis(850), "{never:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_views_fault_is_its_own_and_the_stores_applies_to_all() {
+        let store = MemoryStore::new();
+        let (view_a, view_b) = (store.view(), store.view());
+        let a = Election::builder("jobs").memory(&view_a).id("a").build();
+        let b = Election::builder("jobs").memory(&view_b).id("b").build();
+        let (a, b) = (a.await.expect("builds"), b.await.expect("builds"));
+        view_a.set_fault(crate::Fault::Fail);
+        assert!(a.leader().await.is_err());
+        assert!(b.leader().await.is_ok());
+        view_a.set_fault(crate::Fault::None);
+        store.set_fault(crate::Fault::Fail);
+        assert!(a.leader().await.is_err() && b.leader().await.is_err());
     }
 }
