@@ -8,6 +8,7 @@
 #      budget (SIM_BUDGET_SECS, default 120 s), in release, with tokio's
 #      seeded select! (--cfg tokio_unstable, in its own target directory)
 #      so that any seed it prints replays exactly; fails on any violation;
+#      then checks that twenty seeds replay identically;
 #   4. unit, state-machine, real-Redis integration, end-to-end CLI and doc
 #      tests (cargo test). Each starts its own redis-server processes on free
 #      loopback ports;
@@ -23,6 +24,8 @@ scripts/install-deps.sh
 cargo run --quiet --locked -p tenure-chaos -- run --seed 7 --duration 100s --out target/chaos-smoke
 RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
   cargo run --quiet --locked --release -p tenure-sim -- --budget "${SIM_BUDGET_SECS:-120}"
+RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
+  cargo test --quiet --locked --release -p tenure-sim --test simulation a_seed_replays_identically
 cargo test --workspace --locked
 cargo test --locked -p tenure --no-default-features
 cargo check --locked -p tenure --all-features --all-targets

@@ -277,6 +277,10 @@ pub fn search(
     let stop = AtomicBool::new(false);
     let found: Mutex<Option<Box<Violation>>> = Mutex::new(None);
     let total = Mutex::new(Stats::default());
+    let quick = Config {
+        trace: 0,
+        ..config.clone()
+    };
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
             scope.spawn(|| {
@@ -291,9 +295,10 @@ pub fn search(
                     if count.is_some_and(|count| seed - first >= count) {
                         break;
                     }
-                    match run_schedule(seed, config) {
+                    match run_schedule(seed, &quick) {
                         Ok(done) => stats.merge(&done),
                         Err(violation) => {
+                            let violation = with_trace(violation, config);
                             stop.store(true, Ordering::Relaxed);
                             let mut found = found.lock().unwrap_or_else(|p| p.into_inner());
                             if found.as_ref().is_none_or(|f| f.seed > violation.seed) {
@@ -314,6 +319,24 @@ pub fn search(
         stats: total.into_inner().unwrap_or_else(|p| p.into_inner()),
         violation: found.into_inner().unwrap_or_else(|p| p.into_inner()),
         elapsed: started.elapsed(),
+    }
+}
+
+/// `violation`, found without a trace, replayed with one. Without
+/// `--cfg tokio_unstable` the replay may take another course; then the
+/// violation is reported as found, with a word on why it has no trace.
+fn with_trace(violation: Box<Violation>, config: &Config) -> Box<Violation> {
+    if config.trace == 0 {
+        return violation;
+    }
+    match run_schedule(violation.seed, config) {
+        Err(traced) if traced.what == violation.what => traced,
+        _ => Box::new(Violation {
+            trace: vec!["(the replay with a trace took another course: build with \
+                 RUSTFLAGS=\"--cfg tokio_unstable\" for exact replays)"
+                .into()],
+            ..*violation
+        }),
     }
 }
 
@@ -351,8 +374,13 @@ impl Shared {
             .map_or(0, |started| started.elapsed().as_millis() as u64)
     }
 
-    fn note(&mut self, line: String) {
-        let line = format!("t={:>5} ms  {line}", self.now_ms());
+    /// Add a line to the trace (made only when a trace is kept: the
+    /// search runs without, and replays a failing seed with one).
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if self.trace_len == 0 {
+            return;
+        }
+        let line = format!("t={:>5} ms  {}", self.now_ms(), line());
         if self.trace.len() == self.trace_len {
             self.trace.pop_front();
         }
@@ -361,7 +389,7 @@ impl Shared {
 
     fn violate(&mut self, what: String) {
         if self.violation.is_none() {
-            self.note(format!("VIOLATION: {what}"));
+            self.note(|| format!("VIOLATION: {what}"));
             self.violation = Some(what);
         }
     }
@@ -369,7 +397,7 @@ impl Shared {
     /// A term has begun: its token must be above every earlier term's.
     fn register(&mut self, owner: &str, handle: Leadership) {
         let (election, token) = (handle.election().to_string(), handle.token());
-        self.note(format!("{owner} leads {election} with token {token}"));
+        self.note(|| format!("{owner} leads {election} with token {token}"));
         if let Some(last) = self.last_token.get(&election) {
             if token <= *last {
                 self.violate(format!(
@@ -496,7 +524,7 @@ impl Sim {
         }
     }
 
-    fn note(&self, line: String) {
+    fn note(&self, line: impl FnOnce() -> String) {
         lock(&self.shared).note(line);
     }
 
@@ -528,7 +556,7 @@ impl Sim {
                 .build()
                 .await
                 .expect("a memory election builds");
-            self.note(format!("{id}: ttl {} ms", ttl.as_millis()));
+            self.note(|| format!("{id}: ttl {} ms", ttl.as_millis()));
             self.instances.push(Instance {
                 id,
                 election,
@@ -625,13 +653,13 @@ impl Sim {
             match episode.target {
                 Target::Store => {
                     self.store.set_fault(Fault::None);
-                    self.note("store: back".into());
+                    self.note(|| "store: back".into());
                 }
                 Target::View(index) => {
                     let view = self.view(index);
                     view.set_fault(Fault::None);
                     view.set_announcements(Announcements::Delivered);
-                    self.note(format!("{}: connection back", self.view_name(index)));
+                    self.note(|| format!("{}: connection back", self.view_name(index)));
                     if let Some(Some((election, token))) = episode.pause {
                         // Acts on what it read before the pause.
                         let owner = format!("{} (woken)", self.view_name(index));
@@ -687,10 +715,7 @@ impl Sim {
             };
             self.store.set_fault(fault);
             self.count_fault("store outage");
-            self.note(format!(
-                "store: outage {fault:?} for {} ms",
-                lasting.as_millis()
-            ));
+            self.note(|| format!("store: outage {fault:?} for {} ms", lasting.as_millis()));
             self.episodes.push(Episode {
                 target: Target::Store,
                 until,
@@ -701,14 +726,14 @@ impl Sim {
         if kind < 16 {
             self.store.wipe();
             self.count_fault("store data loss (wipe)");
-            self.note("store: wiped".into());
+            self.note(|| "store: wiped".into());
             return;
         }
         if kind < 22 {
             if let Some(snapshot) = &self.snapshot {
                 self.store.restore(snapshot);
                 self.count_fault("store rollback (restore)");
-                self.note("store: rolled back to an earlier snapshot".into());
+                self.note(|| "store: rolled back to an earlier snapshot".into());
             }
             return;
         }
@@ -785,7 +810,7 @@ impl Sim {
             }
         };
         self.count_fault(fault);
-        self.note(format!("{name}: {what} for {} ms", lasting.as_millis()));
+        self.note(|| format!("{name}: {what} for {} ms", lasting.as_millis()));
         self.episodes.push(Episode {
             target,
             until,
@@ -870,7 +895,7 @@ impl Sim {
                     ),
                 };
                 self.count_action(action);
-                self.note(format!("{}: {action}", self.instances[index].id));
+                self.note(|| format!("{}: {action}", self.instances[index].id));
                 self.instances[index].campaign = Some(task);
             }
             30..=34 if campaigning => {
@@ -878,7 +903,7 @@ impl Sim {
                     task.abort();
                 }
                 self.count_action("cancel a campaign");
-                self.note(format!("{id}: campaign cancelled"));
+                self.note(|| format!("{id}: campaign cancelled"));
             }
             35..=41 => {
                 // Drop every handle of its current terms.
@@ -886,7 +911,7 @@ impl Sim {
                 let before = shared.terms.len();
                 shared.terms.retain(|t| t.owner != id || t.lost_seen);
                 if shared.terms.len() < before {
-                    shared.note(format!("{id}: drops its term's handles"));
+                    shared.note(|| format!("{id}: drops its term's handles"));
                     *shared.stats.actions.entry("drop handles").or_default() += 1;
                 }
             }
@@ -903,7 +928,7 @@ impl Sim {
                         Ok(None) => "nobody".into(),
                         Err(err) => format!("error: {err}"),
                     };
-                    lock(&shared).note(format!("{id}: leader() says {seen}"));
+                    lock(&shared).note(|| format!("{id}: leader() says {seen}"));
                 });
             }
             87..=90 => {
@@ -915,10 +940,9 @@ impl Sim {
                     let _ = tokio::time::timeout(watching, async {
                         while let Some(seen) = stream.next().await {
                             if let Ok(Some(info)) = seen {
-                                lock(&shared).note(format!(
-                                    "{id}: watch() sees {} (token {})",
-                                    info.id, info.token
-                                ));
+                                lock(&shared).note(|| {
+                                    format!("{id}: watch() sees {} (token {})", info.id, info.token)
+                                });
                             }
                         }
                     })
@@ -938,7 +962,7 @@ impl Sim {
                     return;
                 }
                 self.count_action("join a partition set");
-                self.note(format!("{id}: joins"));
+                self.note(|| format!("{id}: joins"));
                 let partitions: Vec<String> = (0..self.config.partitions)
                     .map(|p| format!("p{p}"))
                     .collect();
@@ -971,7 +995,7 @@ impl Sim {
             25..=34 => {
                 if let Some((stop, _task)) = self.members[m].running.take() {
                     self.count_action("leave a partition set");
-                    self.note(format!("{id}: leaves"));
+                    self.note(|| format!("{id}: leaves"));
                     let _ = stop.send(());
                 }
             }
@@ -992,16 +1016,14 @@ impl Sim {
         let (election, token) = (handle.election().to_string(), handle.token());
         if !stale {
             self.count_action("resign");
-            self.note(format!("{owner}: resigns {election} token {token}"));
+            self.note(|| format!("{owner}: resigns {election} token {token}"));
             tokio::spawn(async move {
                 let _ = handle.resign().await;
             });
             return;
         }
         self.count_action("resign from a stale handle");
-        self.note(format!(
-            "{owner}: resigns {election} from the stale handle of token {token}"
-        ));
+        self.note(|| format!("{owner}: resigns {election} from the stale handle of token {token}"));
         let later = lock(&self.shared)
             .terms
             .iter()
@@ -1064,11 +1086,13 @@ impl Sim {
                 Ok(left) => format!("still leads, {} ms left", left.as_millis()),
                 Err(err) => format!("{err}"),
             };
-            lock(&shared).note(format!(
-                "{owner}: confirm {} token {}: {said}",
-                handle.election(),
-                handle.token()
-            ));
+            lock(&shared).note(|| {
+                format!(
+                    "{owner}: confirm {} token {}: {said}",
+                    handle.election(),
+                    handle.token()
+                )
+            });
         });
     }
 
@@ -1098,9 +1122,9 @@ impl Sim {
         match outcome {
             Ok(FencedWrite::Accepted) => {
                 shared.stats.fenced.0 += 1;
-                shared.note(format!(
-                    "{owner}: fenced write to {election} with token {token} accepted"
-                ));
+                shared.note(|| {
+                    format!("{owner}: fenced write to {election} with token {token} accepted")
+                });
                 let highest = self.accepted.entry(election.to_string()).or_default();
                 if token < *highest {
                     shared.violate(format!(
@@ -1112,7 +1136,7 @@ impl Sim {
             }
             Ok(FencedWrite::Rejected { highest }) => {
                 shared.stats.fenced.1 += 1;
-                shared.note(format!(
+                shared.note(|| format!(
                     "{owner}: fenced write to {election} with token {token} refused (highest {highest})"
                 ));
                 if leading {
@@ -1136,7 +1160,7 @@ impl Sim {
             self.episodes.push(episode);
         }
         self.end_episodes().await;
-        self.note("quiet: every fault stopped; all campaign, all members join".into());
+        self.note(|| "quiet: every fault stopped; all campaign, all members join".into());
         for m in 0..self.members.len() {
             while self.members[m].running.is_none() {
                 self.act_member(m).await;
@@ -1220,7 +1244,7 @@ fn report(shared: &SharedRef, id: &str, how: &str, outcome: tenure::Result<Optio
     let mut shared = lock(shared);
     match outcome {
         Ok(Some(term)) => shared.register(id, term),
-        Ok(None) => shared.note(format!("{id}: {how} came back without a term")),
-        Err(err) => shared.note(format!("{id}: {how} failed: {err}")),
+        Ok(None) => shared.note(|| format!("{id}: {how} came back without a term")),
+        Err(err) => shared.note(|| format!("{id}: {how} failed: {err}")),
     }
 }
