@@ -135,6 +135,11 @@ pub struct Config {
     pub bug: Option<Bug>,
     /// How many of the last steps a violation reports.
     pub trace: usize,
+    /// Give partition-set members ttls of 200, 300 and 400 ms instead of
+    /// one ttl. A set has no `max_ttl`, and its start-up hold-off covers
+    /// only its own ttl, so this finds overlaps after a data loss (an open
+    /// finding of this harness; off by default).
+    pub mixed_member_ttls: bool,
 }
 
 impl Default for Config {
@@ -146,6 +151,7 @@ impl Default for Config {
             partitions: 4,
             bug: None,
             trace: 40,
+            mixed_member_ttls: false,
         }
     }
 }
@@ -194,6 +200,9 @@ pub struct Violation {
     pub seed: u64,
     /// The bug that was switched on, if any.
     pub bug: Option<Bug>,
+    /// Whether partition-set members had different ttls
+    /// ([`Config::mixed_member_ttls`]).
+    pub mixed_member_ttls: bool,
     /// The step during (or after) which it was found.
     pub step: usize,
     /// Simulated ms since the schedule began.
@@ -215,14 +224,17 @@ impl fmt::Display for Violation {
         for line in &self.trace {
             writeln!(f, "  {line}")?;
         }
-        let bug = self
+        let mut flags = self
             .bug
             .map(|bug| format!(" --bug {}", bug.name()))
             .unwrap_or_default();
+        if self.mixed_member_ttls {
+            flags.push_str(" --mixed-member-ttls");
+        }
         write!(
             f,
             "replay: RUSTFLAGS=\"--cfg tokio_unstable\" CARGO_TARGET_DIR=target/sim \\\n  \
-             cargo run --release -p tenure-sim -- --first {} --seeds 1{bug}",
+             cargo run --release -p tenure-sim -- --first {} --seeds 1{flags}",
             self.seed
         )
     }
@@ -614,6 +626,7 @@ impl Sim {
             Some(what) => Err(Box::new(Violation {
                 seed: self.seed,
                 bug: self.config.bug,
+                mixed_member_ttls: self.config.mixed_member_ttls,
                 step: self.step,
                 at_ms: shared.now_ms(),
                 what,
@@ -969,7 +982,11 @@ impl Sim {
                 let set = PartitionSet::builder(GROUP, partitions)
                     .memory(&self.members[m].view)
                     .id(&id)
-                    .ttl(Duration::from_millis(MEMBER_TTL_MS))
+                    .ttl(Duration::from_millis(if self.config.mixed_member_ttls {
+                        TTLS_MS[m % TTLS_MS.len()]
+                    } else {
+                        MEMBER_TTL_MS
+                    }))
                     .unsafe_resign_by_name(self.config.bug == Some(Bug::ResignByName))
                     .build()
                     .await

@@ -1,5 +1,5 @@
 //! The long mode: `tenure-sim --seeds N [--first S] [--steps K] [--threads T]
-//! [--bug NAME]` runs N schedules (or `--budget SECS` of them) and prints
+//! [--bug NAME] [--mixed-member-ttls]` runs N schedules (or `--budget SECS` of them) and prints
 //! what they covered, or the first violation with its seed and trace.
 
 use std::process::ExitCode;
@@ -21,6 +21,7 @@ fn main() -> ExitCode {
             "--first" => first = number(&value()),
             "--steps" => config.steps = number(&value()) as usize,
             "--threads" => threads = number(&value()) as usize,
+            "--mixed-member-ttls" => config.mixed_member_ttls = true,
             "--budget" => budget = Some(Duration::from_secs(number(&value()))),
             "--bug" => {
                 let name = value();
@@ -77,7 +78,7 @@ fn number(text: &str) -> u64 {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "tenure-sim: {problem}\nusage: tenure-sim (--seeds N | --budget SECS) [--first SEED] [--steps K] [--threads T] [--bug {}]",
+        "tenure-sim: {problem}\nusage: tenure-sim (--seeds N | --budget SECS) [--first SEED] [--steps K] [--threads T] [--bug {}] [--mixed-member-ttls]",
         Bug::ALL.map(Bug::name).join("|")
     );
     std::process::exit(2)
