@@ -37,7 +37,7 @@ mod resource;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -127,6 +127,15 @@ pub struct Config {
     pub steps: usize,
     /// Instances campaigning in the one election.
     pub instances: usize,
+    /// Instances in the same election that run a [`tenure::Runner`]
+    /// (`Runner::lead`) instead of campaigning.
+    pub runners: usize,
+    /// Let runners use `Runner::every` (a 300 ms period) half the time.
+    /// Off by default: when the store refuses to record a tick (the term
+    /// lost its lease, the keeper has not noticed yet), `every` ticks again
+    /// at once, in a loop that never waits, so simulated time stops (an
+    /// open finding of this harness; see the README).
+    pub runner_every: bool,
     /// Members of the partition set (0: none).
     pub members: usize,
     /// Partitions of the set.
@@ -147,6 +156,8 @@ impl Default for Config {
         Config {
             steps: 200,
             instances: 3,
+            runners: 1,
+            runner_every: false,
             members: 3,
             partitions: 4,
             bug: None,
@@ -289,12 +300,17 @@ pub fn search(
     let stop = AtomicBool::new(false);
     let found: Mutex<Option<Box<Violation>>> = Mutex::new(None);
     let total = Mutex::new(Stats::default());
+    // Per thread: the seed it runs and since when, for the watchdog.
+    let running: Vec<Mutex<Option<(u64, std::time::Instant)>>> =
+        (0..threads.max(1)).map(|_| Mutex::new(None)).collect();
+    let active = AtomicUsize::new(running.len());
     let quick = Config {
         trace: 0,
         ..config.clone()
     };
     std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
+        scope.spawn(|| watchdog(&running, &active, config));
+        for slot in &running {
             scope.spawn(|| {
                 let mut stats = Stats::default();
                 loop {
@@ -307,7 +323,14 @@ pub fn search(
                     if count.is_some_and(|count| seed - first >= count) {
                         break;
                     }
-                    match run_schedule(seed, &quick) {
+                    if std::env::var_os("SIM_PRINT_SEEDS").is_some() {
+                        eprintln!("seed {seed}");
+                    }
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some((seed, std::time::Instant::now()));
+                    let outcome = run_schedule(seed, &quick);
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    match outcome {
                         Ok(done) => stats.merge(&done),
                         Err(violation) => {
                             let violation = with_trace(violation, config);
@@ -324,6 +347,7 @@ pub fn search(
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .merge(&stats);
+                active.fetch_sub(1, Ordering::Relaxed);
             });
         }
     });
@@ -331,6 +355,36 @@ pub fn search(
         stats: total.into_inner().unwrap_or_else(|p| p.into_inner()),
         violation: found.into_inner().unwrap_or_else(|p| p.into_inner()),
         elapsed: started.elapsed(),
+    }
+}
+
+/// How long (wall clock) one schedule may take before the watchdog calls
+/// it stuck: a few hundred milliseconds is usual, even in a debug build.
+const STUCK: Duration = Duration::from_secs(60);
+
+/// Ends the process when a schedule does not finish: a task that never
+/// waits keeps tokio's paused clock from advancing, so the schedule's own
+/// thread cannot notice, and a test or CI run would hang.
+fn watchdog(
+    running: &[Mutex<Option<(u64, std::time::Instant)>>],
+    active: &AtomicUsize,
+    config: &Config,
+) {
+    while active.load(Ordering::Relaxed) > 0 {
+        for slot in running {
+            let stuck = *slot.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((seed, since)) = stuck.filter(|(_, since)| since.elapsed() > STUCK) {
+                eprintln!(
+                    "tenure-sim: the schedule of seed {seed} has not finished after {:?} of wall-clock \
+                     time: simulated time stopped advancing (a task that never waits?). Its trace as it \
+                     is made: SIM_TRACE_LIVE=1 SEED={seed} cargo test -p tenure-sim --test simulation \
+                     replay -- --exact --nocapture (config: {config:?})",
+                    since.elapsed()
+                );
+                std::process::exit(101);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -368,6 +422,9 @@ struct Shared {
     started: Option<Instant>,
     trace: VecDeque<String>,
     trace_len: usize,
+    /// Print the trace as it is made (`SIM_TRACE_LIVE`, for a schedule
+    /// that does not finish).
+    live: bool,
     terms: Vec<Tracked>,
     last_token: BTreeMap<String, u64>,
     violation: Option<String>,
@@ -393,6 +450,9 @@ impl Shared {
             return;
         }
         let line = format!("t={:>5} ms  {}", self.now_ms(), line());
+        if self.live {
+            eprintln!("{line}");
+        }
         if self.trace.len() == self.trace_len {
             self.trace.pop_front();
         }
@@ -464,12 +524,19 @@ impl Shared {
     }
 }
 
-/// An instance campaigning in the election.
+/// An instance campaigning in the election, or running a `Runner` in it.
 struct Instance {
     id: String,
     election: Election,
     view: MemoryStore,
     campaign: Option<JoinHandle<()>>,
+    /// For a runner instance: its running `Runner`, and how to stop it.
+    runner: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    /// A runner told to shut down that has not returned yet: the next one
+    /// starts only after it (two runners of one `Election` at once race:
+    /// the old one's shutdown releases whatever lease the id holds).
+    stopping: Option<JoinHandle<()>>,
+    is_runner: bool,
 }
 
 /// A member of the partition set.
@@ -517,6 +584,7 @@ impl Sim {
     fn new(seed: u64, config: Config) -> Self {
         let shared = Shared {
             trace_len: config.trace,
+            live: config.trace > 0 && std::env::var_os("SIM_TRACE_LIVE").is_some(),
             ..Shared::default()
         };
         Sim {
@@ -551,8 +619,14 @@ impl Sim {
     async fn run(mut self) -> Result<Stats, Box<Violation>> {
         lock(&self.shared).started = Some(Instant::now());
         let max_ttl = Duration::from_millis(TTLS_MS[2]);
-        for i in 0..self.config.instances {
-            let id = format!("i{i}");
+        let instances = self.config.instances + self.config.runners;
+        for i in 0..instances {
+            let is_runner = i >= self.config.instances;
+            let id = if is_runner {
+                format!("r{}", i - self.config.instances)
+            } else {
+                format!("i{i}")
+            };
             let ttl = Duration::from_millis(TTLS_MS[self.rng.random_range(0..TTLS_MS.len())]);
             let view = self.store.view();
             let bug = self.config.bug;
@@ -574,6 +648,9 @@ impl Sim {
                 election,
                 view,
                 campaign: None,
+                runner: None,
+                stopping: None,
+                is_runner,
             });
         }
         for m in 0..self.config.members {
@@ -871,7 +948,22 @@ impl Sim {
         let election = instance.election.clone();
         let campaigning = instance.campaign.is_some();
         let shared = self.shared.clone();
-        let roll = self.rng.random_range(0..100);
+        let roll = if instance.is_runner {
+            // A runner campaigns by itself: start or stop it, or act on
+            // the terms it was given (never campaign beside it).
+            let roll = self.rng.random_range(0..100);
+            if roll < 35 {
+                if roll < 25 {
+                    self.start_runner(index);
+                } else {
+                    self.stop_runner(index);
+                }
+                return;
+            }
+            self.rng.random_range(42..100)
+        } else {
+            self.rng.random_range(0..100)
+        };
         match roll {
             0..=29 if !campaigning => {
                 let kind = self.rng.random_range(0..3);
@@ -1214,10 +1306,68 @@ impl Sim {
         }
     }
 
+    /// Start the runner of runner instance `index`, unless it runs.
+    fn start_runner(&mut self, index: usize) {
+        let instance = &mut self.instances[index];
+        if instance
+            .runner
+            .as_ref()
+            .is_some_and(|(_, task)| !task.is_finished())
+            || instance
+                .stopping
+                .as_ref()
+                .is_some_and(|task| !task.is_finished())
+        {
+            return;
+        }
+        let every = self.config.runner_every && self.rng.random_bool(0.5);
+        let (id, election) = (instance.id.clone(), instance.election.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shared = self.shared.clone();
+        let task = tokio::spawn(async move {
+            let on_elected = {
+                let (shared, id) = (shared.clone(), id.clone());
+                move |term: &Leadership| lock(&shared).register(&id, term.clone())
+            };
+            let runner = election.runner().on_elected(on_elected);
+            let runner = if every {
+                runner.every(Duration::from_millis(300), |_term| async {})
+            } else {
+                runner.lead(|term| async move {
+                    term.lost().await;
+                })
+            };
+            let outcome = runner
+                .run_until(async {
+                    let _ = stopped.await;
+                })
+                .await;
+            lock(&shared).note(|| format!("{id}: runner returned {outcome:?}"));
+        });
+        instance.runner = Some((stop, task));
+        let how = if every { "every 300 ms" } else { "lead" };
+        self.count_action("start a runner");
+        self.note(|| format!("{}: runner starts ({how})", self.instances[index].id));
+    }
+
+    /// Shut the runner of runner instance `index` down, if it runs.
+    fn stop_runner(&mut self, index: usize) {
+        if let Some((stop, task)) = self.instances[index].runner.take() {
+            let _ = stop.send(());
+            self.instances[index].stopping = Some(task);
+            self.count_action("stop a runner");
+            self.note(|| format!("{}: runner shuts down", self.instances[index].id));
+        }
+    }
+
     /// Start a campaign for every instance with neither a term nor a
-    /// campaign (one that gave up included).
+    /// campaign (one that gave up included), and every runner.
     fn keep_campaigning(&mut self) {
         for index in 0..self.instances.len() {
+            if self.instances[index].is_runner {
+                self.start_runner(index);
+                continue;
+            }
             let instance = &mut self.instances[index];
             if instance
                 .campaign
@@ -1244,6 +1394,12 @@ impl Sim {
     async fn shutdown(&mut self) {
         for instance in &mut self.instances {
             if let Some(task) = instance.campaign.take() {
+                task.abort();
+            }
+            if let Some((_, task)) = instance.runner.take() {
+                task.abort();
+            }
+            if let Some(task) = instance.stopping.take() {
                 task.abort();
             }
         }
