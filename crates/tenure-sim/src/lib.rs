@@ -360,7 +360,7 @@ pub fn search(
 
 /// How long (wall clock) one schedule may take before the watchdog calls
 /// it stuck: a few hundred milliseconds is usual, even in a debug build.
-const STUCK: Duration = Duration::from_secs(60);
+const STUCK: Duration = Duration::from_secs(20);
 
 /// Ends the process when a schedule does not finish: a task that never
 /// waits keeps tokio's paused clock from advancing, so the schedule's own

@@ -1,5 +1,5 @@
 //! The long mode: `tenure-sim --seeds N [--first S] [--steps K] [--threads T]
-//! [--bug NAME] [--mixed-member-ttls]` runs N schedules (or `--budget SECS` of them) and prints
+//! [--bug NAME] [--mixed-member-ttls] [--runner-every]` runs N schedules (or `--budget SECS` of them) and prints
 //! what they covered, or the first violation with its seed and trace.
 
 use std::process::ExitCode;
@@ -22,6 +22,7 @@ fn main() -> ExitCode {
             "--steps" => config.steps = number(&value()) as usize,
             "--threads" => threads = number(&value()) as usize,
             "--mixed-member-ttls" => config.mixed_member_ttls = true,
+            "--runner-every" => config.runner_every = true,
             "--budget" => budget = Some(Duration::from_secs(number(&value()))),
             "--bug" => {
                 let name = value();
@@ -78,7 +79,7 @@ fn number(text: &str) -> u64 {
 
 fn usage(problem: &str) -> ! {
     eprintln!(
-        "tenure-sim: {problem}\nusage: tenure-sim (--seeds N | --budget SECS) [--first SEED] [--steps K] [--threads T] [--bug {}] [--mixed-member-ttls]",
+        "tenure-sim: {problem}\nusage: tenure-sim (--seeds N | --budget SECS) [--first SEED] [--steps K] [--threads T] [--bug {}] [--mixed-member-ttls] [--runner-every]",
         Bug::ALL.map(Bug::name).join("|")
     );
     std::process::exit(2)

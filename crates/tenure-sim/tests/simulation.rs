@@ -18,6 +18,8 @@ fn config() -> Config {
         bug: std::env::var("BUG")
             .ok()
             .map(|name| Bug::parse(&name).expect("BUG: unknown bug name")),
+        mixed_member_ttls: std::env::var_os("SIM_MIXED_MEMBER_TTLS").is_some(),
+        runner_every: std::env::var_os("SIM_RUNNER_EVERY").is_some(),
         ..Config::default()
     }
 }
