@@ -3,11 +3,13 @@
 //!
 //! One *schedule* is one seed. It builds a world on one [`MemoryStore`]
 //! under tokio's paused clock: [`Config::instances`] elections of the same
-//! name and [`Config::members`] partition-set members, each on its own
+//! name, [`Config::runners`] more in it driven by a [`tenure::Runner`], and
+//! [`Config::members`] partition-set members, each on its own
 //! [`MemoryStore::view`] (its own connection, faults and announcements).
 //! Then, for [`Config::steps`] steps, a seeded RNG advances the clock a
 //! little and picks what happens next: an action of one instance
 //! (`campaign`, `try_campaign`, `campaign_timeout`, cancelling a campaign,
+//! starting or shutting down a runner,
 //! dropping a term's handle, `resign` from a current or a stale handle,
 //! `confirm`, a fenced write through [`FencedKey`], `leader()`,
 //! `watch()`, a member joining or leaving its partition set) or a fault
