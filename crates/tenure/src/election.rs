@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::Stream;
-use rand::Rng;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
@@ -91,8 +92,31 @@ pub(crate) struct Settings {
     pub tls_client: Option<(PathBuf, PathBuf)>,
     pub max_ttl: Option<Duration>,
     pub allow_eviction: bool,
-    /// See [`ElectionBuilder::unsafe_issue_9_bugs`]; elections only.
-    pub issue_9_bugs: bool,
+    /// Bugs switched back on by the hidden `unsafe_*` builder methods.
+    pub bugs: Bugs,
+    /// See [`ElectionBuilder::jitter_seed`].
+    pub jitter_seed: Option<u64>,
+}
+
+/// Fixed bugs that hidden, **unsafe** builder switches turn back on, so
+/// that failing-mode tests (tenure-chaos, tenure-sim) can show their
+/// checkers catch them. All off by default; never for production.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Bugs {
+    /// A lease found under this instance's id is adopted, whatever attempt
+    /// wrote it (issue 9).
+    pub adopt_earlier_lease: bool,
+    /// The start-up hold-off covers only this instance's own ttl (issue 9).
+    pub hold_off_own_ttl: bool,
+    /// Renewal announcements push a follower's wait back without bound,
+    /// and trigger attempts without pacing (issue 9).
+    pub unbounded_announcements: bool,
+    /// A renewal's reply moves the deadline from when it arrived, not from
+    /// when the request was sent (issue 16).
+    pub late_renewal_moves_deadline: bool,
+    /// A partition's resign is routed by partition name only, so a stale
+    /// handle's resign ends this member's later term (issue 16).
+    pub resign_by_name: bool,
 }
 
 impl Default for Settings {
@@ -108,7 +132,8 @@ impl Default for Settings {
             tls_client: None,
             max_ttl: None,
             allow_eviction: false,
-            issue_9_bugs: false,
+            bugs: Bugs::default(),
+            jitter_seed: None,
         }
     }
 }
@@ -128,7 +153,8 @@ impl Settings {
     /// timing and this instance's id. `name` is for the log only.
     pub fn validate(&mut self, name: &str) -> Result<(Timing, String)> {
         validate_name("key prefix", &self.prefix)?;
-        let timing = Timing::new(self.ttl, self.renew_every, self.margin, self.call_timeout)?;
+        let mut timing = Timing::new(self.ttl, self.renew_every, self.margin, self.call_timeout)?;
+        timing.late_renewal_bug = self.bugs.late_renewal_moves_deadline;
         let id = match self.id.take() {
             Some(id) if id.is_empty() || id.len() > 256 => {
                 return Err(Error::Config(
@@ -314,7 +340,49 @@ impl ElectionBuilder {
     ///   says, and announcements trigger attempts without pacing.
     #[doc(hidden)]
     pub fn unsafe_issue_9_bugs(mut self, on: bool) -> Self {
-        self.settings.issue_9_bugs = on;
+        let bugs = &mut self.settings.bugs;
+        bugs.adopt_earlier_lease = on;
+        bugs.hold_off_own_ttl = on;
+        bugs.unbounded_announcements = on;
+        self
+    }
+
+    /// **Unsafe; for failing-mode tests only.** The first bug of
+    /// [`ElectionBuilder::unsafe_issue_9_bugs`] alone: a lease found under
+    /// this instance's id is adopted (keeping its token) whatever attempt
+    /// wrote it, as the drop-then-campaign bug did.
+    #[doc(hidden)]
+    pub fn unsafe_adopt_earlier_lease(mut self, on: bool) -> Self {
+        self.settings.bugs.adopt_earlier_lease = on;
+        self
+    }
+
+    /// **Unsafe; for failing-mode tests only.** The second bug of
+    /// [`ElectionBuilder::unsafe_issue_9_bugs`] alone: the start-up
+    /// hold-off covers only this instance's own ttl, not the largest ttl in
+    /// use ([`ElectionBuilder::max_ttl`], the leases seen).
+    #[doc(hidden)]
+    pub fn unsafe_hold_off_own_ttl(mut self, on: bool) -> Self {
+        self.settings.bugs.hold_off_own_ttl = on;
+        self
+    }
+
+    /// **Unsafe; for failing-mode tests only.** A successful renewal moves
+    /// the local deadline to one ttl (less the margin) after its reply
+    /// *arrived* instead of after its request was sent, so a slow reply
+    /// lets the leader believe past the lease's expiry on the store.
+    #[doc(hidden)]
+    pub fn unsafe_late_renewal_moves_deadline(mut self, on: bool) -> Self {
+        self.settings.bugs.late_renewal_moves_deadline = on;
+        self
+    }
+
+    /// Seed the small random delay (jitter) a candidate adds before
+    /// retrying, so that a run under tokio's paused clock replays exactly
+    /// (tenure-sim). Without it the jitter comes from the thread's RNG.
+    #[doc(hidden)]
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.settings.jitter_seed = Some(seed);
         self
     }
 
@@ -382,7 +450,11 @@ impl ElectionBuilder {
                 hold_off_ms: AtomicU64::new(
                     self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64,
                 ),
-                issue_9_bugs: self.settings.issue_9_bugs,
+                bugs: self.settings.bugs,
+                jitter: self
+                    .settings
+                    .jitter_seed
+                    .map(|seed| Mutex::new(StdRng::seed_from_u64(seed))),
             }),
         })
     }
@@ -397,8 +469,10 @@ struct Inner {
     /// The start-up hold-off this instance asks for: the largest of its
     /// ttl, its max_ttl setting and every lease ttl it has seen.
     hold_off_ms: AtomicU64,
-    /// See [`ElectionBuilder::unsafe_issue_9_bugs`].
-    issue_9_bugs: bool,
+    /// Bugs switched back on for failing-mode tests (all off normally).
+    bugs: Bugs,
+    /// The jitter's RNG when seeded ([`ElectionBuilder::jitter_seed`]).
+    jitter: Option<Mutex<StdRng>>,
 }
 
 /// The campaign attempts of one [`Election`] value.
@@ -626,14 +700,14 @@ impl Election {
                     // and never more than one such ttl past the expiry the
                     // store just reported: announcements are hints.
                     let ttl = holder.ttl.max(timing.ttl);
-                    let (limit, ttl) = if self.inner.issue_9_bugs {
+                    let (limit, ttl) = if self.inner.bugs.unbounded_announcements {
                         let unbounded = Duration::from_secs(365 * 24 * 3600);
                         (until + unbounded, unbounded)
                     } else {
                         (until + ttl, ttl)
                     };
                     let woken = wait_for_turn(&mut notices, seen, until, limit, ttl).await;
-                    if woken == Woken::Announcement && !self.inner.issue_9_bugs {
+                    if woken == Woken::Announcement && !self.inner.bugs.unbounded_announcements {
                         pace.before_attempt(sent, timing.retry_every).await;
                     }
                 }
@@ -656,12 +730,12 @@ impl Election {
     /// One acquire request for `attempt`, bounded by the call timeout.
     async fn acquire_once(&self, attempt: &str) -> Result<AcquireReply> {
         let timing = &self.inner.timing;
-        let bugs = self.inner.issue_9_bugs;
+        let bugs = self.inner.bugs;
         let request = AcquireRequest {
             id: &self.inner.id,
             attempt,
             ttl_ms: timing.ttl_ms(),
-            hold_off_ms: if bugs {
+            hold_off_ms: if bugs.hold_off_own_ttl {
                 timing.ttl_ms()
             } else {
                 self.inner.hold_off_ms.load(Ordering::Relaxed)
@@ -669,7 +743,9 @@ impl Election {
         };
         let acquire = self.inner.backend.acquire(&request);
         match self.inner.call(timing.call_timeout, acquire).await? {
-            AcquireReply::Held(holder) if bugs && holder.owner == self.inner.id => {
+            AcquireReply::Held(holder)
+                if bugs.adopt_earlier_lease && holder.owner == self.inner.id =>
+            {
                 Ok(AcquireReply::Won {
                     token: holder.token,
                 })
@@ -700,7 +776,14 @@ impl Election {
     fn jitter(&self) -> Duration {
         let max = (self.inner.timing.ttl / 200).min(Duration::from_millis(5));
         let max_us = max.as_micros() as u64;
-        Duration::from_micros(rand::rng().random_range(0..=max_us))
+        let us = match &self.inner.jitter {
+            Some(rng) => rng
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .random_range(0..=max_us),
+            None => rand::rng().random_range(0..=max_us),
+        };
+        Duration::from_micros(us)
     }
 
     /// Start the term that an acquire sent when the suspend time read

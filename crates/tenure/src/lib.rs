@@ -163,7 +163,7 @@ mod runner;
 mod store;
 mod term;
 
-pub use backend::memory::{Calls, Fault, MemoryStore, Snapshot};
+pub use backend::memory::{Announcements, Calls, Fault, MemoryStore, Snapshot};
 pub use election::{Election, ElectionBuilder, DEFAULT_PREFIX, DEFAULT_TTL};
 pub use error::{redact_url, Error, Result, MIN_ACL};
 pub use fence::{FencedKey, FencedWrite};

@@ -42,6 +42,10 @@ pub(crate) struct Timing {
     pub call_timeout: Duration,
     /// Delay between retries of a failed renewal.
     pub retry_every: Duration,
+    /// **Unsafe, for failing-mode tests only** (see
+    /// `ElectionBuilder::unsafe_late_renewal_moves_deadline`): a renewal's
+    /// deadline counts from its reply's arrival instead of its sending.
+    pub late_renewal_bug: bool,
 }
 
 /// Below this TTL a warning is logged: scheduler pauses and network jitter
@@ -122,6 +126,7 @@ impl Timing {
             margin,
             call_timeout,
             retry_every,
+            late_renewal_bug: false,
         })
     }
 
@@ -300,7 +305,12 @@ impl LeaderState {
         match reply {
             Some(RenewReply::Renewed) => {
                 // A late reply to an old request must not pull the deadline back.
-                self.deadline = self.deadline.max(timing.deadline(sent_at));
+                let from = if timing.late_renewal_bug {
+                    now
+                } else {
+                    sent_at
+                };
+                self.deadline = self.deadline.max(timing.deadline(from));
                 self.next_renewal = sent_at + timing.renew_every;
                 if now >= self.deadline {
                     return LeaderStep::Lost(LostReason::DeadlinePassed);

@@ -187,6 +187,16 @@ impl PartitionSetBuilder {
         self
     }
 
+    /// **Unsafe; for failing-mode tests only.** Route a partition's
+    /// resign by its name alone, not by (name, token): a handle of an
+    /// earlier term then ends, and releases, this member's later term of
+    /// the same partition.
+    #[doc(hidden)]
+    pub fn unsafe_resign_by_name(mut self, on: bool) -> Self {
+        self.settings.bugs.resign_by_name = on;
+        self
+    }
+
     /// Validate and connect.
     pub async fn build(mut self) -> Result<PartitionSet> {
         validate_name("group name", &self.group)?;
@@ -246,6 +256,7 @@ impl PartitionSetBuilder {
             attempts: Mutex::new(vec![0; keys_len]),
             nonce: rand::random(),
             hold_off_ms,
+            resign_by_name: self.settings.bugs.resign_by_name,
             observed: Arc::new(Observed {
                 partitions,
                 ..Observed::default()
@@ -398,6 +409,8 @@ pub struct PartitionSet {
     attempts: Mutex<Vec<u64>>,
     nonce: u64,
     hold_off_ms: u64,
+    /// See [`PartitionSetBuilder::unsafe_resign_by_name`] (off normally).
+    resign_by_name: bool,
     per_partition_metrics: bool,
     observed: Arc<Observed>,
 }
@@ -899,7 +912,11 @@ impl PartitionSet {
             .binary_search_by(|i| self.partitions[*i as usize].as_str().cmp(election))
             .ok()
             .map(|found| self.slots[found] as usize);
-        let Some(index) = keeper.slot_of(slot, token) else {
+        let found = match command {
+            Command::Resign { .. } if self.resign_by_name => slot.filter(|s| keeper.contains(*s)),
+            _ => keeper.slot_of(slot, token),
+        };
+        let Some(index) = found else {
             // A term that is over (this member's later term of the same
             // partition, if any, is not this handle's).
             match command {

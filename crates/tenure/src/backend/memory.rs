@@ -5,9 +5,11 @@
 //! true)]`) run the whole election protocol instantly and identically on
 //! every run. It also lets a test do what is hard to arrange against a real
 //! server: revoke a lease now, hand it to another owner, lose all data, or
-//! make every call fail or hang.
+//! make every call fail or hang. A [`MemoryStore::view`] is one client's
+//! connection to the same data, with faults and announcements of its own,
+//! so one instance can be cut off, slowed or deafened while others work.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -59,9 +61,36 @@ pub enum Fault {
     Slow(Duration),
 }
 
+/// How a view's announcements (the hints that a lease was released, taken
+/// or renewed) reach the elections built on it; see [`MemoryStore::view`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use std::time::Duration;
+/// let store = tenure::MemoryStore::new();
+/// let view = store.view();
+/// view.set_announcements(tenure::Announcements::Delayed(Duration::from_millis(50)));
+/// view.set_announcements(tenure::Announcements::Lost); // until set back
+/// view.set_announcements(tenure::Announcements::Delivered);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Announcements {
+    /// Each arrives at once.
+    #[default]
+    Delivered,
+    /// Each arrives this long after it was sent.
+    Delayed(Duration),
+    /// They are dropped (a later one still carries every change, as the
+    /// counters it holds have moved on).
+    Lost,
+}
+
 /// An in-memory lease store shared by any number of elections, for tests.
 ///
-/// Clones share the same store.
+/// Clones share the same store (and, for a [`MemoryStore::view`], the same
+/// view).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
@@ -84,6 +113,15 @@ pub enum Fault {
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     state: Arc<Mutex<StoreState>>,
+    /// Set on a [`MemoryStore::view`]: that client's own behaviour.
+    view: Option<Arc<Mutex<View>>>,
+}
+
+/// One client's connection to a shared [`MemoryStore`].
+#[derive(Debug, Default)]
+struct View {
+    fault: Fault,
+    announcements: Announcements,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -222,9 +260,50 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Make every later call fail, hang, or work again.
+    /// Make every later call fail, hang, or work again. On a
+    /// [`MemoryStore::view`] this is the view's own fault: only calls made
+    /// through it are affected (a fault of the whole store, set on the
+    /// store itself, applies to views too and takes precedence).
     pub fn set_fault(&self, fault: Fault) {
-        self.lock().fault = fault;
+        match &self.view {
+            Some(view) => lock(view).fault = fault,
+            None => self.lock().fault = fault,
+        }
+    }
+
+    /// Another client's connection to this store: the same leases, tokens
+    /// and members, but its own [`Fault`] and [`Announcements`], so that
+    /// one instance's calls can fail, stall or lose their replies, and its
+    /// announcements arrive late or not at all, while other instances work.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let (view_a, view_b) = (store.view(), store.view());
+    /// let ttl = Duration::from_millis(300);
+    /// let a = tenure::Election::builder("jobs").memory(&view_a).id("a").ttl(ttl).build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&view_b).id("b").ttl(ttl).build().await?;
+    /// let term = a.campaign().await?;
+    /// view_a.set_fault(tenure::Fault::Stall); // only a is cut off
+    /// assert_eq!(term.lost().await, tenure::LostReason::DeadlinePassed);
+    /// let next = b.campaign().await?; // b still reaches the store
+    /// assert!(next.token() > term.token());
+    /// # Ok(()) }
+    /// ```
+    pub fn view(&self) -> MemoryStore {
+        MemoryStore {
+            state: self.state.clone(),
+            view: Some(Arc::new(Mutex::new(View::default()))),
+        }
+    }
+
+    /// How announcements reach the elections built on this view from now
+    /// on. Only views have their own: on the store itself this does nothing.
+    pub fn set_announcements(&self, announcements: Announcements) {
+        if let Some(view) = &self.view {
+            lock(view).announcements = announcements;
+        }
     }
 
     /// Delete an election's lease without announcing it, as if it expired
@@ -330,12 +409,15 @@ impl MemoryStore {
 
     /// One election's view of this store, as the election's backend.
     pub(crate) fn backend(&self, election: &str, keys: Keys) -> Backend {
-        let notices = self
+        let mut notices = self
             .lock()
             .notices
             .entry(election.to_string())
             .or_insert_with(|| watch::channel(Notices::default()).0)
             .subscribe();
+        if let Some(view) = &self.view {
+            notices = relay(notices, view.clone());
+        }
         Backend::new(
             Store::Memory(self.clone()),
             election.to_string(),
@@ -353,7 +435,7 @@ impl MemoryStore {
             for op in ops {
                 state.count(op);
             }
-            state.fault
+            self.fault(&state)
         };
         match fault {
             Fault::None | Fault::LoseReplies | Fault::Slow(_) => {}
@@ -365,7 +447,7 @@ impl MemoryStore {
             let mut state = self.lock();
             let replies: Vec<Result<Reply>> =
                 ops.iter().map(|op| Ok(state.apply(op, now))).collect();
-            if state.fault == Fault::LoseReplies {
+            if self.fault(&state) == Fault::LoseReplies {
                 return Err(Error::Unavailable);
             }
             replies
@@ -375,6 +457,66 @@ impl MemoryStore {
         }
         Ok(replies)
     }
+}
+
+impl MemoryStore {
+    /// The fault that applies to this handle's calls now: the whole
+    /// store's, else the view's own.
+    fn fault(&self, state: &StoreState) -> Fault {
+        match (state.fault, &self.view) {
+            (Fault::None, Some(view)) => lock(view).fault,
+            (fault, _) => fault,
+        }
+    }
+}
+
+fn lock(view: &Mutex<View>) -> MutexGuard<'_, View> {
+    view.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The announcements of `source` as a view receives them: passed on,
+/// delayed or dropped as the view's [`Announcements`] say when each is
+/// sent, always in the order they were sent. The relay ends when the
+/// election stops listening.
+fn relay(mut source: watch::Receiver<Notices>, view: Arc<Mutex<View>>) -> watch::Receiver<Notices> {
+    let (tx, rx) = watch::channel(*source.borrow_and_update());
+    tokio::spawn(async move {
+        // Announcements on their way: when each arrives, and what it says.
+        let mut on_the_way: VecDeque<(Instant, Notices)> = VecDeque::new();
+        loop {
+            let next = on_the_way.front().map(|(due, _)| *due);
+            tokio::select! {
+                changed = source.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let notices = *source.borrow_and_update();
+                    let announcements = lock(&view).announcements;
+                    match announcements {
+                        Announcements::Lost => {}
+                        Announcements::Delivered if on_the_way.is_empty() => {
+                            if tx.send(notices).is_err() {
+                                return;
+                            }
+                        }
+                        Announcements::Delivered => on_the_way.push_back((Instant::now(), notices)),
+                        Announcements::Delayed(delay) => {
+                            on_the_way.push_back((Instant::now() + delay, notices));
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
+                    if let Some((_, notices)) = on_the_way.pop_front() {
+                        if tx.send(notices).is_err() {
+                            return;
+                        }
+                    }
+                }
+                () = tx.closed() => return,
+            }
+        }
+    });
+    rx
 }
 
 fn holder_of(lease: &Lease, now: Instant) -> Holder {
@@ -581,5 +723,64 @@ impl StoreState {
             self.notify(election, |n| n.released += 1);
         }
         ours
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::{sleep, Instant};
+
+    use crate::{Announcements, Election, MemoryStore};
+
+    /// How long a follower on a view with `announcements` takes to lead
+    /// after the leader resigns 100 ms into a 1 s lease.
+    async fn takeover(announcements: Announcements) -> Duration {
+        let store = MemoryStore::new();
+        let (view_a, view_b) = (store.view(), store.view());
+        let ttl = Duration::from_secs(1);
+        let build = |view: &MemoryStore, id: &str| {
+            Election::builder("jobs")
+                .memory(view)
+                .id(id)
+                .ttl(ttl)
+                .build()
+        };
+        let a = build(&view_a, "a").await.expect("builds");
+        let b = build(&view_b, "b").await.expect("builds");
+        let term = a.campaign().await.expect("a leads");
+        view_b.set_announcements(announcements);
+        let follower = tokio::spawn(async move { b.campaign().await });
+        sleep(Duration::from_millis(100)).await;
+        let resigned = Instant::now();
+        term.resign().await.expect("resigns");
+        follower.await.expect("joins").expect("b leads");
+        resigned.elapsed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_views_announcements_arrive_at_once_late_or_never() {
+        assert!(takeover(Announcements::Delivered).await < Duration::from_millis(50));
+        let late = takeover(Announcements::Delayed(Duration::from_millis(300))).await;
+        assert!(late >= Duration::from_millis(300) && late < Duration::from_millis(400));
+        // Deaf to the release, the follower waits for the lease to lapse.
+        let never = takeover(Announcements::Lost).await;
+        assert!(never >= Duration::from_millis(850), "{never:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_views_fault_is_its_own_and_the_stores_applies_to_all() {
+        let store = MemoryStore::new();
+        let (view_a, view_b) = (store.view(), store.view());
+        let a = Election::builder("jobs").memory(&view_a).id("a").build();
+        let b = Election::builder("jobs").memory(&view_b).id("b").build();
+        let (a, b) = (a.await.expect("builds"), b.await.expect("builds"));
+        view_a.set_fault(crate::Fault::Fail);
+        assert!(a.leader().await.is_err());
+        assert!(b.leader().await.is_ok());
+        view_a.set_fault(crate::Fault::None);
+        store.set_fault(crate::Fault::Fail);
+        assert!(a.leader().await.is_err() && b.leader().await.is_err());
     }
 }

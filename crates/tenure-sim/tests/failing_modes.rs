@@ -1,0 +1,54 @@
+//! The simulation can fail: with each fixed bug switched back on, it finds
+//! a violation within a few thousand schedules (far inside the CI budget),
+//! and the same seed without the bug runs clean.
+
+use tenure_sim::{run_schedule, search, Bug, Config};
+
+/// Far fewer schedules than the CI budget runs.
+const AT_MOST: u64 = 5_000;
+
+fn finds(bug: Bug) {
+    let config = Config {
+        bug: Some(bug),
+        ..Config::default()
+    };
+    let found = search(&config, 0, Some(AT_MOST), None, 2);
+    let violation = found
+        .violation
+        .unwrap_or_else(|| panic!("{} not found in {AT_MOST} schedules", bug.name()));
+    println!(
+        "{}: found after {} clean schedules\n{violation}",
+        bug.name(),
+        found.stats.schedules
+    );
+    let clean = Config {
+        bug: None,
+        ..config
+    };
+    if let Err(other) = run_schedule(violation.seed, &clean) {
+        panic!(
+            "seed {} fails without the bug too:\n{other}",
+            violation.seed
+        );
+    }
+}
+
+#[test]
+fn finds_adoption_of_an_earlier_terms_lease() {
+    finds(Bug::AdoptEarlierLease);
+}
+
+#[test]
+fn finds_a_partition_resign_routed_by_name_only() {
+    finds(Bug::ResignByName);
+}
+
+#[test]
+fn finds_a_late_renewal_reply_moving_the_deadline() {
+    finds(Bug::LateRenewalMovesDeadline);
+}
+
+#[test]
+fn finds_the_hold_off_using_the_candidates_ttl() {
+    finds(Bug::HoldOffOwnTtl);
+}
