@@ -424,24 +424,27 @@ async fn keep_seat(
     let follower = tokio::spawn(follow_holder(election.clone(), publish.clone()));
     let _follower = AbortOnDrop(follower);
     loop {
-        let campaign = election.campaign();
-        tokio::pin!(campaign);
+        let mut campaign = Box::pin(election.campaign());
         let term = loop {
             tokio::select! {
-                term = &mut campaign => break term?,
+                term = &mut campaign => break Some(term?),
                 Some(request) = requests.recv() => {
                     let _ = request.reply.send(Resigned::NotLeading);
                 }
-                _ = shutdown.cancelled() => {
-                    // The campaign may have won a lease whose reply it never
-                    // read: give it back rather than leave it to lapse.
-                    if let Err(err) = election.release_if_held().await {
-                        tracing::warn!(election = %name, error = %err, "could not check for a lease won by the abandoned campaign");
-                    }
-                    return Ok(());
-                }
+                _ = shutdown.cancelled() => break None,
             }
         };
+        let Some(term) = term else {
+            // The campaign may have won a lease whose reply it never read:
+            // abandon it (it no longer counts as running), then give that
+            // lease back rather than leave it to lapse.
+            drop(campaign);
+            if let Err(err) = election.release_if_held().await {
+                tracing::warn!(election = %name, error = %err, "could not check for a lease won by the abandoned campaign");
+            }
+            return Ok(());
+        };
+        drop(campaign);
         let token = term.token();
         open_grants(&grants, token);
         tracing::info!(election = %name, token, "leading");

@@ -534,9 +534,9 @@ struct Instance {
     campaign: Option<JoinHandle<()>>,
     /// For a runner instance: its running `Runner`, and how to stop it.
     runner: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
-    /// A runner told to shut down that has not returned yet: the next one
-    /// starts only after it (two runners of one `Election` at once race:
-    /// the old one's shutdown releases whatever lease the id holds).
+    /// A runner told to shut down that has not returned yet (a new one may
+    /// start meanwhile: its campaign's lease is not the old one's to
+    /// release); aborted at the end of the schedule.
     stopping: Option<JoinHandle<()>>,
     is_runner: bool,
 }
@@ -968,15 +968,9 @@ impl Sim {
         };
         match roll {
             0..=29 if !campaigning => {
+                // Any of them, also while a term of this instance runs: a
+                // campaign that gives up leaves that term's lease alone.
                 let kind = self.rng.random_range(0..3);
-                // `campaign_timeout` releases a lease this instance holds
-                // when it gives up, so it must not be called while a term
-                // of the instance runs (documented); the others may be.
-                let running = lock(&self.shared)
-                    .terms
-                    .iter()
-                    .any(|t| t.owner == id && !t.lost_seen);
-                let kind = if running && kind == 2 { 0 } else { kind };
                 let wait = Duration::from_millis(self.rng.random_range(1..=1000));
                 let (action, task) = match kind {
                     0 => (
@@ -1315,10 +1309,6 @@ impl Sim {
             .runner
             .as_ref()
             .is_some_and(|(_, task)| !task.is_finished())
-            || instance
-                .stopping
-                .as_ref()
-                .is_some_and(|task| !task.is_finished())
         {
             return;
         }

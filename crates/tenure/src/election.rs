@@ -498,6 +498,12 @@ struct AttemptState {
     /// it may have written a lease: the next campaign reuses it, and so
     /// adopts that lease instead of waiting for it to lapse.
     unfinished: Option<u64>,
+    /// The attempt that began the latest term: its lease is its keeper's
+    /// to renew and release, never [`Election::release_if_held`]'s.
+    began: Option<u64>,
+    /// Attempts whose campaign is still running (its reply may be on its
+    /// way): their leases are not [`Election::release_if_held`]'s either.
+    running: Vec<u64>,
 }
 
 impl Attempts {
@@ -520,6 +526,7 @@ impl Attempts {
             state.next += 1;
             state.next
         });
+        state.running.push(number);
         Attempt {
             attempts: self,
             number,
@@ -532,6 +539,20 @@ impl Attempts {
     fn is_ours(&self, attempt: &str) -> bool {
         attempt.starts_with(&self.prefix)
     }
+
+    /// Whether an attempt name is the one that began the latest term, or
+    /// one whose campaign is still running: a lease that is not for
+    /// [`Election::release_if_held`] to release.
+    fn is_kept(&self, attempt: &str) -> bool {
+        let Some(number) = attempt
+            .strip_prefix(&self.prefix)
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            return false;
+        };
+        let state = self.lock();
+        state.began == Some(number) || state.running.contains(&number)
+    }
 }
 
 /// One campaign's attempt; handed back for reuse unless a term began.
@@ -542,13 +563,20 @@ struct Attempt<'a> {
     won: bool,
 }
 
+impl Attempt<'_> {
+    /// This attempt won: a term begins, kept by its own keeper.
+    fn won(&mut self) {
+        self.won = true;
+        self.attempts.lock().began = Some(self.number);
+    }
+}
+
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
-        if !self.won {
-            let mut state = self.attempts.lock();
-            if state.unfinished.is_none() {
-                state.unfinished = Some(self.number);
-            }
+        let mut state = self.attempts.lock();
+        state.running.retain(|number| *number != self.number);
+        if !self.won && state.unfinished.is_none() {
+            state.unfinished = Some(self.number);
         }
     }
 }
@@ -685,7 +713,7 @@ impl Election {
             let now = Instant::now();
             match after_acquire(timing, sent, now, reply, self.jitter(), failures) {
                 CandidateStep::Elected(state) => {
-                    attempt.won = true;
+                    attempt.won();
                     return Ok(self.start_term(state, suspended));
                 }
                 CandidateStep::Follow { until, holder } => {
@@ -1125,15 +1153,22 @@ impl Election {
     /// (e.g. on shutdown), since its last acquire may have won. Returns
     /// whether a lease was released.
     ///
-    /// Do not call it while a term of this instance is running: it would
-    /// release that term's lease under its feet.
+    /// A lease written by the attempt that began this `Election`'s latest
+    /// term, or by a campaign of it that is still running, is left alone:
+    /// that term's keeper (or that campaign) owns it. So a second campaign,
+    /// or a second [`crate::Runner`], that gives up while another one leads
+    /// or is being elected does not end that one's term.
     pub async fn release_if_held(&self) -> Result<bool> {
         let inner = &self.inner;
         let inspect = inner.backend.inspect();
         match inner.call(inner.timing.call_timeout, inspect).await? {
             // Only a lease one of our own campaigns wrote: another process
             // with the same id holds its own term.
-            Some(holder) if holder.owner == inner.id && inner.attempts.is_ours(&holder.attempt) => {
+            Some(holder)
+                if holder.owner == inner.id
+                    && inner.attempts.is_ours(&holder.attempt)
+                    && !inner.attempts.is_kept(&holder.attempt) =>
+            {
                 let resign = inner.backend.resign(&inner.id, holder.token);
                 inner.call(inner.timing.call_timeout, resign).await
             }
@@ -1166,7 +1201,7 @@ impl Election {
         let reply = self.acquire_once(&attempt.name).await?;
         match after_acquire(timing, sent, Instant::now(), Some(reply), Duration::ZERO, 0) {
             CandidateStep::Elected(state) => {
-                attempt.won = true;
+                attempt.won();
                 Ok(Some(self.start_term(state, suspended)))
             }
             CandidateStep::Follow { holder, .. } => {

@@ -359,3 +359,20 @@ async fn a_tick_that_finishes_within_the_shutdown_grace_is_recorded() {
         "the tick that finished during the grace was recorded"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_campaign_that_gives_up_leaves_the_running_term_of_its_election_alone() {
+    let store = MemoryStore::new();
+    let election = member(&store, "a").await;
+    let term = within(election.campaign()).await.expect("elected");
+    // A second campaign of the same election, while the first term runs:
+    // it finds the lease held (by a term it did not begin) and gives up.
+    let second = within(election.campaign_timeout(Duration::from_millis(500)))
+        .await
+        .expect("no error");
+    assert!(second.is_none());
+    tokio::time::sleep(TTL * 2).await;
+    assert!(term.is_leader(), "the running term kept its lease");
+    let leader = election.leader().await.expect("reads").expect("a leader");
+    assert_eq!((leader.id.as_str(), leader.token), ("a", term.token()));
+}
