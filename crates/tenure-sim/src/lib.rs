@@ -1075,6 +1075,13 @@ impl Sim {
                     } else {
                         MEMBER_TTL_MS
                     }))
+                    // Members with different ttls each pass the largest, as
+                    // the election's instances do.
+                    .max_ttl(Duration::from_millis(if self.config.mixed_member_ttls {
+                        TTLS_MS.iter().copied().max().unwrap_or(MEMBER_TTL_MS)
+                    } else {
+                        MEMBER_TTL_MS
+                    }))
                     .unsafe_resign_by_name(self.config.bug == Some(Bug::ResignByName))
                     .build()
                     .await

@@ -140,6 +140,29 @@ impl PartitionSetBuilder {
         self
     }
 
+    /// The largest ttl any member of the group uses (default: this
+    /// member's ttl). After the store lost or rolled back data, no partition
+    /// lease is granted until this long after it came back, so that a member
+    /// with a longer ttl, which may still believe it leads a partition, has
+    /// passed its deadline first. Give every member the same value when
+    /// their ttls differ (during a rolling change of the ttl, say).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let set = tenure::PartitionSet::builder("consumers", ["p0", "p1"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .ttl(Duration::from_secs(5))
+    ///     .max_ttl(Duration::from_secs(30)) // the old ttl, while members are upgraded
+    ///     .build()
+    ///     .await?;
+    /// # drop(set); Ok(()) }
+    /// ```
+    pub fn max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.settings.max_ttl = Some(max_ttl);
+        self
+    }
+
     /// How often the set runs a cycle (heartbeat, renewals, hand-overs).
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.settings.renew_every = Some(every);

@@ -329,3 +329,48 @@ async fn a_slow_renewal_batch_keeps_every_term_it_renews_in_time() {
     assert!(journal.returned.lock().unwrap().is_empty(), "a term ended");
     a.leave().await;
 }
+
+/// When the first term of a member that joins right after the store lost
+/// its data begins: the start-up hold-off it waits.
+async fn first_term_after_a_wipe(max_ttl: Option<Duration>) -> Duration {
+    let store = MemoryStore::new();
+    store.wipe();
+    let wiped = Instant::now();
+    let mut builder = PartitionSet::builder(GROUP, partitions(1))
+        .memory(&store)
+        .ttl(Duration::from_millis(200))
+        .id("short");
+    if let Some(max_ttl) = max_ttl {
+        builder = builder.max_ttl(max_ttl);
+    }
+    let set = builder.build().await.expect("builds");
+    let (began, mut first) = mpsc::unbounded_channel();
+    let run = tokio::spawn(set.run(
+        move |_partition, _term| {
+            let _ = began.send(Instant::now());
+            std::future::pending::<()>()
+        },
+        std::future::pending::<()>(),
+    ));
+    let at = tokio::time::timeout(Duration::from_secs(60), first.recv())
+        .await
+        .expect("a term within a minute")
+        .expect("a term");
+    run.abort();
+    at - wiped
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_with_a_shorter_ttl_waits_out_the_max_ttl_after_the_store_lost_its_data() {
+    // A member whose ttl is 200 ms, in a group where another member's is
+    // 400 ms: after a wipe, that other member may still believe it leads
+    // for up to 400 ms, so no partition lease may be granted before then.
+    let held_off = first_term_after_a_wipe(Some(Duration::from_millis(400))).await;
+    assert!(held_off >= Duration::from_millis(400), "{held_off:?}");
+    // Without max_ttl, only its own ttl (what the simulation found).
+    let own = first_term_after_a_wipe(None).await;
+    assert!(
+        own >= Duration::from_millis(200) && own < Duration::from_millis(400),
+        "{own:?}"
+    );
+}
