@@ -310,22 +310,12 @@ fn to_json(state: &State<'_>) -> String {
     serde_json::to_string(state).unwrap_or_default()
 }
 
-/// What an event says, less the time left (which changes by the
-/// millisecond): whether this instance may act, in which term, and who
-/// holds the lease. Read without handing out a deadline.
-fn shape(seat: &Seat, view: &View) -> (bool, Option<u64>, Option<String>) {
+/// The term a view shows, for an event stream: whether this instance
+/// leads in it, and its holder (id, token). Read without handing out time.
+fn term_of(seat: &Seat, view: &View) -> (bool, Option<(String, u64)>) {
     match &view.term {
-        Some(term) if seat.granting(term) => (true, Some(term.token()), Some(seat.id.clone())),
-        _ => (false, None, view.holder.as_ref().map(|(id, _)| id.clone())),
-    }
-}
-
-/// Which term a view belongs to, for an event stream: the holder, and
-/// whether it is this instance leading.
-fn term_of(seat: &Seat, view: &View) -> (Option<(String, u64)>, bool) {
-    match &view.term {
-        Some(term) if seat.granting(term) => (Some((seat.id.clone(), term.token())), true),
-        _ => (view.holder.clone(), false),
+        Some(term) if seat.granting(term) => (true, Some((seat.id.clone(), term.token()))),
+        _ => (false, view.holder.clone()),
     }
 }
 
@@ -336,9 +326,9 @@ fn term_of(seat: &Seat, view: &View) -> (Option<(String, u64)>, bool) {
 fn events(seat: Seat, slot: OwnedSemaphorePermit) -> Response<Body> {
     struct Stream {
         seat: Seat,
-        began_in: Option<(Option<(String, u64)>, bool)>,
-        /// What the last event said, less the time left.
-        said: Option<(bool, Option<u64>, Option<String>)>,
+        began_in: Option<(bool, Option<(String, u64)>)>,
+        /// The term the last event showed.
+        said: Option<(bool, Option<(String, u64)>)>,
         /// When to repeat the state (while leading).
         refresh: Option<Instant>,
         done: bool,
@@ -363,17 +353,16 @@ fn events(seat: Seat, slot: OwnedSemaphorePermit) -> Response<Body> {
         }
         loop {
             let view = stream.seat.view.borrow_and_update().clone();
-            let shape = shape(&stream.seat, &view);
+            let term = term_of(&stream.seat, &view);
             let due = stream.refresh.is_some_and(|at| Instant::now() >= at);
-            if stream.said.as_ref() != Some(&shape) || due {
-                let term = term_of(&stream.seat, &view);
+            if stream.said.as_ref() != Some(&term) || due {
                 let began_in = stream.began_in.get_or_insert_with(|| term.clone());
                 stream.done = *began_in != term;
                 let event = state(&stream.seat, &view);
                 stream.refresh = event
                     .is_leader
                     .then(|| Instant::now() + stream.seat.max_deadline / 3);
-                stream.said = Some(shape);
+                stream.said = Some(term);
                 let frame = format!("data: {}\n\n", to_json(&event));
                 return Some((Bytes::from(frame), stream));
             }

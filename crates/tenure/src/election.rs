@@ -1088,8 +1088,7 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
                 let election = election.clone();
                 tokio::spawn(async move {
                     let inner = &election.inner;
-                    let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
-                    let record = inner.backend.record_run(&inner.id, token, keep_ms);
+                    let record = inner.backend.record_run(&inner.id, token, keep);
                     let _ = reply.send(inner.call(inner.timing.call_timeout, record).await);
                 });
             }
@@ -1222,8 +1221,8 @@ impl Election {
     /// is returned (see [`Election::release_if_held`]), so it blocks nobody;
     /// if that release cannot be confirmed the lease lapses after one ttl.
     ///
-    /// Do not call it while a term of this instance is running (as for
-    /// [`Election::release_if_held`]).
+    /// A term of this `Election` that is already running keeps its lease
+    /// (see [`Election::release_if_held`]).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {

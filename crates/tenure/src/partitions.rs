@@ -963,9 +963,7 @@ impl PartitionSet {
                 let (name, id) = (self.partitions[index].clone(), self.id.clone());
                 let limit = self.timing.call_timeout;
                 tokio::spawn(async move {
-                    let keep_ms = u64::try_from(keep.as_millis()).unwrap_or(u64::MAX);
-                    let record =
-                        crate::backend::record_run(&store, &name, &keys, &id, token, keep_ms);
+                    let record = crate::backend::record_run(&store, &name, &keys, &id, token, keep);
                     let recorded = match timeout(limit, record).await {
                         Ok(recorded) => recorded,
                         Err(_) => Err(Error::Timeout(limit)),

@@ -600,14 +600,7 @@ impl EtcdStore {
     /// revoked and the ttl refused, since our deadlines would be wrong.
     async fn grant(&self, ttl_ms: u64) -> Result<i64> {
         let seconds = i64::try_from(ttl_ms / 1000).unwrap_or(i64::MAX);
-        let granted = self
-            .call(|mut c| async move { c.lease_grant(seconds, None).await })
-            .await?;
-        if !granted.error().is_empty() {
-            return Err(Error::Etcd {
-                detail: one_line(granted.error()),
-            });
-        }
+        let granted = self.lease_grant(seconds).await?;
         if granted.ttl() != seconds {
             let lease = granted.id();
             let _ = self
@@ -622,6 +615,19 @@ impl EtcdStore {
             )));
         }
         Ok(granted.id())
+    }
+
+    /// One lease of `seconds`, as etcd granted it (which may be longer).
+    async fn lease_grant(&self, seconds: i64) -> Result<etcd_client::LeaseGrantResponse> {
+        let granted = self
+            .call(|mut c| async move { c.lease_grant(seconds, None).await })
+            .await?;
+        if !granted.error().is_empty() {
+            return Err(Error::Etcd {
+                detail: one_line(granted.error()),
+            });
+        }
+        Ok(granted)
     }
 
     /// Send one keep-alive of `lease` (on a stream of its own, so that a
@@ -1110,14 +1116,7 @@ impl EtcdStore {
         let seconds = i64::try_from(keep_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         // A cluster whose minimum lease ttl is longer grants more: the
         // marker is then kept longer, and its age still counts right.
-        let granted = self
-            .call(|mut c| async move { c.lease_grant(seconds, None).await })
-            .await?;
-        if !granted.error().is_empty() {
-            return Err(Error::Etcd {
-                detail: one_line(granted.error()),
-            });
-        }
+        let granted = self.lease_grant(seconds).await?;
         let lease = granted.id();
         let value = format!("{MAGIC}\nlast-run\n{token}\n{id}");
         let txn = Txn::new()

@@ -393,7 +393,7 @@ pub(crate) async fn record_run(
     keys: &Keys,
     id: &str,
     token: u64,
-    keep_ms: u64,
+    keep: std::time::Duration,
 ) -> Result<bool> {
     let op = Op::RecordRun {
         name,
@@ -403,7 +403,9 @@ pub(crate) async fn record_run(
         // A keep of zero would delete the marker at once on Redis; one past
         // what Redis accepts (a signed 64-bit expiry) would leave it with
         // none. "Once ever" is a hundred years.
-        keep_ms: keep_ms.clamp(1, MAX_KEEP_MS),
+        keep_ms: u64::try_from(keep.as_millis())
+            .unwrap_or(u64::MAX)
+            .clamp(1, MAX_KEEP_MS),
     };
     store.one(op).await?.into_record_run()
 }
@@ -483,8 +485,13 @@ impl Backend {
         self.store.one(op).await?.into_last_run()
     }
 
-    pub async fn record_run(&self, id: &str, token: u64, keep_ms: u64) -> Result<bool> {
-        record_run(&self.store, &self.name, &self.keys, id, token, keep_ms).await
+    pub async fn record_run(
+        &self,
+        id: &str,
+        token: u64,
+        keep: std::time::Duration,
+    ) -> Result<bool> {
+        record_run(&self.store, &self.name, &self.keys, id, token, keep).await
     }
 
     /// Drop the current connection for a new one (after a timeout).
