@@ -748,7 +748,17 @@ impl Election {
                             "the store may have lost or rolled back leases (first use of the election, a restart or a failover): no lease is granted until any leader from before has passed its deadline"
                         );
                     }
-                    sleep_until(until).await;
+                    // A lease that vanished without its holder's release
+                    // holds the election off until its witness runs out,
+                    // or until the holder, having stopped, releases it:
+                    // that release is announced.
+                    let mut since = seen;
+                    tokio::select! {
+                        _ = sleep_until(until) => {}
+                        _ = lease_changed(&mut notices, &mut since, sent, Duration::ZERO) => {
+                            pace.before_attempt(sent, timing.retry_every).await;
+                        }
+                    }
                 }
                 CandidateStep::Retry { at } => sleep_until(at).await,
             }
@@ -1018,6 +1028,9 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
     let Some(shared) = keeper.get(TERM).map(|kept| kept.shared.clone()) else {
         return;
     };
+    let mut notices = inner.backend.notices();
+    let mut seen = *notices.borrow_and_update();
+    let mut last_early = Instant::now();
     loop {
         let Some(wake) = keeper
             .get(TERM)
@@ -1029,7 +1042,15 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
             // instance's next campaign included) need not wait for it to
             // lapse. The release checks the term, so it can only end this
             // term's lease, which no handle acts on any more.
-            if shared.lost_reason() == Some(LostReason::DeadlinePassed) {
+            //
+            // A lease that vanished (deleted by hand, evicted, revoked) left
+            // its witness behind, and no candidate is granted the election
+            // until the witness runs out: the release deletes it now that
+            // this term has stopped, so the next leader need not wait.
+            if matches!(
+                shared.lost_reason(),
+                Some(LostReason::DeadlinePassed | LostReason::Expired)
+            ) {
                 if let Err(err) = release(&election, &shared).await {
                     tracing::debug!(election = %inner.name, error = %err, "could not release the lease of a term past its deadline; it lapses at its ttl");
                 }
@@ -1039,6 +1060,15 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
         let command = tokio::select! {
             command = commands.recv() => command,
             _ = sleep_until(wake) => {
+                renew_once(&election, &mut keeper).await;
+                continue;
+            }
+            // The lease vanished (a watch or an announcement says so): renew now, so that a term whose lease
+            // was deleted or revoked by hand stops at once instead of at its
+            // next renewal. A hint only ever brings a renewal forward, at
+            // most once per retry interval (announcements can be forged).
+            _ = lease_changed(&mut notices, &mut seen, last_early, inner.timing.retry_every) => {
+                last_early = Instant::now();
                 renew_once(&election, &mut keeper).await;
                 continue;
             }
@@ -1100,6 +1130,33 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
                 }
                 return;
             }
+        }
+    }
+}
+
+/// Resolves when a release is announced after `seen` (on etcd, any delete
+/// of the election's key: the lease vanished), but not before `gap` after
+/// `last`. A new term of someone else's is announced only after such a
+/// delete, and this instance's own term is announced too, so new terms are
+/// not counted.
+///
+/// # Cancel safety
+/// Cancel safe: `seen` is updated only when it resolves.
+async fn lease_changed(
+    notices: &mut watch::Receiver<Notices>,
+    seen: &mut Notices,
+    last: Instant,
+    gap: Duration,
+) {
+    loop {
+        let current = *notices.borrow_and_update();
+        if current.released != seen.released {
+            sleep_until(last + gap).await;
+            *seen = *notices.borrow_and_update();
+            return;
+        }
+        if notices.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }

@@ -5,6 +5,7 @@
 //! | key or channel              | type    | contents                                                |
 //! |-----------------------------|---------|---------------------------------------------------------|
 //! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock), `attempt`, `ttl` (ms); has a TTL |
+//! | `PREFIX:{NAME}:witness`     | string  | the token of the term holding the lease; set with the lease's expiry at every acquire and renewal, deleted only by the holder's release: while it outlives the lease (deleted by hand, evicted), no lease is granted |
 //! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; expires after max(24 h, 10 × ttl) unused |
 //! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN`, `renewed:TOKEN:TTL` and `released:TOKEN` messages |
 //! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` (`RUN_ID:REPLICATION_ID`: the Redis process and replication history) that first served this data, `since` (ms), largest `ttl` (ms) granted; expires like the token |
@@ -30,6 +31,7 @@ pub(crate) const MAX_NAME_LEN: usize = 200;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Keys {
     pub lease: String,
+    pub witness: String,
     pub token: String,
     pub events: String,
     pub epoch: String,
@@ -44,6 +46,7 @@ impl Keys {
     pub fn new(prefix: &str, name: &str) -> Self {
         Keys {
             lease: format!("{prefix}:{{{name}}}:lease"),
+            witness: format!("{prefix}:{{{name}}}:witness"),
             token: format!("{prefix}:{{{name}}}:token"),
             events: format!("{prefix}:{{{name}}}:events"),
             epoch: format!("{prefix}:{{{name}}}:epoch"),
@@ -52,6 +55,12 @@ impl Keys {
             prefix_epoch: format!("{prefix}:epoch"),
             members: format!("{prefix}:{{{name}}}:members"),
         }
+    }
+
+    /// The witness key beside a lease key (`PREFIX:{NAME}:lease`).
+    pub fn witness_of_lease(lease: &str) -> String {
+        let stem = lease.strip_suffix(":lease").unwrap_or(lease);
+        format!("{stem}:witness")
     }
 
     /// The pattern matching every lease under a prefix, for `status`.

@@ -140,6 +140,7 @@ async fn renew_and_resign_by_a_non_owner_change_nothing() {
     for (owner, token) in [("intruder", term.token()), ("a", term.token() - 1)] {
         let renewed: redis::Value = renew
             .key("tenure:{owned}:lease")
+            .key("tenure:{owned}:witness")
             .arg(owner)
             .arg(token)
             .arg(999_999)
@@ -151,6 +152,7 @@ async fn renew_and_resign_by_a_non_owner_change_nothing() {
         );
         let released: i64 = resign
             .key("tenure:{owned}:lease")
+            .key("tenure:{owned}:witness")
             .arg(owner)
             .arg(token)
             .arg("tenure:{owned}:events")
@@ -434,7 +436,8 @@ async fn a_custom_prefix_moves_every_key() {
             "myapp:epoch",
             "myapp:{jobs}:epoch",
             "myapp:{jobs}:lease",
-            "myapp:{jobs}:token"
+            "myapp:{jobs}:token",
+            "myapp:{jobs}:witness"
         ]
     );
 }
@@ -591,7 +594,11 @@ async fn redis_refuses_a_run_recorded_by_a_term_whose_lease_was_taken() {
     let a = election(&server.url(), "taken", "a", ttl).await;
     let b = election(&server.url(), "taken", "b", ttl).await;
     let stale = campaign(&a).await;
-    server.command(&["DEL", "tenure:{taken}:lease"]).unwrap();
+    // The lease and its witness both deleted by hand: the one operation
+    // that lets another candidate in while the holder still acts.
+    server
+        .command(&["DEL", "tenure:{taken}:lease", "tenure:{taken}:witness"])
+        .unwrap();
     let current = campaign(&b).await;
     assert!(stale.is_leader(), "the stale term has not noticed yet");
     assert!(!stale.record_run(ttl).await.unwrap(), "refused by Redis");

@@ -271,6 +271,7 @@ async fn a_missing_permission_leaves_the_election_untouched() {
             .key("tenure:{half}:token")
             .key("tenure:{half}:epoch")
             .key("tenure:epoch")
+            .key("tenure:{half}:witness")
             .arg("limited")
             .arg(1000)
             .arg("tenure:{half}:events")
@@ -474,4 +475,71 @@ async fn a_new_election_waits_only_while_the_redis_process_is_new_to_the_prefix(
     server.restart().expect("restarts");
     let other = election(&url, "also-never-seen", "a", SECOND).await;
     assert!(other.try_campaign().await.expect("asks").is_none());
+}
+
+/// The obvious way to force a re-election, deleting the lease by hand,
+/// must not let a candidate in while the holder still acts: the holder's
+/// next renewal finds the lease gone and stops, and only then does its
+/// release of the lease's witness let the next candidate in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_deleted_by_hand_lets_nobody_in_before_its_holder_stopped() {
+    let server = redis();
+    let url = server.url();
+    let ttl = 3 * SECOND;
+    past_hold_off(&url, "deleted", ttl).await;
+    let a = election(&url, "deleted", "a", ttl).await;
+    let term = campaign(&a).await;
+    let lost = tokio::spawn({
+        let term = term.clone();
+        async move {
+            let reason = term.lost().await;
+            (Instant::now(), reason)
+        }
+    });
+    let mut conn = raw(&url).await;
+    let deleted: i64 = conn.del("tenure:{deleted}:lease").await.unwrap();
+    assert_eq!(deleted, 1);
+    // A candidate that starts right after the delete.
+    let b = election(&url, "deleted", "b", ttl).await;
+    let next = timeout(HANG, b.campaign())
+        .await
+        .expect("b is elected")
+        .unwrap();
+    let elected_at = Instant::now();
+    let (lost_at, reason) = timeout(HANG, lost).await.expect("a stops").unwrap();
+    assert_eq!(reason, tenure::LostReason::Expired);
+    assert!(
+        lost_at <= elected_at && !term.is_leader(),
+        "b was elected {:?} before a stopped leading",
+        lost_at.saturating_duration_since(elected_at)
+    );
+    assert!(next.token() > term.token());
+}
+
+/// A lease deleted by hand while its holder is stopped (hung, cut off,
+/// crashed): nobody is elected until the holder's deadline has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_deleted_by_hand_while_its_holder_hangs_waits_for_its_deadline() {
+    let server = redis();
+    let url = server.url();
+    let ttl = 2 * SECOND;
+    past_hold_off(&url, "hung", ttl).await;
+    let (mut holder, token) = CrashableInstance::lead(&url, "hung", "a", ttl);
+    holder.crash_in_place();
+    let deadline = holder.deadline();
+    let mut conn = raw(&url).await;
+    let deleted: i64 = conn.del("tenure:{hung}:lease").await.unwrap();
+    assert_eq!(deleted, 1);
+    let b = election(&url, "hung", "b", ttl).await;
+    let next = timeout(HANG, b.campaign())
+        .await
+        .expect("b is elected")
+        .unwrap();
+    let elected_at = Instant::now();
+    assert!(
+        elected_at >= deadline,
+        "b was elected {:?} before the hung holder's deadline",
+        deadline.saturating_duration_since(elected_at)
+    );
+    assert!(next.token() > token);
 }

@@ -443,7 +443,13 @@ impl RedisStore {
                 let prefix_epoch = self.prefix_epoch(keys);
                 let mut cmd = evalsha(
                     &self.scripts.acquire,
-                    &[&keys.lease, &keys.token, &keys.epoch, &prefix_epoch],
+                    &[
+                        &keys.lease,
+                        &keys.token,
+                        &keys.epoch,
+                        &prefix_epoch,
+                        &keys.witness,
+                    ],
                 );
                 cmd.arg(request.id)
                     .arg(request.ttl_ms)
@@ -461,7 +467,7 @@ impl RedisStore {
                 announce,
                 ..
             } => {
-                let mut cmd = evalsha(&self.scripts.renew, &[&keys.lease]);
+                let mut cmd = evalsha(&self.scripts.renew, &[&keys.lease, &keys.witness]);
                 cmd.arg(id).arg(token).arg(ttl_ms);
                 if announce {
                     cmd.arg(&keys.events);
@@ -480,9 +486,9 @@ impl RedisStore {
                 };
                 let mut cmd = redis::cmd("EVALSHA");
                 cmd.arg(self.scripts.renew_many.get_hash())
-                    .arg(chosen.len());
+                    .arg(chosen.len() * 2);
                 for (_, lease, _) in &chosen {
-                    cmd.arg(lease);
+                    cmd.arg(lease).arg(Keys::witness_of_lease(lease));
                 }
                 cmd.arg(id).arg(ttl_ms);
                 for (_, _, token) in &chosen {
@@ -493,7 +499,7 @@ impl RedisStore {
             Op::Resign {
                 keys, id, token, ..
             } => {
-                let mut cmd = evalsha(&self.scripts.resign, &[&keys.lease]);
+                let mut cmd = evalsha(&self.scripts.resign, &[&keys.lease, &keys.witness]);
                 cmd.arg(id).arg(token).arg(&keys.events);
                 cmd
             }

@@ -143,6 +143,19 @@ impl CrashableInstance {
         (instance, token)
     }
 
+    /// The local deadline of its term (frozen once it has crashed).
+    pub fn deadline(&self) -> tokio::time::Instant {
+        self.term.deadline()
+    }
+
+    /// Crash as [`CrashableInstance::crash`] does, keeping the handle of
+    /// its term to read its (frozen) deadline.
+    pub fn crash_in_place(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+
     /// Crash: drop every task without running any more of them.
     pub fn crash(mut self) {
         if let Some(runtime) = self.runtime.take() {

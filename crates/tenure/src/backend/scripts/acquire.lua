@@ -8,6 +8,11 @@
 -- KEYS[4]  the prefix's epoch hash (fields run_id, since): when the Redis
 --          process serving it first served any election under the prefix
 --          (on a cluster, a key per slot: a script may touch one slot only)
+-- KEYS[5]  witness (string: the token of the term that holds the lease;
+--          expires with the lease, is renewed with it, and is deleted only
+--          by the holder's release): while it lives without the lease, the
+--          lease vanished some other way (deleted by hand, evicted), and
+--          its holder may still be acting until the witness expires
 --
 -- No key that may be missing for good is named: during a cluster slot
 -- migration Redis refuses (TRYAGAIN) a script whose keys are partly absent
@@ -31,7 +36,8 @@
 --            attempt); ttl_ms is its PTTL, lease_ttl_ms the ttl it was
 --            granted with (0 for leases written before tenure 0.2);
 --   won = 2: nobody holds it, but no lease may be granted for ttl_ms yet
---            (the start-up hold-off, below).
+--            (the start-up hold-off, below, or a lease that vanished
+--            without its holder's release: the witness's PTTL).
 -- Errors with "TENUREFOREIGN <key> <what>" when a key holds data tenure did
 -- not write (nothing is modified then), and "TENURECMD ..." (prelude).
 --
@@ -96,6 +102,9 @@ local function read_epoch(key)
   return epoch
 end
 
+local witness, witness_err = read_witness(KEYS[5])
+if witness_err then return witness_err end
+
 local epoch, epoch_err = read_epoch(KEYS[3])
 if epoch_err then return epoch_err end
 local prefix_epoch, prefix_err = read_epoch(KEYS[4])
@@ -143,7 +152,15 @@ end
 if lease then
   -- Our own attempt's lease, whose reply was lost: adopt it.
   call('PEXPIRE', KEYS[1], ttl)
+  call('SET', KEYS[5], string.format('%d', lease.token), 'PX', ttl)
   return {1, lease.token, lease.owner, ttl, lease.since, lease.attempt, ttl}
+end
+
+-- Only the holder's release deletes the witness: a lease that vanished
+-- any other way counts as a crash, and nobody is granted the election
+-- until the witness (renewed with the lease) runs out.
+if witness and witness.pttl > 0 then
+  return {2, 0, '', witness.pttl, 0, '', 0}
 end
 
 local token = math.max(last + 1, now_ms)
@@ -156,4 +173,5 @@ end
 call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token_text, 'since', string.format('%d', now_ms),
   'attempt', ARGV[4], 'ttl', string.format('%d', ttl))
 call('PEXPIRE', KEYS[1], ttl)
+call('SET', KEYS[5], token_text, 'PX', ttl)
 return {1, token, ARGV[1], ttl, now_ms, ARGV[4], ttl}

@@ -74,3 +74,24 @@ local function read_marker(key)
   end
   return marker
 end
+
+-- Read a witness (see acquire.lua): the token it names and its PTTL, nil
+-- when there is none, or nil and an error reply when the key holds
+-- anything else.
+local function read_witness(key)
+  local key_type = call('TYPE', key).ok
+  if key_type == 'none' then
+    return nil
+  elseif key_type ~= 'string' then
+    return nil, foreign(key, 'holds a ' .. key_type .. ', not a witness')
+  end
+  local token = tonumber(call('GET', key))
+  if not token then
+    return nil, foreign(key, 'holds a string that is not a token')
+  end
+  local pttl = call('PTTL', key)
+  if pttl < 0 then
+    return nil, foreign(key, 'is a witness without an expiry')
+  end
+  return {token = token, pttl = pttl}
+end

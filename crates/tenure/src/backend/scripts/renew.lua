@@ -1,6 +1,7 @@
 -- Extend the lease if, and only if, the caller still holds this term.
 --
 -- KEYS[1]  lease hash
+-- KEYS[2]  witness (acquire.lua): set again with the lease's new expiry
 -- ARGV[1]  holder's instance id
 -- ARGV[2]  the term's fencing token
 -- ARGV[3]  lease ttl in milliseconds
@@ -19,7 +20,10 @@ if not lease then
   return {0}
 end
 if lease.owner == ARGV[1] and lease.token == tonumber(ARGV[2]) then
+  local _, witness_err = read_witness(KEYS[2])
+  if witness_err then return witness_err end
   call('PEXPIRE', KEYS[1], ARGV[3])
+  call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
   if ARGV[4] then
     call('PUBLISH', ARGV[4], 'renewed:' .. ARGV[2] .. ':' .. ARGV[3])
   end

@@ -3,7 +3,8 @@
 -- followers). One call instead of one per lease keeps a set of thousands
 -- of partitions at one short command per thousand renewals.
 --
--- KEYS[i]    lease hash of the i-th term
+-- KEYS[2i-1] lease hash of the i-th term
+-- KEYS[2i]   its witness (acquire.lua), set again with the new expiry
 -- ARGV[1]    holder's instance id
 -- ARGV[2]    lease ttl in milliseconds
 -- ARGV[2+i]  the i-th term's fencing token
@@ -16,8 +17,14 @@
 -- (prelude).
 
 local results = {}
-for i, key in ipairs(KEYS) do
+for i = 1, #KEYS / 2 do
+  local key = KEYS[2 * i - 1]
   local lease, err = read_lease(key)
+  if not err and lease and lease.owner == ARGV[1] then
+    local _, witness_err = read_witness(KEYS[2 * i])
+    err = witness_err
+    if err then key = KEYS[2 * i] end
+  end
   if err then
     local detail = string.sub(err.err, string.len('TENUREFOREIGN ' .. key .. ' ') + 1)
     results[i] = {-1, key, detail}
@@ -25,6 +32,7 @@ for i, key in ipairs(KEYS) do
     results[i] = 0
   elseif lease.owner == ARGV[1] and lease.token == tonumber(ARGV[2 + i]) then
     call('PEXPIRE', key, ARGV[2])
+    call('SET', KEYS[2 * i], ARGV[2 + i], 'PX', ARGV[2])
     results[i] = 1
   else
     results[i] = {0, lease.owner, lease.token, call('PTTL', key)}
