@@ -5,7 +5,7 @@
 //! | key or channel              | type    | contents                                                |
 //! |-----------------------------|---------|---------------------------------------------------------|
 //! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock), `attempt`, `ttl` (ms); has a TTL |
-//! | `PREFIX:{NAME}:witness`     | string  | the token of the term holding the lease; set with the lease's expiry at every acquire and renewal, deleted only by the holder's release: while it outlives the lease (deleted by hand, evicted), no lease is granted |
+//! | `PREFIX:{NAME}:witness`     | string  | `TOKEN:OWNER` of the term holding the lease; set with the lease's expiry at every acquire and renewal, deleted only by the holder's release: while it outlives the lease (deleted by hand, evicted), no lease is granted |
 //! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; expires after max(24 h, 10 × ttl) unused |
 //! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN`, `renewed:TOKEN:TTL` and `released:TOKEN` messages |
 //! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` (`RUN_ID:REPLICATION_ID`: the Redis process and replication history) that first served this data, `since` (ms), largest `ttl` (ms) granted; expires like the token |

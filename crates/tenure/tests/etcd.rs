@@ -492,10 +492,14 @@ async fn etcd_refuses_a_run_recorded_by_a_term_whose_key_was_taken() {
     };
     let (a, b) = (member("a").await.unwrap(), member("b").await.unwrap());
     let stale = campaign(&a).await;
-    let body = format!(r#"{{"key":"{}"}}"#, b64("tenure/taken"));
-    cluster
-        .post(0, "/v3/kv/deleterange", &body)
-        .expect("the key is deleted");
+    // The key and its witness both deleted by hand: the one operation
+    // that lets another candidate in while the holder still acts.
+    for key in ["tenure/taken", "tenure/{taken}/witness"] {
+        let body = format!(r#"{{"key":"{}"}}"#, b64(key));
+        cluster
+            .post(0, "/v3/kv/deleterange", &body)
+            .expect("the key is deleted");
+    }
     let current = campaign(&b).await;
     assert!(stale.is_leader(), "the stale term has not noticed yet");
     assert!(!stale.record_run(ttl).await.unwrap(), "refused by etcd");
@@ -511,13 +515,117 @@ async fn etcd_refuses_a_run_recorded_by_a_term_whose_key_was_taken() {
         let leases = cluster
             .post(0, "/v3/lease/leases", "{}")
             .expect("leases listed");
-        if leases.matches("\"ID\"").count() == 3 {
+        if leases.matches("\"ID\"").count() == 5 {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "not only a's and b's session leases and one marker lease: {leases}"
+            "not only a's and b's session and witness leases and one marker lease: {leases}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Delete an election's key by hand, as `etcdctl del PREFIX/NAME` does.
+fn delete_by_hand(cluster: &etcd_process::EtcdCluster, key: &str) {
+    let body = format!(r#"{{"key":"{}"}}"#, b64(key));
+    let answer = cluster
+        .post(0, "/v3/kv/deleterange", &body)
+        .expect("the key is deleted");
+    assert!(answer.contains(r#""deleted":"1""#), "{answer}");
+}
+
+/// Revoke the lease an election's key hangs on, as `etcdctl lease revoke`.
+fn revoke_by_hand(cluster: &etcd_process::EtcdCluster, key: &str) {
+    let body = format!(r#"{{"key":"{}"}}"#, b64(key));
+    let found = cluster
+        .post(0, "/v3/kv/range", &body)
+        .expect("the key is read");
+    let lease = found
+        .split(r#""lease":""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("the key has a lease: {found}"))
+        .to_string();
+    let body = format!(r#"{{"ID":"{lease}"}}"#);
+    cluster
+        .post(0, "/v3/lease/revoke", &body)
+        .expect("the lease is revoked");
+}
+
+/// A key deleted or a lease revoked by hand (the obvious ways to force a
+/// re-election) must not let a candidate in while the holder still acts:
+/// the holder's watch on its own key makes it renew at once, find the key
+/// gone, stop, and only then release the witness that held the
+/// candidates off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_or_revoked_by_hand_lets_nobody_in_before_its_holder_stopped() {
+    let cluster = support::etcd();
+    let url = cluster.url();
+    let ttl = Duration::from_secs(6);
+    for (round, by_hand) in [delete_by_hand, revoke_by_hand].into_iter().enumerate() {
+        let name = format!("by-hand-{round}");
+        let a = support::election(&url, &name, "a", ttl).await;
+        let term = campaign(&a).await;
+        let lost = tokio::spawn({
+            let term = term.clone();
+            async move {
+                let reason = term.lost().await;
+                (Instant::now(), reason)
+            }
+        });
+        let deadline = term.deadline();
+        tokio::task::block_in_place(|| by_hand(&cluster, &format!("tenure/{name}")));
+        // A candidate that starts right after.
+        let b = support::election(&url, &name, "b", ttl).await;
+        let next = timeout(HANG, b.campaign())
+            .await
+            .expect("b is elected")
+            .unwrap();
+        let elected_at = Instant::now();
+        let (lost_at, reason) = timeout(HANG, lost).await.expect("a stops").unwrap();
+        assert_eq!(reason, LostReason::Expired, "round {round}");
+        assert!(
+            lost_at <= elected_at && !term.is_leader(),
+            "round {round}: b was elected {:?} before a stopped leading",
+            lost_at.saturating_duration_since(elected_at)
+        );
+        assert!(next.token() > term.token());
+        // The holder stopped when its watch told it, not at its deadline.
+        assert!(lost_at < deadline, "round {round}");
+    }
+}
+
+/// A key deleted by hand while its holder is cut off from etcd (hung,
+/// partitioned): nobody is elected until the holder's deadline has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_by_hand_while_its_holder_is_cut_off_waits_for_its_deadline() {
+    let cluster = support::etcd();
+    let proxy = etcd_process::Proxy::start(cluster.client_port(0)).expect("a proxy");
+    let ttl = Duration::from_secs(3);
+    let cut_off = Election::builder("cut-by-hand")
+        .redis(format!("etcd://127.0.0.1:{}", proxy.port()))
+        .ttl(ttl)
+        .id("cut-off")
+        .build()
+        .await
+        .expect("an election through the proxy");
+    let term = campaign(&cut_off).await;
+    renewed(&term).await;
+    proxy.blackhole();
+    tokio::task::block_in_place(|| delete_by_hand(&cluster, "tenure/cut-by-hand"));
+    let other = support::election(&cluster.url(), "cut-by-hand", "other", ttl).await;
+    let next = timeout(HANG, other.campaign())
+        .await
+        .expect("elected")
+        .unwrap();
+    let elected_at = Instant::now();
+    assert!(
+        elected_at >= term.deadline(),
+        "elected {:?} before the cut-off holder's deadline",
+        term.deadline().saturating_duration_since(elected_at)
+    );
+    assert!(!term.is_leader());
+    assert!(next.token() > term.token());
+    proxy.heal();
 }

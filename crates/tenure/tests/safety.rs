@@ -530,6 +530,18 @@ async fn a_lease_deleted_by_hand_while_its_holder_hangs_waits_for_its_deadline()
     let mut conn = raw(&url).await;
     let deleted: i64 = conn.del("tenure:{hung}:lease").await.unwrap();
     assert_eq!(deleted, 1);
+    // A release by anyone but the holder (here with the holder's token)
+    // does not end the wait.
+    let released: i64 = lua("resign.lua")
+        .key("tenure:{hung}:lease")
+        .key("tenure:{hung}:witness")
+        .arg("intruder")
+        .arg(token)
+        .arg("tenure:{hung}:events")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(released, 0);
     let b = election(&url, "hung", "b", ttl).await;
     let next = timeout(HANG, b.campaign())
         .await

@@ -57,7 +57,21 @@
 //! store remembers the terms it began and deletes the key of any that
 //! nobody renewed for a whole ttl ([`EtcdStore::sweep`]).
 //!
-//! **Announcements** are an etcd watch on the election's key: a delete
+//! **Only the holder's release lets a candidate in early.** A key can also
+//! vanish by hand (`etcdctl del`, `etcdctl lease revoke`), and its holder
+//! would act on until it noticed. So every term also writes a *witness*,
+//! `PREFIX/{NAME}/witness`, in the transaction that creates its key (so
+//! both have the token as their creating revision), on a second session
+//! lease of the instance that is kept alive beside the first. A candidate
+//! that finds the key gone but the witness there is held off until the
+//! witness goes: the holder deletes it in its release, after it stopped
+//! (a renewal finds the key gone, and the holder's watch on its own key
+//! makes it renew at once); a holder that is cut off or dead stops keeping
+//! the witness lease alive, so it runs out no earlier than the holder's
+//! deadline. A term holds only while its key and witness both live. A
+//! crash costs nothing more: both leases run out together.
+//!
+//! **Announcements** are an etcd watch on the election's key and witness: a delete
 //! (resign, or the lease expiring) wakes followers at once. Like Redis'
 //! pub/sub they are hints: the key and its lease are the truth.
 
@@ -84,10 +98,11 @@ use crate::{redact_url, Error, Result};
 /// The first line of every value tenure writes.
 const MAGIC: &str = "tenure/1";
 
-/// The most compares one transaction of a [`Op::RenewMany`] carries (two
-/// per term): etcd refuses transactions of more than 128 operations by
+/// The most terms one transaction of a [`Op::RenewMany`] checks (four
+/// compares per term: the key's revision and lease, the witness's revision
+/// and lease): etcd refuses transactions of more than 128 operations by
 /// default (`--max-txn-ops`).
-const TERMS_PER_CHECK: usize = 64;
+const TERMS_PER_CHECK: usize = 32;
 
 /// How many times [`EtcdStore::call`] sends a call that could not connect.
 const SENDS: u32 = 4;
@@ -391,20 +406,22 @@ impl EtcdStore {
         let _ = self
             .call(|mut c| async move { c.lease_revoke(probe).await })
             .await;
-        let key = if partitions {
-            members_prefix(keys)?
+        let probed = if partitions {
+            vec![members_prefix(keys)?]
         } else {
-            lease_key(&keys.lease)?
+            vec![lease_key(&keys.lease)?, witness_key(keys)?]
         };
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Less, 0)])
-            // Deleting needs the same (write) permission as putting.
-            .and_then([TxnOp::put(key.clone(), "", None)])
-            .or_else([TxnOp::get(
-                key.clone(),
-                Some(GetOptions::new().with_count_only()),
-            )]);
-        self.txn(txn).await?;
+        for key in probed {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Less, 0)])
+                // Deleting needs the same (write) permission as putting.
+                .and_then([TxnOp::put(key.clone(), "", None)])
+                .or_else([TxnOp::get(
+                    key.clone(),
+                    Some(GetOptions::new().with_count_only()),
+                )]);
+            self.txn(txn).await?;
+        }
         Ok(())
     }
 
@@ -417,7 +434,7 @@ impl EtcdStore {
     ) -> Result<Backend> {
         self.check(&keys, false, ttl).await?;
         let key = lease_key(&keys.lease)?;
-        let (notices, watcher) = self.watch(key);
+        let (notices, watcher) = self.watch(vec![key, witness_key(&keys)?]);
         Ok(Backend::new(
             Store::Etcd(self.clone()),
             name.to_string(),
@@ -703,26 +720,43 @@ impl EtcdStore {
     async fn acquire(&self, keys: &Keys, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
         let began = tokio::time::Instant::now();
         let key = lease_key(&keys.lease)?;
+        let witness_key = witness_key(keys)?;
         // A session lease may have expired since it was last used: then the
         // put fails (or its key goes with the lease) and one more try with
         // a new lease follows.
         for _ in 0..2 {
             let value = encode(request);
-            let attach = |lease| {
+            let witness_value = witness_value(request.id);
+            // The key and its witness are created together, so both have
+            // the term's token as their creating revision.
+            let attach = |lease, witness| {
                 Txn::new()
-                    .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(
-                        key.clone(),
-                        value.clone(),
-                        Some(PutOptions::new().with_lease(lease)),
-                    )])
-                    .or_else([TxnOp::get(key.clone(), None)])
+                    .when([
+                        Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                        Compare::create_revision(witness_key.clone(), CompareOp::Equal, 0),
+                    ])
+                    .and_then([
+                        TxnOp::put(
+                            key.clone(),
+                            value.clone(),
+                            Some(PutOptions::new().with_lease(lease)),
+                        ),
+                        TxnOp::put(
+                            witness_key.clone(),
+                            witness_value.clone(),
+                            Some(PutOptions::new().with_lease(witness)),
+                        ),
+                    ])
+                    .or_else([
+                        TxnOp::get(key.clone(), None),
+                        TxnOp::get(witness_key.clone(), None),
+                    ])
             };
             let Some(Attached {
                 lease,
                 alive,
                 answer: txn,
-            }) = self.on_session(request.id, request.ttl_ms, attach).await?
+            }) = self.on_sessions(request.id, request.ttl_ms, attach).await?
             else {
                 continue;
             };
@@ -736,10 +770,25 @@ impl EtcdStore {
                 self.kept(&key, token, lease, request.ttl_ms, began);
                 return Ok(AcquireReply::Won { token });
             }
-            let Some(kv) = first_kv(&txn) else {
-                // Deleted between the compare and the get (they are one
-                // transaction, so this does not happen): try again.
-                continue;
+            let (found, witness) = (nth_kv(&txn, 0), nth_kv(&txn, 1));
+            let Some(kv) = found else {
+                let Some(witness) = witness else {
+                    // Deleted between the compare and the gets (they are
+                    // one transaction, so this does not happen): try again.
+                    continue;
+                };
+                // The key vanished without its holder's release (deleted
+                // or revoked by hand): its holder may still be acting
+                // until its witness runs out, or until it releases the
+                // witness, having stopped (announced by the watch).
+                decode_witness(&witness_key, &witness)?;
+                let Some(wait) = self.ttl_left(witness.lease()).await? else {
+                    continue;
+                };
+                let ttl = Duration::from_millis(request.ttl_ms.max(request.hold_off_ms));
+                return Ok(AcquireReply::HoldOff {
+                    wait: wait.min(ttl + Duration::from_secs(1)),
+                });
             };
             let holder = self.holder(&key, &kv).await?;
             // (A follower whose session lapsed finds the key held all the
@@ -808,6 +857,54 @@ impl EtcdStore {
         }))
     }
 
+    /// [`EtcdStore::on_session`] for a transaction `txn(lease, witness)`
+    /// that also puts a term's witness on `id`'s witness session lease: a
+    /// second lease, kept alive with the first, so that a revoke of the
+    /// first (by hand) leaves the witness behind. `alive` only when both
+    /// keep-alives found their lease alive.
+    async fn on_sessions(
+        &self,
+        id: &str,
+        ttl_ms: u64,
+        txn: impl Fn(i64, i64) -> Txn,
+    ) -> Result<Option<Attached>> {
+        let witness_id = witness_session(id);
+        let (lease, fresh) = self.session(id, ttl_ms).await?;
+        let (witness, witness_fresh) = self.session(&witness_id, ttl_ms).await?;
+        let kept = |lease, fresh| async move {
+            if fresh {
+                Ok(KeptAlive(1))
+            } else {
+                self.keep_alive(lease).await
+            }
+        };
+        let (alive, witness_alive, sent) = tokio::join!(
+            kept(lease, fresh),
+            kept(witness, witness_fresh),
+            self.txn(txn(lease, witness))
+        );
+        let (alive, witness_alive) = (alive?.0 > 0, witness_alive?.0 > 0);
+        // Granted anew by the next operation that needs them.
+        if !alive {
+            self.forget(id, ttl_ms, lease);
+        }
+        if !witness_alive {
+            self.forget(&witness_id, ttl_ms, witness);
+        }
+        let answer = match sent {
+            // One of the two leases is gone: the one a keep-alive found
+            // gone is forgotten; if neither did, it expired in between,
+            // and the next try's keep-alive finds it.
+            Err(err) if lease_not_found(&err) => return Ok(None),
+            other => other?,
+        };
+        Ok(Some(Attached {
+            lease,
+            alive: alive && witness_alive,
+            answer,
+        }))
+    }
+
     /// Who holds `key`, from its entry and its lease's ttl (`None` when the
     /// lease has just expired).
     async fn holder(&self, key: &str, kv: &KeyValue) -> Result<Option<Holder>> {
@@ -823,19 +920,45 @@ impl EtcdStore {
 
     async fn renew(&self, keys: &Keys, id: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
         let key = lease_key(&keys.lease)?;
+        let witness_key = witness_key(keys)?;
         self.renewing(&key, token);
+        let witness_id = witness_session(id);
         let lease = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
-        let Some(lease) = lease else {
+        let witness = self
+            .sessions_lock()
+            .get(&(witness_id.clone(), ttl_ms))
+            .copied();
+        let (Some(lease), Some(witness)) = (lease, witness) else {
             // No session: this store never granted the term.
             return Ok(RenewReply::NotOwner(self.inspect(keys).await?));
         };
-        let (alive, kv) = tokio::join!(self.keep_alive(lease), self.get(&key));
-        let kv = kv?;
-        let alive = alive?.0 > 0;
+        let both = Txn::new().and_then([
+            TxnOp::get(key.clone(), None),
+            TxnOp::get(witness_key.clone(), None),
+        ]);
+        let (alive, witness_alive, got) = tokio::join!(
+            self.keep_alive(lease),
+            self.keep_alive(witness),
+            self.txn(both)
+        );
+        let got = got?;
+        let (alive, witness_alive) = (alive?.0 > 0, witness_alive?.0 > 0);
         if !alive {
             self.forget(id, ttl_ms, lease);
         }
-        match kv {
+        if !witness_alive {
+            self.forget(&witness_id, ttl_ms, witness);
+        }
+        // A term holds while its key and its witness both live: a witness
+        // deleted or revoked by hand ends the term (its release then
+        // deletes the key), so that a later delete of the key by hand
+        // could never let a candidate in early.
+        let witnessed =
+            witness_alive && nth_kv(&got, 1).is_some_and(|w| is_witness_of(&w, token, witness));
+        match nth_kv(&got, 0) {
+            Some(kv) if is_term(&kv, token, lease) && alive && !witnessed => {
+                Ok(RenewReply::NotOwner(None))
+            }
             Some(kv) if is_term(&kv, token, lease) && alive => {
                 let holder = decode(&key, &kv)?;
                 if holder.owner == id {
@@ -860,16 +983,24 @@ impl EtcdStore {
         ttl_ms: u64,
         terms: &[(&str, &str, u64)],
     ) -> Vec<Result<RenewReply>> {
+        let witness_id = witness_session(id);
         let lease = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
-        let Some(lease) = lease else {
+        let witness = self
+            .sessions_lock()
+            .get(&(witness_id.clone(), ttl_ms))
+            .copied();
+        let (Some(lease), Some(witness)) = (lease, witness) else {
             return terms
                 .iter()
                 .map(|_| Ok(RenewReply::NotOwner(None)))
                 .collect();
         };
-        let keys: Vec<Result<String>> = terms.iter().map(|(_, key, _)| lease_key(key)).collect();
+        let keys: Vec<Result<(String, String)>> = terms
+            .iter()
+            .map(|(_, key, _)| Ok((lease_key(key)?, witness_of(key)?)))
+            .collect();
         for ((_, _, token), key) in terms.iter().zip(&keys) {
-            if let Ok(key) = key {
+            if let Ok((key, _)) = key {
                 self.renewing(key, *token);
             }
         }
@@ -877,9 +1008,11 @@ impl EtcdStore {
             .chunks(TERMS_PER_CHECK)
             .zip(keys.chunks(TERMS_PER_CHECK))
             .map(|(chunk, keys)| async move {
-                let mut compares = Vec::with_capacity(chunk.len() * 2);
+                let mut compares = Vec::with_capacity(chunk.len() * 4);
                 for ((_, _, token), key) in chunk.iter().zip(keys) {
-                    let Ok(key) = key else { continue };
+                    let Ok((key, witness_key)) = key else {
+                        continue;
+                    };
                     let revision = i64::try_from(*token).unwrap_or(i64::MAX);
                     compares.push(Compare::mod_revision(
                         key.clone(),
@@ -887,23 +1020,41 @@ impl EtcdStore {
                         revision,
                     ));
                     compares.push(Compare::lease(key.clone(), CompareOp::Equal, lease));
+                    compares.push(Compare::create_revision(
+                        witness_key.clone(),
+                        CompareOp::Equal,
+                        revision,
+                    ));
+                    compares.push(Compare::lease(
+                        witness_key.clone(),
+                        CompareOp::Equal,
+                        witness,
+                    ));
                 }
                 let txn = Txn::new().when(compares);
                 let all_ours = self.txn(txn).await.map(|t| t.succeeded());
                 match all_ours {
                     Ok(true) => Ok(vec![true; chunk.len()]),
-                    Ok(false) => self.which_are_ours(chunk, keys, lease).await,
+                    Ok(false) => self.which_are_ours(chunk, keys, lease, witness).await,
                     Err(err) => Err(err),
                 }
             });
-        let (alive, checked) = tokio::join!(self.keep_alive(lease), join_all(checks));
-        let alive = match alive {
-            Ok(KeptAlive(ttl)) if ttl > 0 => true,
-            Ok(_) => {
-                self.forget(id, ttl_ms, lease);
-                false
+        let (alive, witness_alive, checked) = tokio::join!(
+            self.keep_alive(lease),
+            self.keep_alive(witness),
+            join_all(checks)
+        );
+        let alive = match (alive, witness_alive) {
+            (Ok(KeptAlive(ttl)), Ok(KeptAlive(witness_ttl))) => {
+                if ttl <= 0 {
+                    self.forget(id, ttl_ms, lease);
+                }
+                if witness_ttl <= 0 {
+                    self.forget(&witness_id, ttl_ms, witness);
+                }
+                ttl > 0 && witness_ttl > 0
             }
-            Err(err) => {
+            (Err(err), _) | (_, Err(err)) => {
                 return terms.iter().map(|_| Err(copy_error(&err))).collect();
             }
         };
@@ -933,63 +1084,103 @@ impl EtcdStore {
     async fn which_are_ours(
         &self,
         chunk: &[(&str, &str, u64)],
-        keys: &[Result<String>],
+        keys: &[Result<(String, String)>],
         lease: i64,
+        witness: i64,
     ) -> Result<Vec<bool>> {
         let gets = chunk
             .iter()
             .zip(keys)
             .map(|((_, _, token), key)| async move {
-                let Ok(key) = key else { return Ok(false) };
-                let kv = self.get(key).await?;
-                Ok(kv.is_some_and(|kv| is_term(&kv, *token, lease)))
+                let Ok((key, witness_key)) = key else {
+                    return Ok(false);
+                };
+                let both = Txn::new().and_then([
+                    TxnOp::get(key.clone(), None),
+                    TxnOp::get(witness_key.clone(), None),
+                ]);
+                let got = self.txn(both).await?;
+                Ok(
+                    nth_kv(&got, 0).is_some_and(|kv| is_term(&kv, *token, lease))
+                        && nth_kv(&got, 1).is_some_and(|w| is_witness_of(&w, *token, witness)),
+                )
             });
         join_all(gets).await.into_iter().collect()
     }
 
     /// Delete the key if it is still the term (`id`, `token`): the owner
     /// is read first, and the delete goes ahead only if the key has not
-    /// changed since (its `mod_revision` is still the term's).
+    /// changed since (its `mod_revision` is still the term's). The term's
+    /// witness goes with it; and when the key is gone already (deleted or
+    /// revoked by hand), the witness is deleted on its own: this is the
+    /// holder's release, made after it stopped, which lets the next
+    /// candidate in without waiting for the witness to run out.
     async fn resign(&self, keys: &Keys, id: &str, token: u64) -> Result<bool> {
         let key = lease_key(&keys.lease)?;
+        let witness_key = witness_key(keys)?;
+        let released = self.delete_term(&key, &witness_key, id, token).await;
+        self.released(&key, token);
+        let released = released?;
+        if !released {
+            self.delete_witness(&witness_key, id, token).await?;
+        }
+        Ok(released)
+    }
+
+    /// Delete the key and witness of term (`id`, `token`) if the key is
+    /// still that term's.
+    async fn delete_term(
+        &self,
+        key: &str,
+        witness_key: &str,
+        id: &str,
+        token: u64,
+    ) -> Result<bool> {
         let revision = i64::try_from(token).unwrap_or(i64::MAX);
+        let delete = |compares: Vec<Compare>| {
+            Txn::new()
+                .when(compares)
+                .and_then([TxnOp::delete(key, None), TxnOp::delete(witness_key, None)])
+        };
         // A term this store began for `id` is on `id`'s session lease: one
         // transaction checks both halves of the term, (id by its lease,
         // token by the revision), and deletes.
-        let kept = self.terms_lock().get(&key).copied();
+        let kept = self.terms_lock().get(key).copied();
         let session = |ttl: Duration| {
             let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
             self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied()
         };
         if let Some(kept) = kept.filter(|k| k.token == token && session(k.ttl) == Some(k.lease)) {
-            let txn = Txn::new()
-                .when([
-                    Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
-                    Compare::lease(key.clone(), CompareOp::Equal, kept.lease),
-                ])
-                .and_then([TxnOp::delete(key.clone(), None)]);
-            let txn = self.txn(txn).await?;
-            self.released(&key, token);
-            return Ok(txn.succeeded());
+            let txn = delete(vec![
+                Compare::mod_revision(key, CompareOp::Equal, revision),
+                Compare::lease(key, CompareOp::Equal, kept.lease),
+            ]);
+            return Ok(self.txn(txn).await?.succeeded());
         }
-        let Some(kv) = self.get(&key).await? else {
-            self.released(&key, token);
+        let Some(kv) = self.get(key).await? else {
             return Ok(false);
         };
-        if u64::try_from(kv.mod_revision()).ok() != Some(token) || decode(&key, &kv)?.owner != id {
-            self.released(&key, token);
+        if u64::try_from(kv.mod_revision()).ok() != Some(token) || decode(key, &kv)?.owner != id {
             return Ok(false);
         }
+        let txn = delete(vec![Compare::mod_revision(key, CompareOp::Equal, revision)]);
+        Ok(self.txn(txn).await?.succeeded())
+    }
+
+    /// Delete the witness of the term (`id`, `token`) if it is still
+    /// there (its key is gone): its creating revision names the term's
+    /// token and its value the owner, so no other term's witness is
+    /// touched, nor this one by anyone but its owner.
+    async fn delete_witness(&self, witness_key: &str, id: &str, token: u64) -> Result<()> {
+        let revision = i64::try_from(token).unwrap_or(i64::MAX);
         let txn = Txn::new()
-            .when([Compare::mod_revision(
-                key.clone(),
-                CompareOp::Equal,
-                revision,
-            )])
-            .and_then([TxnOp::delete(key.clone(), None)]);
-        let txn = self.txn(txn).await?;
-        self.released(&key, token);
-        Ok(txn.succeeded())
+            .when([
+                Compare::create_revision(witness_key, CompareOp::Equal, revision),
+                Compare::value(witness_key, CompareOp::Equal, witness_value(id)),
+            ])
+            .and_then([TxnOp::delete(witness_key, None)]);
+        self.txn(txn).await?;
+        Ok(())
     }
 
     /// Note a term this store has just begun (or adopted).
@@ -1045,12 +1236,28 @@ impl EtcdStore {
             .collect();
         for (key, kept) in stale {
             let revision = i64::try_from(kept.token).unwrap_or(i64::MAX);
+            let witness_key = format!("{}/witness", key_dir(&key));
+            // The key and witness if the key is still the term's on its
+            // lease, else the witness alone if it is still the term's (its
+            // key vanished by hand: the term's deadline has passed now).
             let txn = Txn::new()
                 .when([
                     Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
                     Compare::lease(key.clone(), CompareOp::Equal, kept.lease),
                 ])
-                .and_then([TxnOp::delete(key.clone(), None)]);
+                .and_then([
+                    TxnOp::delete(key.clone(), None),
+                    TxnOp::delete(witness_key.clone(), None),
+                ])
+                .or_else([TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::create_revision(
+                            witness_key.clone(),
+                            CompareOp::Equal,
+                            revision,
+                        )])
+                        .and_then([TxnOp::delete(witness_key.clone(), None)]),
+                )]);
             let swept = self.txn(txn).await;
             match swept {
                 Ok(txn) => {
@@ -1228,11 +1435,25 @@ impl EtcdStore {
     /// a creation as a new term. The watch is opened again after any
     /// failure, and each (re)opening counts as a possible missed release.
     /// Dropping the returned guard ends it.
-    fn watch(self: &Arc<Self>, key: String) -> (watch::Receiver<Notices>, WatchGuard) {
+    fn watch(self: &Arc<Self>, keys: Vec<String>) -> (watch::Receiver<Notices>, WatchGuard) {
         let (sender, receiver) = watch::channel(Notices::default());
+        let sender = Arc::new(sender);
+        let tasks = keys
+            .into_iter()
+            .map(|key| self.watch_one(key, sender.clone()))
+            .collect();
+        (receiver, WatchGuard(tasks))
+    }
+
+    /// The task of one key's watch for [`EtcdStore::watch`].
+    fn watch_one(
+        self: &Arc<Self>,
+        key: String,
+        sender: Arc<watch::Sender<Notices>>,
+    ) -> tokio::task::JoinHandle<()> {
         let client = self.client.clone();
         let url = self.url.clone();
-        let task = tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut failures: u32 = 0;
             loop {
                 let opened = client
@@ -1284,17 +1505,18 @@ impl EtcdStore {
                 let backoff = Duration::from_millis(50u64.saturating_mul(1 << failures.min(5)));
                 tokio::time::sleep(backoff.min(Duration::from_secs(1))).await;
             }
-        });
-        (receiver, WatchGuard(task))
+        })
     }
 }
 
-/// Ends its watch task when dropped.
-struct WatchGuard(tokio::task::JoinHandle<()>);
+/// Ends its watch tasks when dropped.
+struct WatchGuard(Vec<tokio::task::JoinHandle<()>>);
 
 impl Drop for WatchGuard {
     fn drop(&mut self) {
-        self.0.abort();
+        for task in &self.0 {
+            task.abort();
+        }
     }
 }
 
@@ -1302,6 +1524,31 @@ impl Drop for WatchGuard {
 /// `lease`.
 fn is_term(kv: &KeyValue, token: u64, lease: i64) -> bool {
     u64::try_from(kv.mod_revision()).ok() == Some(token) && kv.lease() == lease
+}
+
+/// Whether `kv` is the witness of the term `token` on the witness session
+/// lease `witness` (created with the term's key, never modified).
+fn is_witness_of(kv: &KeyValue, token: u64, witness: i64) -> bool {
+    u64::try_from(kv.create_revision()).ok() == Some(token) && kv.lease() == witness
+}
+
+/// The entry the `n`th operation of a transaction (a get) found.
+fn nth_kv(txn: &etcd_client::TxnResponse, n: usize) -> Option<KeyValue> {
+    match txn.op_responses().into_iter().nth(n)? {
+        TxnOpResponse::Get(got) => got.kvs().first().cloned(),
+        _ => None,
+    }
+}
+
+/// The value of a witness: it names its owner.
+fn witness_value(id: &str) -> String {
+    format!("{MAGIC}\nwitness\n{id}")
+}
+
+/// The session key of an instance's witness lease: a second session of
+/// the instance, beside its own (ids contain no control characters).
+fn witness_session(id: &str) -> String {
+    format!("{id}\u{1}witness")
 }
 
 fn first_kv(txn: &etcd_client::TxnResponse) -> Option<KeyValue> {
@@ -1326,6 +1573,45 @@ fn token_of(revision: i64, key: &str) -> Result<u64> {
 pub(crate) fn lease_key(redis_key: &str) -> Result<String> {
     let (prefix, name) = split_key(redis_key, "}:lease")?;
     Ok(format!("{prefix}/{name}"))
+}
+
+/// The etcd key of an election's witness: `PREFIX/{NAME}/witness`.
+fn witness_key(keys: &Keys) -> Result<String> {
+    witness_of(&keys.lease)
+}
+
+/// [`witness_key`] from a Redis-layout lease key.
+fn witness_of(redis_key: &str) -> Result<String> {
+    let (prefix, name) = split_key(redis_key, "}:lease")?;
+    Ok(format!("{prefix}/{{{name}}}/witness"))
+}
+
+/// `PREFIX/{NAME}` of an election's etcd key `PREFIX/NAME`: where its
+/// witness and last-run marker are. Prefixes contain no '/'.
+fn key_dir(key: &str) -> String {
+    match key.split_once('/') {
+        Some((prefix, name)) => format!("{prefix}/{{{name}}}"),
+        None => key.to_string(),
+    }
+}
+
+/// Check that `kv` is a witness tenure wrote (on a lease).
+fn decode_witness(key: &str, kv: &KeyValue) -> Result<()> {
+    let foreign = |detail: &str| Error::ForeignData {
+        key: key.to_string(),
+        detail: detail.to_string(),
+    };
+    let text = std::str::from_utf8(kv.value()).map_err(|_| foreign("not UTF-8"))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(MAGIC) || lines.next() != Some("witness") {
+        return Err(foreign(&format!(
+            "it does not start with {MAGIC:?} and \"witness\""
+        )));
+    }
+    if kv.lease() == 0 {
+        return Err(foreign("it has no lease"));
+    }
+    Ok(())
 }
 
 /// The etcd key prefix of a partition set's members, from its Redis-layout
@@ -1709,6 +1995,37 @@ mod tests {
         );
         assert!(store.resign(&keys, "owner", token).await.expect("resign"));
         assert!(holder().await.is_none());
+        // With the key gone by hand, only the owner's release deletes the
+        // witness that holds the candidates off.
+        let AcquireReply::Won { token } = store.acquire(&keys, &request).await.expect("acquire")
+        else {
+            panic!("free again");
+        };
+        let key = lease_key(&keys.lease).expect("a key");
+        store
+            .call(|mut c| {
+                let key = key.clone();
+                async move { c.delete(key, None).await }
+            })
+            .await
+            .expect("deleted");
+        let other = AcquireRequest {
+            id: "other",
+            ..request
+        };
+        assert!(!store
+            .resign(&keys, "intruder", token)
+            .await
+            .expect("resign"));
+        assert!(matches!(
+            store.acquire(&keys, &other).await.expect("acquire"),
+            AcquireReply::HoldOff { .. }
+        ));
+        assert!(!store.resign(&keys, "owner", token).await.expect("resign"));
+        assert!(matches!(
+            store.acquire(&keys, &other).await.expect("acquire"),
+            AcquireReply::Won { .. }
+        ));
     }
 
     /// A term that ended without a release (nobody renews it) must not be
@@ -1775,7 +2092,8 @@ mod tests {
             let renewed = store.renew(keys, "me", token, 2_000).await.expect("renew");
             assert_eq!(renewed, RenewReply::Renewed, "{}", keys.lease);
         }
-        assert_eq!(store.sessions_lock().len(), 1);
+        // One session lease and one witness lease.
+        assert_eq!(store.sessions_lock().len(), 2);
     }
 
     #[test]

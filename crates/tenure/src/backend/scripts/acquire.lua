@@ -8,7 +8,7 @@
 -- KEYS[4]  the prefix's epoch hash (fields run_id, since): when the Redis
 --          process serving it first served any election under the prefix
 --          (on a cluster, a key per slot: a script may touch one slot only)
--- KEYS[5]  witness (string: the token of the term that holds the lease;
+-- KEYS[5]  witness (string "TOKEN:OWNER" of the term that holds the lease;
 --          expires with the lease, is renewed with it, and is deleted only
 --          by the holder's release): while it lives without the lease, the
 --          lease vanished some other way (deleted by hand, evicted), and
@@ -152,7 +152,7 @@ end
 if lease then
   -- Our own attempt's lease, whose reply was lost: adopt it.
   call('PEXPIRE', KEYS[1], ttl)
-  call('SET', KEYS[5], string.format('%d', lease.token), 'PX', ttl)
+  call('SET', KEYS[5], string.format('%d', lease.token) .. ':' .. lease.owner, 'PX', ttl)
   return {1, lease.token, lease.owner, ttl, lease.since, lease.attempt, ttl}
 end
 
@@ -173,5 +173,5 @@ end
 call('HSET', KEYS[1], 'owner', ARGV[1], 'token', token_text, 'since', string.format('%d', now_ms),
   'attempt', ARGV[4], 'ttl', string.format('%d', ttl))
 call('PEXPIRE', KEYS[1], ttl)
-call('SET', KEYS[5], token_text, 'PX', ttl)
+call('SET', KEYS[5], token_text .. ':' .. ARGV[1], 'PX', ttl)
 return {1, token, ARGV[1], ttl, now_ms, ARGV[4], ttl}

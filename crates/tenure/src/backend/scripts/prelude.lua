@@ -75,7 +75,8 @@ local function read_marker(key)
   return marker
 end
 
--- Read a witness (see acquire.lua): the token it names and its PTTL, nil
+-- Read a witness (see acquire.lua): the token and owner it names
+-- ("TOKEN:OWNER") and its PTTL, nil
 -- when there is none, or nil and an error reply when the key holds
 -- anything else.
 local function read_witness(key)
@@ -85,13 +86,13 @@ local function read_witness(key)
   elseif key_type ~= 'string' then
     return nil, foreign(key, 'holds a ' .. key_type .. ', not a witness')
   end
-  local token = tonumber(call('GET', key))
+  local token, owner = string.match(call('GET', key), '^(%d+):(.+)$')
   if not token then
-    return nil, foreign(key, 'holds a string that is not a token')
+    return nil, foreign(key, 'holds a string that is not a witness (TOKEN:OWNER)')
   end
   local pttl = call('PTTL', key)
   if pttl < 0 then
     return nil, foreign(key, 'is a witness without an expiry')
   end
-  return {token = token, pttl = pttl}
+  return {token = tonumber(token), owner = owner, pttl = pttl}
 end

@@ -23,7 +23,7 @@ if lease.owner == ARGV[1] and lease.token == tonumber(ARGV[2]) then
   local _, witness_err = read_witness(KEYS[2])
   if witness_err then return witness_err end
   call('PEXPIRE', KEYS[1], ARGV[3])
-  call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+  call('SET', KEYS[2], ARGV[2] .. ':' .. ARGV[1], 'PX', ARGV[3])
   if ARGV[4] then
     call('PUBLISH', ARGV[4], 'renewed:' .. ARGV[2] .. ':' .. ARGV[3])
   end

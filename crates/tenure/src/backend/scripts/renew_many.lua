@@ -32,7 +32,7 @@ for i = 1, #KEYS / 2 do
     results[i] = 0
   elseif lease.owner == ARGV[1] and lease.token == tonumber(ARGV[2 + i]) then
     call('PEXPIRE', key, ARGV[2])
-    call('SET', KEYS[2 * i], ARGV[2 + i], 'PX', ARGV[2])
+    call('SET', KEYS[2 * i], ARGV[2 + i] .. ':' .. ARGV[1], 'PX', ARGV[2])
     results[i] = 1
   else
     results[i] = {0, lease.owner, lease.token, call('PTTL', key)}

@@ -21,7 +21,7 @@ if lease and lease.owner == ARGV[1] and lease.token == tonumber(ARGV[2]) then
   return 1
 end
 local witness = read_witness(KEYS[2])
-if not lease and witness and witness.token == tonumber(ARGV[2]) then
+if not lease and witness and witness.token == tonumber(ARGV[2]) and witness.owner == ARGV[1] then
   call('DEL', KEYS[2])
   call('PUBLISH', ARGV[3], 'released:' .. ARGV[2])
 end
