@@ -629,3 +629,40 @@ async fn a_key_deleted_by_hand_while_its_holder_is_cut_off_waits_for_its_deadlin
     assert!(next.token() > term.token());
     proxy.heal();
 }
+
+/// An endpoint list that spans two clusters (two members of one, one of
+/// another) is refused with one line naming both, before anything is
+/// written: the client balances over every endpoint, and each cluster
+/// would grant its own term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_list_spanning_two_clusters_is_refused() {
+    let (one, other) = (support::etcd(), support::etcd());
+    let url = format!(
+        "etcd://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+        one.client_port(0),
+        one.client_port(1),
+        other.client_port(0)
+    );
+    let err = Election::builder("spanning")
+        .redis(&url)
+        .ttl(Duration::from_secs(2))
+        .build()
+        .await
+        .expect_err("refused");
+    assert!(matches!(err, Error::Unsafe { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("different etcd clusters"), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", other.client_port(0))),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    // One cluster's members are fine.
+    let fine = format!(
+        "etcd://127.0.0.1:{},127.0.0.1:{}",
+        one.client_port(0),
+        one.client_port(1)
+    );
+    let e = support::election(&fine, "spanning", "a", Duration::from_secs(2)).await;
+    campaign(&e).await;
+}

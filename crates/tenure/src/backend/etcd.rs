@@ -272,6 +272,9 @@ pub(crate) struct EtcdStore {
     terms: Mutex<HashMap<String, Kept>>,
     /// Requests sent (every gRPC call, keep-alives included).
     requests: Arc<AtomicU64>,
+    /// The cluster every answer must come from: an endpoint list that
+    /// spans two clusters would let two terms be granted at once.
+    cluster_id: u64,
 }
 
 /// A term this store began, for [`EtcdStore::sweep`].
@@ -343,7 +346,7 @@ impl EtcdStore {
         }
         let connected = tokio::time::timeout(
             call_timeout.saturating_mul(2),
-            Client::connect(parsed.endpoints.clone(), Some(options)),
+            Client::connect(parsed.endpoints.clone(), Some(options.clone())),
         )
         .await;
         let client = match connected {
@@ -363,8 +366,8 @@ impl EtcdStore {
             c.status().await
         });
         let status = tokio::time::timeout(call_timeout, status).await;
-        match status {
-            Ok(Ok(_)) => {}
+        let cluster_id = match status {
+            Ok(Ok(status)) => status.header().map_or(0, |h| h.cluster_id()),
             Ok(Err(err)) => return Err(classify_connect(err, &url)),
             Err(_) => {
                 return Err(Error::Unreachable {
@@ -372,6 +375,9 @@ impl EtcdStore {
                     detail: format!("no answer within {call_timeout:?}"),
                 })
             }
+        };
+        if parsed.endpoints.len() > 1 {
+            one_cluster(&parsed.endpoints, &options, call_timeout, &url).await?;
         }
         Ok(EtcdStore {
             client,
@@ -382,6 +388,7 @@ impl EtcdStore {
             refreshed: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
             requests: Arc::new(AtomicU64::new(0)),
+            cluster_id,
         })
     }
 
@@ -528,11 +535,14 @@ impl EtcdStore {
 
     /// One transaction.
     async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse> {
-        self.call(|mut c| {
-            let txn = txn.clone();
-            async move { c.txn(txn).await }
-        })
-        .await
+        let answer = self
+            .call(|mut c| {
+                let txn = txn.clone();
+                async move { c.txn(txn).await }
+            })
+            .await?;
+        self.same_cluster(answer.header().map(|h| h.cluster_id()))?;
+        Ok(answer)
     }
 
     /// The entry of `key`, if any.
@@ -540,7 +550,28 @@ impl EtcdStore {
         let got = self
             .call(|mut c| async move { c.get(key, None).await })
             .await?;
+        self.same_cluster(got.header().map(|h| h.cluster_id()))?;
         Ok(got.kvs().first().cloned())
+    }
+
+    /// Refuse an answer from another cluster than the one first reached:
+    /// the client balances calls over every endpoint, and one that belongs
+    /// to another cluster (a member replaced, an address reused) would
+    /// grant a second term beside the first.
+    fn same_cluster(&self, answered: Option<u64>) -> Result<()> {
+        match answered {
+            Some(id) if self.cluster_id != 0 && id != 0 && id != self.cluster_id => {
+                Err(Error::Unsafe {
+                    url: self.url.clone(),
+                    detail: format!(
+                        "an endpoint answered for etcd cluster {id:x}, not {:x} as the others \
+                         did: list the members of one cluster only",
+                        self.cluster_id
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Every key under `prefix`, without values.
@@ -1715,6 +1746,51 @@ fn lease_not_found(err: &Error) -> bool {
 
 fn copy_error(err: &Error) -> Error {
     super::redis::copy_error(err)
+}
+
+/// Ask every endpoint on its own which cluster it belongs to, and refuse a
+/// list that spans two, naming them. An endpoint that does not answer now
+/// is not counted (every later answer is checked: `same_cluster`).
+async fn one_cluster(
+    endpoints: &[String],
+    options: &ConnectOptions,
+    call_timeout: Duration,
+    url: &str,
+) -> Result<()> {
+    let asks = endpoints.iter().map(|endpoint| async move {
+        let ask = async {
+            let mut client = Client::connect([endpoint.as_str()], Some(options.clone())).await?;
+            client.status().await
+        };
+        let id = match tokio::time::timeout(call_timeout, ask).await {
+            Ok(Ok(status)) => status.header().map(|h| h.cluster_id()),
+            _ => None,
+        };
+        (endpoint, id)
+    });
+    let mut clusters: Vec<(u64, Vec<&str>)> = Vec::new();
+    for (endpoint, id) in join_all(asks).await {
+        let Some(id) = id else { continue };
+        match clusters.iter_mut().find(|(known, _)| *known == id) {
+            Some((_, members)) => members.push(endpoint),
+            None => clusters.push((id, vec![endpoint])),
+        }
+    }
+    if clusters.len() < 2 {
+        return Ok(());
+    }
+    let named: Vec<String> = clusters
+        .iter()
+        .map(|(id, members)| format!("{} (cluster {id:x})", members.join(", ")))
+        .collect();
+    Err(Error::Unsafe {
+        url: url.to_string(),
+        detail: format!(
+            "the endpoints belong to different etcd clusters: {}; list the members of one \
+             cluster only",
+            named.join(" and ")
+        ),
+    })
 }
 
 /// [`EtcdStore::call`] without the translation of its error.
