@@ -141,6 +141,31 @@ impl EtcdBuilder {
 /// directory stay the same for the life of the cluster: [`EtcdCluster::kill`]
 /// and [`EtcdCluster::restart`] crash and restart the same raft member.
 ///
+/// A copy of a cluster's data taken by [`EtcdCluster::back_up`], kept in
+/// the cluster's own directory (removed with it).
+#[derive(Debug, Clone)]
+pub struct Backup {
+    dirs: Vec<PathBuf>,
+}
+
+/// Copy the directory tree `from` to `to` (created; files and folders
+/// only, as etcd's data directory holds).
+fn copy_dir(from: &Path, to: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(to).map_err(io_err(format!("creating {}", to.display())))?;
+    let entries = std::fs::read_dir(from).map_err(io_err(format!("reading {}", from.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(io_err(format!("reading {}", from.display())))?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if source.is_dir() {
+            copy_dir(&source, &target)?;
+        } else {
+            std::fs::copy(&source, &target)
+                .map_err(io_err(format!("copying {}", source.display())))?;
+        }
+    }
+    Ok(())
+}
+
 /// Dropping the cluster kills every member (SIGKILL by PID, then waits for
 /// it) and removes its directories.
 #[derive(Debug)]
@@ -148,6 +173,8 @@ pub struct EtcdCluster {
     binary: PathBuf,
     /// The temporary directory holding every member's data directory.
     root: PathBuf,
+    /// Backups taken so far (for their directory names).
+    backups: usize,
     /// `--initial-cluster-token`, unique per cluster so that members of
     /// different clusters can never join each other.
     token: String,
@@ -352,6 +379,43 @@ impl EtcdCluster {
         })
     }
 
+    /// Take a backup of the whole cluster as an operator would before a
+    /// risky change: stop every member, copy each one's data (`member/`
+    /// of its data directory: the WAL and snapshots), and start them again.
+    /// [`EtcdCluster::restore`] puts it back, rolling the cluster back to
+    /// this moment: keys, leases and the revision counter alike.
+    pub fn back_up(&mut self) -> Result<Backup, Error> {
+        self.kill_all();
+        let root = self.root.join(format!("backup-{}", self.backups));
+        self.backups += 1;
+        let mut dirs = Vec::with_capacity(self.members.len());
+        for (index, member) in self.members.iter().enumerate() {
+            let to = root.join(format!("m{index}"));
+            copy_dir(&member.dir.join("member"), &to)?;
+            dirs.push(to);
+        }
+        self.restart_all()?;
+        Ok(Backup { dirs })
+    }
+
+    /// Stop every member, replace its data with the `backup`'s, and start
+    /// the cluster again: a restore from an older snapshot.
+    pub fn restore(&mut self, backup: &Backup) -> Result<(), Error> {
+        assert_eq!(
+            backup.dirs.len(),
+            self.members.len(),
+            "a backup of this cluster"
+        );
+        self.kill_all();
+        for (member, from) in self.members.iter().zip(&backup.dirs) {
+            let data = member.dir.join("member");
+            std::fs::remove_dir_all(&data)
+                .map_err(io_err(format!("removing {}", data.display())))?;
+            copy_dir(from, &data)?;
+        }
+        self.restart_all()
+    }
+
     /// Compact the key-value history up to the current revision, and wait
     /// until the compaction has reached the disk of the member asked
     /// (`physical`); returns that revision. Asks the first live member that
@@ -396,6 +460,7 @@ impl EtcdCluster {
         let mut cluster = EtcdCluster {
             binary: binary.to_path_buf(),
             root,
+            backups: 0,
             token,
             heartbeat_ms: builder.election_timeout.as_millis() / 10,
             election_ms: builder.election_timeout.as_millis(),

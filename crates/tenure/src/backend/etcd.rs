@@ -16,7 +16,8 @@
 //! `PREFIX/NAME`, created in a transaction only if it does not exist
 //! (`create_revision == 0`) and attached to an etcd lease. Its value is
 //! `tenure/1`, the ttl (ms), the start (ms since the epoch, the
-//! candidate's clock), the attempt nonce and the owner's id, one per line.
+//! candidate's clock), the attempt nonce, the owner's id and the token,
+//! one per line.
 //! A partition set `GROUP` keeps its members under
 //! `PREFIX/{GROUP}/members/ID`, and an election's last-run marker is
 //! `PREFIX/{NAME}/last-run` (names cannot contain braces, so neither ever
@@ -33,14 +34,19 @@
 //! never a second run. The marker is written in one transaction with a
 //! check that the election's key is still the recording term's.
 //!
-//! **The fencing token is the key's creating revision.** etcd's revision is
-//! one counter for the whole cluster, bumped by every write, replicated by
-//! Raft and persisted with the data: a later term's key is created by a
-//! later write, so its revision is larger, across leader changes and
-//! restarts. No token counter and no grace period are needed. (Restoring a
-//! cluster from an old snapshot is the exception: it rolls the revision
-//! back. Restore with `etcdutl snapshot restore --bump-revision` and wait a
-//! ttl, or move to a new prefix.)
+//! **The fencing token is counted, not the revision.** A term's token is
+//! max(the election's last token + 1, the candidate's clock in ms), kept
+//! in a counter key `PREFIX/{NAME}/token` (no lease) that the transaction
+//! creating the term writes too, only if the counter is still as the
+//! candidate last read it. etcd's revision would rise too, but a restore
+//! from an older snapshot rolls it back (and etcd 3.4 cannot bump it), so
+//! new terms would repeat the tokens of earlier ones and a fenced
+//! resource could not tell them apart. The clock keeps new tokens above
+//! every earlier one across such a rollback, as on Redis (with the
+//! candidates' clocks, not a server's: etcd shows clients none, so a
+//! restore must take longer than the clocks are apart, which it does).
+//! The key's value names the token; keys written before it did count
+//! their creating revision.
 //!
 //! **Leases.** Each instance id keeps one etcd lease per ttl (a *session*,
 //! like etcd's own `concurrency.Session`): every term of that instance, every
@@ -270,6 +276,9 @@ pub(crate) struct EtcdStore {
     /// The terms this store began and has not seen released, by key: see
     /// [`EtcdStore::sweep`].
     terms: Mutex<HashMap<String, Kept>>,
+    /// The token counter of each election as last seen, by counter key:
+    /// its mod revision and value (see [`EtcdStore::acquire`]).
+    counters: Mutex<HashMap<String, (i64, u64)>>,
     /// Requests sent (every gRPC call, keep-alives included).
     requests: Arc<AtomicU64>,
     /// The cluster every answer must come from: an endpoint list that
@@ -281,6 +290,8 @@ pub(crate) struct EtcdStore {
 #[derive(Debug, Clone, Copy)]
 struct Kept {
     token: u64,
+    /// The revision that created the term's key (and witness).
+    revision: i64,
     lease: i64,
     ttl: Duration,
     /// When the last acquire or renewal of it began: its local deadline is
@@ -387,6 +398,7 @@ impl EtcdStore {
             granting: tokio::sync::Mutex::new(()),
             refreshed: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
+            counters: Mutex::new(HashMap::new()),
             requests: Arc::new(AtomicU64::new(0)),
             cluster_id,
         })
@@ -416,7 +428,11 @@ impl EtcdStore {
         let probed = if partitions {
             vec![members_prefix(keys)?]
         } else {
-            vec![lease_key(&keys.lease)?, witness_key(keys)?]
+            vec![
+                lease_key(&keys.lease)?,
+                witness_key(keys)?,
+                counter_key(keys)?,
+            ]
         };
         for key in probed {
             let txn = Txn::new()
@@ -752,19 +768,24 @@ impl EtcdStore {
         let began = tokio::time::Instant::now();
         let key = lease_key(&keys.lease)?;
         let witness_key = witness_key(keys)?;
+        let counter_key = counter_key(keys)?;
         // A session lease may have expired since it was last used: then the
         // put fails (or its key goes with the lease) and one more try with
-        // a new lease follows.
-        for _ in 0..2 {
-            let value = encode(request);
-            let witness_value = witness_value(request.id);
-            // The key and its witness are created together, so both have
-            // the term's token as their creating revision.
+        // a new lease follows; so does a try that found the token counter
+        // moved on since this store last saw it.
+        for _ in 0..3 {
+            let (seen, last) = self.counter(&counter_key);
+            let token = new_token(last);
+            let value = encode(request, token);
+            let witness_value = witness_value(request.id, token);
+            // The key, its witness and the counter are written together,
+            // only if the counter is still as this store last saw it.
             let attach = |lease, witness| {
                 Txn::new()
                     .when([
                         Compare::create_revision(key.clone(), CompareOp::Equal, 0),
                         Compare::create_revision(witness_key.clone(), CompareOp::Equal, 0),
+                        Compare::mod_revision(counter_key.clone(), CompareOp::Equal, seen),
                     ])
                     .and_then([
                         TxnOp::put(
@@ -777,10 +798,12 @@ impl EtcdStore {
                             witness_value.clone(),
                             Some(PutOptions::new().with_lease(witness)),
                         ),
+                        TxnOp::put(counter_key.clone(), token.to_string(), None),
                     ])
                     .or_else([
                         TxnOp::get(key.clone(), None),
                         TxnOp::get(witness_key.clone(), None),
+                        TxnOp::get(counter_key.clone(), None),
                     ])
             };
             let Some(Attached {
@@ -791,21 +814,30 @@ impl EtcdStore {
             else {
                 continue;
             };
-            if txn.succeeded() && !alive {
-                // Put on a lease expiring meanwhile: the key goes with it.
-                continue;
-            }
             if txn.succeeded() {
                 let revision = txn.header().map_or(0, |h| h.revision());
-                let token = token_of(revision, &key)?;
-                self.kept(&key, token, lease, request.ttl_ms, began);
+                token_of(revision, &key)?;
+                self.saw_counter(&counter_key, revision, token);
+                if !alive {
+                    // Put on a lease expiring meanwhile: the key goes with it.
+                    continue;
+                }
+                self.kept(&key, token, revision, lease, request.ttl_ms, began);
                 return Ok(AcquireReply::Won { token });
             }
             let (found, witness) = (nth_kv(&txn, 0), nth_kv(&txn, 1));
+            match nth_kv(&txn, 2) {
+                Some(counter) => {
+                    let value = decode_counter(&counter_key, &counter)?;
+                    self.saw_counter(&counter_key, counter.mod_revision(), value);
+                }
+                None => self.saw_counter(&counter_key, 0, last),
+            }
             let Some(kv) = found else {
                 let Some(witness) = witness else {
-                    // Deleted between the compare and the gets (they are
-                    // one transaction, so this does not happen): try again.
+                    // Free, but the counter had moved on (or the key was
+                    // deleted between the compare and the gets, which are
+                    // one transaction): try again with what was read.
                     continue;
                 };
                 // The key vanished without its holder's release (deleted
@@ -834,7 +866,14 @@ impl EtcdStore {
                 // Our own attempt wrote it before its answer was lost: the
                 // keep-alive above has just renewed it.
                 Some(h) if ours => {
-                    self.kept(&key, h.token, lease, request.ttl_ms, began);
+                    self.kept(
+                        &key,
+                        h.token,
+                        kv.create_revision(),
+                        lease,
+                        request.ttl_ms,
+                        began,
+                    );
                     Ok(AcquireReply::Won { token: h.token })
                 }
                 Some(h) => Ok(AcquireReply::Held(h)),
@@ -1044,17 +1083,18 @@ impl EtcdStore {
                     let Ok((key, witness_key)) = key else {
                         continue;
                     };
-                    let revision = i64::try_from(*token).unwrap_or(i64::MAX);
+                    // A term this store did not begin is checked key by key.
+                    let revision = self.revision_of(key, *token).unwrap_or(-1);
                     compares.push(Compare::mod_revision(
                         key.clone(),
                         CompareOp::Equal,
                         revision,
                     ));
                     compares.push(Compare::lease(key.clone(), CompareOp::Equal, lease));
-                    compares.push(Compare::create_revision(
+                    compares.push(Compare::value(
                         witness_key.clone(),
                         CompareOp::Equal,
-                        revision,
+                        witness_value(id, *token),
                     ));
                     compares.push(Compare::lease(
                         witness_key.clone(),
@@ -1108,6 +1148,16 @@ impl EtcdStore {
             }
         }
         replies
+    }
+
+    /// The revision that created term (`key`, `token`), if this store
+    /// began it.
+    fn revision_of(&self, key: &str, token: u64) -> Option<i64> {
+        let terms = self.terms_lock();
+        terms
+            .get(key)
+            .filter(|kept| kept.token == token)
+            .map(|kept| kept.revision)
     }
 
     /// After a check of a chunk failed: which of its terms are still ours,
@@ -1167,7 +1217,6 @@ impl EtcdStore {
         id: &str,
         token: u64,
     ) -> Result<bool> {
-        let revision = i64::try_from(token).unwrap_or(i64::MAX);
         let delete = |compares: Vec<Compare>| {
             Txn::new()
                 .when(compares)
@@ -1183,7 +1232,7 @@ impl EtcdStore {
         };
         if let Some(kept) = kept.filter(|k| k.token == token && session(k.ttl) == Some(k.lease)) {
             let txn = delete(vec![
-                Compare::mod_revision(key, CompareOp::Equal, revision),
+                Compare::mod_revision(key, CompareOp::Equal, kept.revision),
                 Compare::lease(key, CompareOp::Equal, kept.lease),
             ]);
             return Ok(self.txn(txn).await?.succeeded());
@@ -1191,33 +1240,61 @@ impl EtcdStore {
         let Some(kv) = self.get(key).await? else {
             return Ok(false);
         };
-        if u64::try_from(kv.mod_revision()).ok() != Some(token) || decode(key, &kv)?.owner != id {
+        let holder = decode(key, &kv)?;
+        if holder.token != token || holder.owner != id || kv.mod_revision() != kv.create_revision()
+        {
             return Ok(false);
         }
-        let txn = delete(vec![Compare::mod_revision(key, CompareOp::Equal, revision)]);
+        let txn = delete(vec![Compare::mod_revision(
+            key,
+            CompareOp::Equal,
+            kv.mod_revision(),
+        )]);
         Ok(self.txn(txn).await?.succeeded())
     }
 
     /// Delete the witness of the term (`id`, `token`) if it is still
-    /// there (its key is gone): its creating revision names the term's
-    /// token and its value the owner, so no other term's witness is
-    /// touched, nor this one by anyone but its owner.
+    /// there (its key is gone): its value names the term's owner and
+    /// token, so no other term's witness is touched, nor this one by
+    /// anyone but its owner.
     async fn delete_witness(&self, witness_key: &str, id: &str, token: u64) -> Result<()> {
-        let revision = i64::try_from(token).unwrap_or(i64::MAX);
         let txn = Txn::new()
-            .when([
-                Compare::create_revision(witness_key, CompareOp::Equal, revision),
-                Compare::value(witness_key, CompareOp::Equal, witness_value(id)),
-            ])
+            .when([Compare::value(
+                witness_key,
+                CompareOp::Equal,
+                witness_value(id, token),
+            )])
             .and_then([TxnOp::delete(witness_key, None)]);
         self.txn(txn).await?;
         Ok(())
     }
 
+    /// The token counter at `counter_key` as last seen: (its mod
+    /// revision, 0 when it was missing; its value).
+    fn counter(&self, counter_key: &str) -> (i64, u64) {
+        let counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        counters.get(counter_key).copied().unwrap_or((0, 0))
+    }
+
+    /// Remember the token counter as read or written at `revision`.
+    fn saw_counter(&self, counter_key: &str, revision: i64, value: u64) {
+        let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        counters.insert(counter_key.to_string(), (revision, value));
+    }
+
     /// Note a term this store has just begun (or adopted).
-    fn kept(&self, key: &str, token: u64, lease: i64, ttl_ms: u64, began: tokio::time::Instant) {
+    fn kept(
+        &self,
+        key: &str,
+        token: u64,
+        revision: i64,
+        lease: i64,
+        ttl_ms: u64,
+        began: tokio::time::Instant,
+    ) {
         let kept = Kept {
             token,
+            revision,
             lease,
             ttl: Duration::from_millis(ttl_ms),
             last: began,
@@ -1266,7 +1343,7 @@ impl EtcdStore {
             .map(|(key, kept)| (key.clone(), *kept))
             .collect();
         for (key, kept) in stale {
-            let revision = i64::try_from(kept.token).unwrap_or(i64::MAX);
+            let revision = kept.revision;
             let witness_key = format!("{}/witness", key_dir(&key));
             // The key and witness if the key is still the term's on its
             // lease, else the witness alone if it is still the term's (its
@@ -1282,11 +1359,14 @@ impl EtcdStore {
                 ])
                 .or_else([TxnOp::txn(
                     Txn::new()
-                        .when([Compare::create_revision(
-                            witness_key.clone(),
-                            CompareOp::Equal,
-                            revision,
-                        )])
+                        .when([
+                            Compare::create_revision(
+                                witness_key.clone(),
+                                CompareOp::Equal,
+                                revision,
+                            ),
+                            Compare::lease(witness_key.clone(), CompareOp::NotEqual, 0),
+                        ])
                         .and_then([TxnOp::delete(witness_key.clone(), None)]),
                 )]);
             let swept = self.txn(txn).await;
@@ -1342,15 +1422,18 @@ impl EtcdStore {
     async fn record_run(&self, keys: &Keys, id: &str, token: u64, keep_ms: u64) -> Result<bool> {
         let key = lease_key(&keys.lease)?;
         let marker = last_run_key(keys)?;
-        let revision = i64::try_from(token).unwrap_or(i64::MAX);
         // The owner is read first; the transaction goes ahead only if the
-        // key has not changed since (its mod_revision is still the term's).
+        // key has not changed since (its mod_revision is still the one that
+        // created the term).
         let Some(kv) = self.get(&key).await? else {
             return Ok(false);
         };
-        if kv.mod_revision() != revision || decode(&key, &kv)?.owner != id {
+        let holder = decode(&key, &kv)?;
+        if holder.token != token || holder.owner != id || kv.mod_revision() != kv.create_revision()
+        {
             return Ok(false);
         }
+        let revision = kv.mod_revision();
         let seconds = i64::try_from(keep_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         // A cluster whose minimum lease ttl is longer grants more: the
         // marker is then kept longer, and its age still counts right.
@@ -1553,14 +1636,31 @@ impl Drop for WatchGuard {
 
 /// Whether `kv` is the key created by term `token`, unchanged since, on
 /// `lease`.
+/// Whether `kv` is the key of the term `token`, unchanged since it was
+/// created, on `lease`.
 fn is_term(kv: &KeyValue, token: u64, lease: i64) -> bool {
-    u64::try_from(kv.mod_revision()).ok() == Some(token) && kv.lease() == lease
+    kv.mod_revision() == kv.create_revision() && kv.lease() == lease && token_in(kv) == Some(token)
+}
+
+/// The token an election key names: its last line, or (keys written
+/// before tokens were counted apart from revisions) its creating revision.
+fn token_in(kv: &KeyValue) -> Option<u64> {
+    let text = std::str::from_utf8(kv.value()).ok()?;
+    match text.split('\n').nth(5) {
+        Some(token) => token.parse().ok(),
+        None => u64::try_from(kv.create_revision()).ok(),
+    }
 }
 
 /// Whether `kv` is the witness of the term `token` on the witness session
 /// lease `witness` (created with the term's key, never modified).
 fn is_witness_of(kv: &KeyValue, token: u64, witness: i64) -> bool {
-    u64::try_from(kv.create_revision()).ok() == Some(token) && kv.lease() == witness
+    kv.lease() == witness
+        && std::str::from_utf8(kv.value())
+            .ok()
+            .and_then(|text| text.split('\n').nth(3))
+            .and_then(|t| t.parse().ok())
+            == Some(token)
 }
 
 /// The entry the `n`th operation of a transaction (a get) found.
@@ -1571,9 +1671,30 @@ fn nth_kv(txn: &etcd_client::TxnResponse, n: usize) -> Option<KeyValue> {
     }
 }
 
-/// The value of a witness: it names its owner.
-fn witness_value(id: &str) -> String {
-    format!("{MAGIC}\nwitness\n{id}")
+/// The value of a witness: it names its owner and its term's token.
+fn witness_value(id: &str, token: u64) -> String {
+    format!("{MAGIC}\nwitness\n{id}\n{token}")
+}
+
+/// The token of a new term: above the last one counted, and at least the
+/// candidate's clock in ms, so that tokens keep rising when the counter
+/// is rolled back (a restore from an older snapshot) or deleted.
+fn new_token(last: u64) -> u64 {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    last.saturating_add(1).max(now_ms)
+}
+
+/// The value of an election's token counter.
+fn decode_counter(key: &str, kv: &KeyValue) -> Result<u64> {
+    std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| Error::ForeignData {
+            key: key.to_string(),
+            detail: "it is not a token counter (a decimal number)".into(),
+        })
 }
 
 /// The session key of an instance's witness lease: a second session of
@@ -1604,6 +1725,12 @@ fn token_of(revision: i64, key: &str) -> Result<u64> {
 pub(crate) fn lease_key(redis_key: &str) -> Result<String> {
     let (prefix, name) = split_key(redis_key, "}:lease")?;
     Ok(format!("{prefix}/{name}"))
+}
+
+/// The etcd key of an election's token counter: `PREFIX/{NAME}/token`.
+fn counter_key(keys: &Keys) -> Result<String> {
+    let (prefix, name) = split_key(&keys.lease, "}:lease")?;
+    Ok(format!("{prefix}/{{{name}}}/token"))
 }
 
 /// The etcd key of an election's witness: `PREFIX/{NAME}/witness`.
@@ -1694,12 +1821,12 @@ fn split_key<'a>(redis_key: &'a str, suffix: &str) -> Result<(&'a str, &'a str)>
     Ok((prefix, name))
 }
 
-fn encode(request: &AcquireRequest<'_>) -> String {
+fn encode(request: &AcquireRequest<'_>, token: u64) -> String {
     let since_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     format!(
-        "{MAGIC}\n{}\n{since_ms}\n{}\n{}",
+        "{MAGIC}\n{}\n{since_ms}\n{}\n{}\n{token}",
         request.ttl_ms, request.attempt, request.id
     )
 }
@@ -1712,7 +1839,7 @@ fn decode(key: &str, kv: &KeyValue) -> Result<Holder> {
         detail: detail.to_string(),
     };
     let text = std::str::from_utf8(kv.value()).map_err(|_| foreign("not UTF-8"))?;
-    let mut lines = text.splitn(5, '\n');
+    let mut lines = text.splitn(6, '\n');
     if lines.next() != Some(MAGIC) {
         return Err(foreign(&format!("it does not start with {MAGIC:?}")));
     }
@@ -1729,7 +1856,14 @@ fn decode(key: &str, kv: &KeyValue) -> Result<Holder> {
     if kv.lease() == 0 {
         return Err(foreign("it has no lease"));
     }
-    let token = u64::try_from(kv.create_revision()).map_err(|_| foreign("bad revision"))?;
+    // Keys written before tokens were counted apart from revisions have
+    // no token line: their token is their creating revision.
+    let token = match lines.next() {
+        Some(line) => line
+            .parse()
+            .map_err(|_| foreign("a token that is not a number"))?,
+        None => u64::try_from(kv.create_revision()).map_err(|_| foreign("bad revision"))?,
+    };
     Ok(Holder {
         owner: owner.to_string(),
         token,
@@ -2197,5 +2331,14 @@ mod tests {
             last_run_key(&keys).expect("layout"),
             "tenure/{reports/daily}/last-run"
         );
+        assert_eq!(
+            witness_key(&keys).expect("layout"),
+            "tenure/{reports/daily}/witness"
+        );
+        assert_eq!(
+            counter_key(&keys).expect("layout"),
+            "tenure/{reports/daily}/token"
+        );
+        assert_eq!(key_dir("tenure/reports/daily"), "tenure/{reports/daily}");
     }
 }
