@@ -625,13 +625,13 @@ fn the_python_worker_acts_on_one_replica_at_a_time() {
 }
 
 #[test]
-fn the_readmes_curl_one_liners_run_the_step_on_the_leader_only() {
-    let readme = include_str!("../../../README.md");
-    let block = readme
+fn the_books_curl_one_liners_run_the_step_on_the_leader_only() {
+    let page = include_str!("../../../docs/src/serve.md");
+    let block = page
         .split("# a short step, only on the leader\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("the README's curl one-liners");
+        .expect("the curl one-liners of the book's tenure serve page");
     let redis = redis();
     let scratch = Scratch::new("serve-curl");
     // The second one-liner skips the step with less than a second left.
