@@ -26,6 +26,14 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
+# The book (docs/, built by scripts/test.sh): Debian has no mdbook package,
+# so it comes from crates.io, at a pinned version.
+mdbook_version=0.5.4
+if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$mdbook_version"; then
+  echo "installing: mdbook $mdbook_version"
+  cargo install mdbook --locked --version "$mdbook_version"
+fi
+
 # Debian starts the packaged services on install; tenure's tests start their
 # own private servers on free ports and never use the shared ones.
 for component in rustfmt clippy; do
