@@ -219,7 +219,7 @@ async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
     say!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
     if etcd {
         // A resource that keeps the highest token it has accepted, as the
-        // README's fencing section asks of every resource a leader writes.
+        // book's Guarantees page asks of every resource a leader writes.
         let highest = token3;
         say!("   -> a resource that {third} wrote with token {token3} refuses a late write by {first}");
         say!("      with its old token {token1} ({token1} < {highest})");
