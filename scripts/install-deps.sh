@@ -12,7 +12,7 @@ command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)  # etcd-client's build
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)  # its well-known types
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)  # the sidecar example (examples/sidecar) runs in the tests
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # the README's curl one-liners, checked by the tests
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # the book's curl one-liners (docs/src/serve.md), checked by the tests
 
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
@@ -24,6 +24,14 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# The book (docs/, built by scripts/test.sh): Debian has no mdbook package,
+# so it comes from crates.io, at a pinned version.
+mdbook_version=0.5.4
+if ! mdbook --version 2>/dev/null | grep -qx "mdbook v$mdbook_version"; then
+  echo "installing: mdbook $mdbook_version"
+  cargo install mdbook --locked --version "$mdbook_version"
 fi
 
 # Debian starts the packaged services on install; tenure's tests start their

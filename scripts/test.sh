@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
 # Run every test of the project:
 #   1. the Prometheus alert rules' unit tests (promtool);
-#   2. the fault-injection smoke run: 5 instances, every fault kind, a fixed
+#   2. the book (docs/, mdBook) builds, and every relative link and anchor
+#      in it and in README.md resolves (scripts/check-docs.py); the book's
+#      Rust examples run as the library's doctests in step 5;
+#   3. the fault-injection smoke run: 5 instances, every fault kind, a fixed
 #      seed, about 100 s; fails on any safety violation;
-#   3. the deterministic simulation: seeded fault schedules through the
+#   4. the deterministic simulation: seeded fault schedules through the
 #      public API on a MemoryStore under tokio's paused clock, for a fixed
 #      budget (SIM_BUDGET_SECS, default 120 s), in release, with tokio's
 #      seeded select! (--cfg tokio_unstable, in its own target directory)
 #      so that any seed it prints replays exactly; fails on any violation;
 #      then checks that twenty seeds replay identically;
-#   4. unit, state-machine, real-Redis integration, end-to-end CLI and doc
+#   5. unit, state-machine, real-Redis integration, end-to-end CLI and doc
 #      tests (cargo test). Each starts its own redis-server processes on free
 #      loopback ports;
-#   5. the library's feature matrix: its tests without any optional feature
+#   6. the library's feature matrix: its tests without any optional feature
 #      (`tls`, `metrics`), and a check with all of them;
-#   6. the published crates: the MSRV check (every locked dependency's
+#   7. the published crates: the MSRV check (every locked dependency's
 #      rust-version against ours) and `cargo package`, which builds each
 #      packaged crate on its own, the way `cargo install` and crates.io do.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 (cd deploy/prometheus && promtool check rules tenure-alerts.yml && promtool test rules tenure-alerts.test.yml)
+mdbook build docs
+python3 scripts/check-docs.py
 cargo run --quiet --locked -p tenure-chaos -- run --seed 7 --duration 100s --out target/chaos-smoke
 RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
   cargo run --quiet --locked --release -p tenure-sim -- --budget "${SIM_BUDGET_SECS:-120}"

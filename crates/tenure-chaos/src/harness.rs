@@ -13,7 +13,7 @@
 //!   carry on;
 //! - `sentinel`: a [`SentinelGroup`] (a primary, two replicas, three
 //!   sentinels, the data nodes set up with `min-replicas-to-write 1` as the
-//!   README's "Topologies" requires; with `--sentinel-without-min-replicas`,
+//!   book's "Topologies" page requires; with `--sentinel-without-min-replicas`,
 //!   one replica and Redis's defaults), reached through its
 //!   `redis+sentinel://` URL;
 //! - `cluster`: a [`RedisCluster`] (three primaries, three replicas),
@@ -77,8 +77,8 @@
 //! its successor commits although it kept renewing them. The key of a
 //! holder whose keep-alives all succeeded then vanishes before its deadline,
 //! another instance is elected, and the checker reports overlapping leaders
-//! (the old holder's late writes are rejected by fencing). The README
-//! ("Fault injection on etcd") has the figures.
+//! (the old holder's late writes are rejected by fencing). The book's
+//! "Fault injection on etcd" page has the figures.
 //!
 //! In the etcd topology the ttl is a whole number of seconds (etcd's leases
 //! count seconds; with a 500 ms election timeout the smallest is 1 s), 2 s
@@ -89,8 +89,8 @@
 //! counterpart of (see [`Topology::why_not`]):
 //! - `restart` (a Redis restart losing every lease): etcd members keep their
 //!   data across restarts; `etcd-restart-all` is the etcd counterpart.
-//!   Losing an etcd cluster's data means restoring a snapshot, which the
-//!   README requires to be done with `--bump-revision`;
+//!   Losing an etcd cluster's data means restoring a snapshot (tokens keep
+//!   rising across it: they count up from the candidates' clocks);
 //! - `rollback` (Redis started again from an older `SAVE`d snapshot): an
 //!   etcd member restarts from its own write-ahead log, never from an older
 //!   state;
@@ -260,7 +260,7 @@ impl Topology {
         }
         Some(match kind {
             "restart" => {
-                "a Redis restart loses every lease, while etcd members keep their data across restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means restoring a snapshot, with --bump-revision as the README requires"
+                "a Redis restart loses every lease, while etcd members keep their data across restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means restoring a snapshot, after which tokens keep rising (they count up from the candidates' clocks)"
             }
             "rollback" => {
                 "it restarts Redis from an older SAVEd snapshot, while an etcd member restarts from its own write-ahead log, never from an older state"
@@ -605,7 +605,7 @@ fn etcd_agreed(cluster: &EtcdCluster, deadline: std::time::Instant) -> Result<us
     Ok(leader)
 }
 
-/// Start the Sentinel group. With `min_replicas`, configured as the README
+/// Start the Sentinel group. With `min_replicas`, configured as the book
 /// ("Topologies") requires: every data node refuses writes unless a replica
 /// acknowledged within a second (`min-replicas-to-write 1`,
 /// `min-replicas-max-lag 1`), below the sentinels' `down-after` of two

@@ -61,7 +61,7 @@ enum Command {
         topology: harness::Topology,
         /// Sentinel: run the group with Redis's defaults (one replica,
         /// `min-replicas-to-write 0`, down after 1 s) instead of the
-        /// configuration the README requires (two replicas,
+        /// configuration the book's Topologies page requires (two replicas,
         /// `min-replicas-to-write 1`, `min-replicas-max-lag 1`, down after
         /// 2 s).
         #[arg(long)]

@@ -78,7 +78,7 @@ fn ignoring_the_local_deadline_on_etcd_is_reported_as_overlapping_leaders() {
 /// killed, paused, churned, duplicated, stopped. `etcd-pause-member` is left
 /// out because a paused raft leader of etcd before the fix of etcd#15247
 /// (3.4.23 here) revokes, on resuming, leases that its successor kept
-/// renewing; see the README ("Fault injection on etcd").
+/// renewing; see the book ("Fault injection on etcd").
 #[test]
 fn a_short_run_on_etcd_under_its_faults_is_safe() {
     let (code, report) = run(

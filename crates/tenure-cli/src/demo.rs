@@ -168,7 +168,8 @@ async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
     );
     let etcd = url.starts_with("etcd://") || url.starts_with("etcds://");
     if etcd {
-        say!("      (the token is the revision etcd's quorum wrote the lease at)");
+        say!("      (the token counts up from the clock in ms, so it rises even across a restore");
+        say!("       of an older etcd snapshot, which rolls etcd's own revision back)");
     } else {
         say!("      (a Redis new to the election grants no lease for one ttl: a leader from");
         say!("       before a restart or failover might still believe it leads)");
@@ -219,7 +220,7 @@ async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
     say!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
     if etcd {
         // A resource that keeps the highest token it has accepted, as the
-        // README's fencing section asks of every resource a leader writes.
+        // book's Guarantees page asks of every resource a leader writes.
         let highest = token3;
         say!("   -> a resource that {third} wrote with token {token3} refuses a late write by {first}");
         say!("      with its old token {token1} ({token1} < {highest})");

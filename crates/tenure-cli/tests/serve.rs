@@ -625,13 +625,13 @@ fn the_python_worker_acts_on_one_replica_at_a_time() {
 }
 
 #[test]
-fn the_readmes_curl_one_liners_run_the_step_on_the_leader_only() {
-    let readme = include_str!("../../../README.md");
-    let block = readme
+fn the_books_curl_one_liners_run_the_step_on_the_leader_only() {
+    let page = include_str!("../../../docs/src/serve.md");
+    let block = page
         .split("# a short step, only on the leader\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("the README's curl one-liners");
+        .expect("the curl one-liners of the book's tenure serve page");
     let redis = redis();
     let scratch = Scratch::new("serve-curl");
     // The second one-liner skips the step with less than a second left.
@@ -735,4 +735,274 @@ fn event_streams_cannot_take_every_connection() {
     );
     assert_eq!(a.state("busy")["election"], "busy");
     drop(streams);
+}
+
+/// docs/src/openapi.json, the description clients in other languages are
+/// generated from.
+fn openapi() -> Value {
+    serde_json::from_str(include_str!("../../../docs/src/openapi.json"))
+        .expect("openapi.json is JSON")
+}
+
+/// Follow a `$ref` within the description.
+fn resolve<'a>(spec: &'a Value, node: &'a Value) -> &'a Value {
+    match node["$ref"].as_str() {
+        Some(path) => {
+            let target = path
+                .strip_prefix('#')
+                .and_then(|pointer| spec.pointer(pointer))
+                .unwrap_or_else(|| panic!("openapi.json: no {path}"));
+            resolve(spec, target)
+        }
+        None => node,
+    }
+}
+
+/// Whether `value` fits `schema`, for the part of JSON Schema the
+/// description uses (type, const, enum, minimum, properties, required,
+/// additionalProperties: false, items, $ref); the first misfit otherwise.
+fn misfit(spec: &Value, schema: &Value, value: &Value, at: &str) -> Option<String> {
+    let schema = resolve(spec, schema);
+    if let Some(expected) = schema.get("const") {
+        if value != expected {
+            return Some(format!("{at}: {value} is not {expected}"));
+        }
+    }
+    if let Some(allowed) = schema["enum"].as_array() {
+        if !allowed.contains(value) {
+            return Some(format!("{at}: {value} is not one of {allowed:?}"));
+        }
+    }
+    if let Some(types) = schema.get("type") {
+        let types: Vec<&str> = match types {
+            Value::String(one) => vec![one.as_str()],
+            many => many
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect(),
+        };
+        let fits = |t: &str| match t {
+            "null" => value.is_null(),
+            "boolean" => value.is_boolean(),
+            "integer" => value.is_u64() || value.is_i64(),
+            "number" => value.is_number(),
+            "string" => value.is_string(),
+            "array" => value.is_array(),
+            "object" => value.is_object(),
+            other => panic!("openapi.json: type {other} is not checked here"),
+        };
+        if !types.iter().any(|t| fits(t)) {
+            return Some(format!("{at}: {value} is not of type {types:?}"));
+        }
+    }
+    if let (Some(minimum), Some(number)) = (schema["minimum"].as_f64(), value.as_f64()) {
+        if number < minimum {
+            return Some(format!("{at}: {value} is below {minimum}"));
+        }
+    }
+    if let Some(object) = value.as_object() {
+        for name in schema["required"].as_array().into_iter().flatten() {
+            let name = name.as_str().expect("required names are strings");
+            if !object.contains_key(name) {
+                return Some(format!("{at}: no field {name:?}"));
+            }
+        }
+        let properties = schema["properties"].as_object();
+        for (name, field) in object {
+            match properties.and_then(|p| p.get(name)) {
+                Some(property) => {
+                    if let Some(why) = misfit(spec, property, field, &format!("{at}.{name}")) {
+                        return Some(why);
+                    }
+                }
+                None if schema["additionalProperties"] == Value::Bool(false) => {
+                    return Some(format!("{at}: field {name:?} is not described"));
+                }
+                None => {}
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in array.iter().enumerate() {
+            if let Some(why) = misfit(spec, items, item, &format!("{at}[{i}]")) {
+                return Some(why);
+            }
+        }
+    }
+    None
+}
+
+/// A response's header value, by name.
+fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    let head = response.split_once("\r\n\r\n").map_or(response, |(h, _)| h);
+    head.lines().skip(1).find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim().eq_ignore_ascii_case(name).then(|| value.trim())
+    })
+}
+
+/// Check one answer of the server against the operation `method` of the
+/// description's `template` path: its status is documented there, its
+/// media type is the documented one, and a JSON body (or, for an event
+/// stream, every event's data) fits the documented schema.
+fn check_answer(
+    spec: &Value,
+    template: &str,
+    method: &str,
+    status: u16,
+    content_type: &str,
+    bodies: &[Value],
+) {
+    let what = format!("{} {template} answered {status}", method.to_uppercase());
+    let operation = &spec["paths"][template][method];
+    assert!(
+        operation.is_object(),
+        "{what}: the operation is not described"
+    );
+    let response = resolve(spec, &operation["responses"][status.to_string()]);
+    assert!(response.is_object(), "{what}: the status is not described");
+    let media = content_type.split(';').next().unwrap_or("").trim();
+    let content = &response["content"][media];
+    assert!(content.is_object(), "{what}: {media:?} is not described");
+    let schema = content.get("x-data").unwrap_or(&content["schema"]);
+    for body in bodies {
+        if let Some(why) = misfit(spec, schema, body, "body") {
+            panic!("{what}: {why}");
+        }
+    }
+}
+
+#[test]
+fn the_openapi_description_matches_what_serve_answers() {
+    let spec = openapi();
+    assert_eq!(spec["openapi"], "3.1.0");
+    let redis = redis();
+    let scratch = Scratch::new("serve-openapi");
+    let a = Serve::start(&redis.url(), &["reports"], "a", &[], &scratch);
+    let b = Serve::start(&redis.url(), &["reports"], "b", &[], &scratch);
+    let leader = leader_of(&[&a, &b], "reports");
+    let follower = if leader.id == "a" { &b } else { &a };
+    eventually("the follower to see the leader", || {
+        follower.state("reports")["leader"].is_string()
+    });
+    let checked = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let call = |serve: &Serve, method: &str, path: &str, template: &str| -> u16 {
+        let (status, response) = http(&serve.addr, &method.to_uppercase(), path, &[]);
+        let content_type = header(&response, "content-type").unwrap_or("");
+        let bodies = if content_type.starts_with("application/json") {
+            vec![body_json(&response)]
+        } else {
+            vec![]
+        };
+        check_answer(&spec, template, method, status, content_type, &bodies);
+        checked
+            .borrow_mut()
+            .insert((template.to_string(), method.to_string()));
+        status
+    };
+    let name = "/v1/elections/{name}";
+    assert_eq!(call(leader, "get", "/v1/elections", "/v1/elections"), 200);
+    assert_eq!(call(leader, "get", "/v1/elections/reports", name), 200);
+    assert_eq!(call(follower, "get", "/v1/elections/reports", name), 200);
+    assert_eq!(call(leader, "get", "/v1/elections/nobody", name), 404);
+    assert_eq!(call(leader, "get", "/healthz", "/healthz"), 200);
+    assert_eq!(call(leader, "get", "/readyz", "/readyz"), 200);
+    assert_eq!(
+        call(leader, "get", "/readyz?leader=reports", "/readyz"),
+        200
+    );
+    assert_eq!(
+        call(follower, "get", "/readyz?leader=reports", "/readyz"),
+        503
+    );
+    assert_eq!(call(leader, "get", "/readyz?leader=nobody", "/readyz"), 404);
+    assert_eq!(call(leader, "get", "/metrics", "/metrics"), 200);
+    let resign = "/v1/elections/{name}/resign";
+    assert_eq!(
+        call(follower, "post", "/v1/elections/reports/resign", resign),
+        409
+    );
+    assert_eq!(
+        call(
+            leader,
+            "post",
+            "/v1/elections/reports/resign?rejoin=soon",
+            resign
+        ),
+        400
+    );
+    assert_eq!(
+        call(leader, "post", "/v1/elections/nobody/resign", resign),
+        404
+    );
+
+    // The event stream: its status, media type and first event.
+    let events = "/v1/elections/{name}/events";
+    let mut stream = TcpStream::connect(&leader.addr).expect("serve accepts");
+    write!(
+        stream,
+        "GET /v1/elections/reports/events HTTP/1.1\r\nHost: {}\r\n\r\n",
+        leader.addr
+    )
+    .expect("request sent");
+    let mut lines = BufReader::new(stream);
+    let mut head = String::new();
+    let mut line = String::new();
+    while lines.read_line(&mut line).expect("stream read") > 2 {
+        head.push_str(&line);
+        line.clear();
+    }
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let content_type = header(&head, "content-type").unwrap_or("").to_string();
+    let first = loop {
+        line.clear();
+        assert!(
+            lines.read_line(&mut line).expect("stream read") > 0,
+            "the stream ended"
+        );
+        if let Some(data) = line.trim_end().strip_prefix("data: ") {
+            break serde_json::from_str::<Value>(data).expect("an event is JSON");
+        }
+    };
+    assert_eq!(first["is_leader"], true, "{first}");
+    check_answer(&spec, events, "get", status, &content_type, &[first]);
+    checked
+        .borrow_mut()
+        .insert((events.to_string(), "get".to_string()));
+    assert_eq!(
+        call(leader, "get", "/v1/elections/nobody/events", events),
+        404
+    );
+
+    // Last, the resign that succeeds (it waits for the deadline the
+    // stream handed out).
+    assert_eq!(
+        call(leader, "post", "/v1/elections/reports/resign", resign),
+        200
+    );
+
+    // Every operation the description has was asked.
+    let described: std::collections::BTreeSet<(String, String)> = spec["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .expect("a path item")
+                .keys()
+                .filter(|key| ["get", "post", "put", "delete", "patch"].contains(&key.as_str()))
+                .map(move |method| (path.clone(), method.clone()))
+        })
+        .collect();
+    assert_eq!(
+        described,
+        checked.into_inner(),
+        "operations described vs. asked"
+    );
 }

@@ -136,7 +136,7 @@ pub struct Config {
     /// Off by default: when the store refuses to record a tick (the term
     /// lost its lease, the keeper has not noticed yet), `every` ticks again
     /// at once, in a loop that never waits, so simulated time stops (an
-    /// open finding of this harness; see the README).
+    /// open finding of this harness; see the book's Simulation page).
     pub runner_every: bool,
     /// Members of the partition set (0: none).
     pub members: usize,

@@ -2,7 +2,7 @@
 //! violation; one seed replays identically; `SEED=…` replays one schedule.
 //!
 //! Schedules replay exactly only when built with `--cfg tokio_unstable`
-//! (tokio's seeded `select!`); see the README's Simulation section.
+//! (tokio's seeded `select!`); see the book's Simulation page.
 
 use std::time::Duration;
 

@@ -196,7 +196,7 @@ impl ElectionBuilder {
     /// or Redis Cluster (`redis+cluster://[user:password@]host:port[,host:port…]`);
     /// `rediss`, `rediss+sentinel` and `rediss+cluster` for TLS (server
     /// verified against the system's roots, or
-    /// [`ElectionBuilder::tls_ca_file`]). The README's "Topologies" says
+    /// [`ElectionBuilder::tls_ca_file`]). The book's "Topologies" page says
     /// what each guarantees and what a failover costs.
     ///
     /// ```no_run

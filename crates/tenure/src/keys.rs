@@ -1,22 +1,8 @@
 //! The Redis key layout of an election.
 //!
-//! For an election `NAME` under the prefix `PREFIX` (default `tenure`):
-//!
-//! | key or channel              | type    | contents                                                |
-//! |-----------------------------|---------|---------------------------------------------------------|
-//! | `PREFIX:{NAME}:lease`       | hash    | `owner`, `token`, `since` (ms, server clock), `attempt`, `ttl` (ms); has a TTL |
-//! | `PREFIX:{NAME}:witness`     | string  | `TOKEN:OWNER` of the term holding the lease; set with the lease's expiry at every acquire and renewal, deleted only by the holder's release: while it outlives the lease (deleted by hand, evicted), no lease is granted |
-//! | `PREFIX:{NAME}:token`       | string  | the last fencing token issued; expires after max(24 h, 10 × ttl) unused |
-//! | `PREFIX:{NAME}:events`      | channel | `acquired:TOKEN`, `renewed:TOKEN:TTL` and `released:TOKEN` messages |
-//! | `PREFIX:{NAME}:epoch`       | hash    | `run_id` (`RUN_ID:REPLICATION_ID`: the Redis process and replication history) that first served this data, `since` (ms), largest `ttl` (ms) granted; expires like the token |
-//! | `PREFIX:{NAME}:probe`       | none    | never written: the permission check at connect time runs its no-op commands on it |
-//! | `PREFIX:epoch`              | hash    | `run_id` of the Redis process serving the prefix, `since` (ms): a new election's hold-off counts from it |
-//! | `PREFIX:{TAG}:slot-epoch`   | hash    | on a Redis Cluster, the same per slot (`TAG` hashes to the election's slot; scripts may touch one slot only) |
-//! | `PREFIX:{NAME}:last-run`    | hash    | the last-run marker of `Runner::every` and `tenure run --at-most-every`: `token` of the term that recorded the run, `value` = the server's clock (ms) at the record (a `FencedKey` hash); expires after the keep asked for |
-//!
-//! A partition set `GROUP` adds `PREFIX:{GROUP}:members`, a sorted set of
-//! live member ids scored by heartbeat expiry; each of its partitions is an
-//! election of its own, named by the partition.
+//! The layout itself, every key and channel with its type and contents, is
+//! documented once, in the book's *Keys* page (`docs/src/key-layout.md`);
+//! this module builds the names.
 //!
 //! `{NAME}` is a Redis Cluster hash tag: every key of one election lives in
 //! one slot, so each script touches a single node. Names may not contain

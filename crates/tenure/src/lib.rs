@@ -1,6 +1,11 @@
-//! Leader election on Redis: one leader per named election, kept while it is
-//! healthy, handed over fast when it dies or steps down, and told the moment
-//! it may no longer act.
+//! Leader election on Redis or etcd: one leader per named election, kept
+//! while it is healthy, handed over fast when it dies or steps down, and told
+//! the moment it may no longer act.
+//!
+//! This is the API reference; the manual (guarantees per store, the
+//! `tenure` command, `tenure serve`'s HTTP API, operations, the key layout
+//! and the evidence) is the book in the repository's `docs/` (`mdbook build
+//! docs`).
 //!
 //! ```no_run
 //! # #[tokio::main] async fn main() -> tenure::Result<()> {
@@ -46,9 +51,9 @@
 //!   But if the old primary stays alive, partitioned away with the old
 //!   leader, that leader keeps renewing there while a new one is elected. A
 //!   single Redis node makes elections *efficient* (few duplicates, fast
-//!   handover); correctness under every failure needs fencing tokens (and,
-//!   later, the planned etcd backend, whose leases are replicated by
-//!   consensus).
+//!   handover); correctness under every failure needs fencing tokens (or
+//!   the etcd backend, behind the `etcd` feature, whose leases are
+//!   replicated by consensus; it still needs fencing against pauses).
 //! - **Restarts end terms early.** A Redis restart without persistence loses
 //!   the lease: the leader learns at its next renewal and stops, and no new
 //!   lease is granted (nor a lease restored from a snapshot adopted) until
@@ -90,7 +95,7 @@
 //!   abandoned ([`Runner::shutdown_grace`], `tenure run --kill-grace`).
 //! - **keeper**: the task that renews a term and ends it (one per term of an
 //!   election; one for all the partitions of a partition-set member).
-//! - **store**: where leases are kept (Redis, or [`MemoryStore`]); a
+//! - **store**: where leases are kept (Redis, etcd, or [`MemoryStore`]); a
 //!   [`Store`] is one shared by many elections of a process.
 //! - **group**, **member**, **partition**: a partition set is a group of
 //!   members sharing partitions, each partition an election of its own.
@@ -119,14 +124,12 @@
 //!
 //! # Keys
 //!
-//! Every key of the election `NAME` shares the Redis Cluster hash tag
-//! `{NAME}` under a configurable prefix (default `tenure`):
-//! `tenure:{NAME}:lease` (hash: owner, token, since, attempt, ttl; with
-//! TTL), `tenure:{NAME}:token` (last token issued), `tenure:{NAME}:epoch`,
-//! `tenure:{NAME}:last-run` (the last-run marker: token, and the server's
-//! ms of the run; with TTL) and the pub/sub channel `tenure:{NAME}:events`;
-//! plus `tenure:epoch` for the prefix. A key holding anything else (a hash with other fields
-//! included) is reported as [`Error::ForeignData`] and never written.
+//! Every key of the election `NAME` lives under a configurable prefix
+//! (default `tenure`; [`DEFAULT_PREFIX`]), on Redis with the Cluster hash tag
+//! `{NAME}`. The layout, every key and channel on Redis and on etcd, is kept
+//! in one place: the book's *Keys* page (`docs/src/key-layout.md`). A key
+//! holding anything else is reported as [`Error::ForeignData`] and never
+//! written.
 //!
 //! # Redis requirements
 //!
@@ -145,6 +148,9 @@
 //! list); logs through `tracing`. Passwords are never logged.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly: feature-gated items show
+// their feature there; stable builds never see the attribute.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations)]
 
 pub mod admin;
@@ -192,4 +198,17 @@ pub fn instance_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_string());
     format!("{host}-{:032x}", rand::random::<u128>())
+}
+
+/// The Rust examples of the book (`docs/src/`), compiled as doctests so that
+/// they cannot rot; `scripts/check-docs.py` checks that the README's example
+/// is one of them.
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../../../docs/src/library.md")]
+    struct Library;
+    #[doc = include_str!("../../../docs/src/partition-sets.md")]
+    struct PartitionSets;
+    #[doc = include_str!("../../../docs/src/scheduling.md")]
+    struct Scheduling;
 }

@@ -159,7 +159,8 @@ async fn a_store_that_may_evict_leases_is_refused_unless_allowed() {
         .expect("allowed explicitly");
 }
 
-/// The permissions of the README's least-privilege ACL, one by one.
+/// The permissions of the documented least-privilege ACL (the book's
+/// Operations page), one by one.
 fn acl_permissions() -> Vec<&'static str> {
     tenure::MIN_ACL
         .split_whitespace()

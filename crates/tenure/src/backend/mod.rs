@@ -6,11 +6,13 @@
 //! --at-most-every` share), any
 //! number of them in one round trip ([`Store::batch`]), and a [`Backend`]
 //! is one election's view of it, with a stream of hints that the lease
-//! changed hands. [`redis`] is the production backend; [`memory`] is a
+//! changed hands. [`redis`] (one server, Sentinel or Cluster) and `etcd`
+//! (behind the `etcd` feature: a lease per instance, the key's creating
+//! revision as the token) are the production backends; [`memory`] is a
 //! deterministic in-process stand-in for tests. Nothing outside this module
-//! talks to a store. An etcd backend (lease + revision as the token) fits
-//! the same seam: one more variant of [`Store`], with no change to the
-//! public API.
+//! talks to a store. A new store is one more variant of [`Store`], with no
+//! change to the public API (the book's *Architecture* page says what it
+//! takes).
 
 pub(crate) mod connection;
 #[cfg(feature = "etcd")]
