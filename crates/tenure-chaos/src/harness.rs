@@ -124,6 +124,14 @@
 //!   Redis (losing data) at once, so only the start-up grace period keeps a
 //!   short-ttl candidate from leading while the leader's deadline runs;
 //! - `dup-id`: a second process campaigns under the leader's id for a while;
+//! - `delete-lease` (every topology): the leader's lease deleted by hand, as
+//!   an operator forcing a re-election would (`DEL`, `etcdctl del`); and
+//!   `revoke-lease` (etcd): the etcd lease its key hangs on revoked
+//!   (`etcdctl lease revoke`). Only the holder's release may let a
+//!   candidate in early, so the checker must see no overlap; with
+//!   `--unsafe-lease-by-hand-without-witness` the lease's witness goes too,
+//!   as if tenure kept none, and it must see one. Each time, a new
+//!   candidate process starts right after and campaigns for the hold;
 //! - `forged`: the leader is killed and a `renewed:1:3600000` announcement
 //!   published, then, after the hold, a flood of `released:` ones.
 
@@ -151,7 +159,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 25] = [
+pub const FAULT_KINDS: [&str; 27] = [
     "kill",
     "pause",
     "restart",
@@ -177,6 +185,8 @@ pub const FAULT_KINDS: [&str; 25] = [
     "etcd-pause-member",
     "etcd-restart-all",
     "etcd-compact",
+    "delete-lease",
+    "revoke-lease",
 ];
 
 /// Kinds that need a fault-injecting proxy per instance, which only the
@@ -214,6 +224,10 @@ pub const ETCD_ONLY: [&str; 4] = [
     "etcd-compact",
 ];
 
+/// Kinds of an operator acting on the lease by hand that need etcd:
+/// `revoke-lease` revokes the etcd lease the election's key hangs on.
+pub const ETCD_LEASES: [&str; 1] = ["revoke-lease"];
+
 /// Where the election's data lives. The fenced resource is always a single
 /// Redis server of its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -249,6 +263,7 @@ impl Topology {
             && only(&SENTINEL_ONLY, &[Sentinel])
             && only(&CLUSTER_ONLY, &[Cluster])
             && only(&ETCD_ONLY, &[Etcd])
+            && only(&ETCD_LEASES, &[Etcd])
     }
 
     /// Why `kind` is not injected in this topology, when that is a choice
@@ -385,6 +400,9 @@ pub struct RunConfig {
     pub deadline: bool,
     pub fencing: bool,
     pub issue_9_bugs: bool,
+    /// `delete-lease` and `revoke-lease` remove the witness too (unsafe:
+    /// the behaviour before witnesses, for the failing-mode test).
+    pub witness_too: bool,
     pub faults: Vec<String>,
     pub topology: Topology,
     /// Sentinel: configure the data nodes with `min-replicas-to-write` (see
@@ -1108,6 +1126,37 @@ impl Harness {
                     .map_err(|e| e.to_string())?;
                 tokio::time::sleep(hold).await;
             }
+            // An operator forces a re-election by hand: the leader's lease
+            // deleted (`DEL`, `etcdctl del`) or its etcd lease revoked. Only
+            // the holder's release may let a candidate in early, so nobody
+            // may be elected until the holder stopped; the wait it costs
+            // (up to a ttl for a holder that does not notice) is by design.
+            //
+            // A candidate that starts right after (a new process of a
+            // deploy) campaigns at once, while the followers that were
+            // running may be asleep until the lease's old expiry.
+            ("delete-lease" | "revoke-lease", Some(i)) => {
+                self.log.record(&Event::Fault {
+                    kind: kind.to_string(),
+                    target: target_name.clone(),
+                    t,
+                    until,
+                    store_down: Some(true),
+                });
+                self.lease_by_hand(kind == "revoke-lease").await?;
+                self.twins += 1;
+                let newcomer = format!("new#{}", self.twins);
+                let ttl = self.slots[i].ttl;
+                let url = self.instance_url(&self.twin_links);
+                let mut child = self.launch(&newcomer, None, ttl, &url)?;
+                tokio::time::sleep(hold).await;
+                let how = stop_child(&mut child, Duration::from_secs(10)).await;
+                self.log.record(&Event::Exit {
+                    inst: newcomer,
+                    t: now_ns(),
+                    how,
+                });
+            }
             (store, _)
                 if SENTINEL_ONLY.contains(&store)
                     || CLUSTER_ONLY.contains(&store)
@@ -1399,6 +1448,63 @@ impl Harness {
     /// that serves it: the single server, the primary the sentinels name,
     /// or (with `SPUBLISH`, as tenure's scripts do on a cluster) the primary
     /// of the channel's slot.
+    /// Delete the election's lease by hand (with `revoke`, on etcd, revoke
+    /// the etcd lease its key hangs on), as an operator forcing a
+    /// re-election would; with `--unsafe-lease-by-hand-without-witness`
+    /// the lease's witness goes too.
+    async fn lease_by_hand(&self, revoke: bool) -> Result<(), String> {
+        let prefix = tenure::DEFAULT_PREFIX;
+        if let Store::Etcd(cluster) = &self.store {
+            let cluster = cluster.clone();
+            let witness_too = self.config.witness_too;
+            return blocking("the lease is deleted by hand", move || {
+                let cluster = lock(&cluster);
+                let mut keys = vec![format!("{prefix}/{ELECTION}")];
+                if witness_too {
+                    keys.push(format!("{prefix}/{{{ELECTION}}}/witness"));
+                }
+                for key in keys {
+                    etcd_by_hand(&cluster, &key, revoke)?;
+                }
+                Ok::<(), String>(())
+            })
+            .await;
+        }
+        let lease = format!("{prefix}:{{{ELECTION}}}:lease");
+        let url = match &self.store {
+            Store::Single { redis, .. } => redis.url(),
+            Store::Sentinel(group) => {
+                let group = group.clone();
+                let port =
+                    blocking("the sentinels name a primary", move || group.primary_port()).await?;
+                format!("redis://127.0.0.1:{port}")
+            }
+            Store::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                let slot = redis_process::slot_of(&lease);
+                let port = blocking("the cluster names the lease's primary", move || {
+                    cluster.primary_of_slot(slot)
+                })
+                .await?;
+                format!("redis://127.0.0.1:{port}")
+            }
+            Store::Etcd(_) => unreachable!("handled above"),
+        };
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut del = redis::cmd("DEL");
+        del.arg(&lease);
+        if self.config.witness_too {
+            del.arg(format!("{prefix}:{{{ELECTION}}}:witness"));
+        }
+        del.query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     async fn publish(&self, messages: &[String]) -> Result<(), String> {
         let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
         let (url, command) = match &self.store {
@@ -1620,4 +1726,44 @@ fn child_groups(tenure_pid: i32) -> Vec<i32> {
         .filter(|p| p.ppid == tenure_pid && p.pgrp == p.pid)
         .map(|p| p.pid)
         .collect()
+}
+
+/// Delete `key` by hand through a member's JSON gateway (`etcdctl del`),
+/// or with `revoke`, revoke the etcd lease it hangs on (`etcdctl lease
+/// revoke`). A key that is not there (no leader right now) is no error.
+fn etcd_by_hand(cluster: &EtcdCluster, key: &str, revoke: bool) -> Result<(), String> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(key);
+    let body = format!(r#"{{"key":"{b64}"}}"#);
+    let members: Vec<usize> = (0..cluster.members())
+        .filter(|m| cluster.is_running(*m) && !cluster.is_paused(*m))
+        .collect();
+    let mut last = "no etcd member is running".to_string();
+    for member in members {
+        let answer = if revoke {
+            cluster
+                .post(member, "/v3/kv/range", &body)
+                .and_then(|found| {
+                    let lease = found
+                        .split(r#""lease":""#)
+                        .nth(1)
+                        .and_then(|rest| rest.split('"').next())
+                        .map(str::to_string);
+                    match lease {
+                        Some(lease) => {
+                            let body = format!(r#"{{"ID":"{lease}"}}"#);
+                            cluster.post(member, "/v3/lease/revoke", &body)
+                        }
+                        None => Ok(found),
+                    }
+                })
+        } else {
+            cluster.post(member, "/v3/kv/deleterange", &body)
+        };
+        match answer {
+            Ok(_) => return Ok(()),
+            Err(err) => last = err.to_string(),
+        }
+    }
+    Err(format!("cannot change {key} by hand: {last}"))
 }

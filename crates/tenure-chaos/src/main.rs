@@ -89,6 +89,11 @@ enum Command {
         /// forged announcements cost liveness).
         #[arg(long)]
         unsafe_issue_9_bugs: bool,
+        /// Unsafe: `delete-lease` and `revoke-lease` also remove the
+        /// lease's witness, as before tenure kept one (the checker must
+        /// object: a candidate is elected while the holder still acts).
+        #[arg(long)]
+        unsafe_lease_by_hand_without_witness: bool,
         /// Exit 1 also when the liveness goal is missed.
         #[arg(long)]
         require_live: bool,
@@ -202,6 +207,7 @@ fn main() {
                 unsafe_no_deadline,
                 unsafe_no_fencing,
                 unsafe_issue_9_bugs,
+                unsafe_lease_by_hand_without_witness,
                 require_live,
             } => {
                 let ttl = ttl.unwrap_or(topology.default_ttl());
@@ -258,6 +264,7 @@ fn main() {
                     deadline: !unsafe_no_deadline,
                     fencing: !unsafe_no_fencing,
                     issue_9_bugs: unsafe_issue_9_bugs,
+                    witness_too: unsafe_lease_by_hand_without_witness,
                     faults,
                     topology,
                     sentinel_min_replicas: !sentinel_without_min_replicas,

@@ -37,6 +37,8 @@ fn fault_colour(kind: &str) -> &'static str {
         "etcd-pause-member" => "chocolate",
         "etcd-restart-all" => "darkmagenta",
         "etcd-compact" => "cadetblue",
+        "delete-lease" => "darkorange",
+        "revoke-lease" => "darkkhaki",
         _ => "gray",
     }
 }

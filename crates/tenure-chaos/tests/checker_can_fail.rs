@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// One run: `faults` on `instances` instances for `duration`, seeded.
+#[derive(Clone, Copy)]
 struct Run<'a> {
     name: &'a str,
     seed: &'a str,
@@ -158,4 +159,35 @@ fn followers_oversleeping_a_forged_renewal_miss_the_liveness_goal() {
         .as_f64()
         .unwrap();
     assert!(gap > 1350.0, "{report}");
+}
+
+/// A lease deleted by hand (an operator forcing a re-election) with its
+/// witness, as before tenure kept one: a candidate that starts right after
+/// is elected while the holder still acts, and the checker must see it.
+/// The same schedule with the witness left alone is safe.
+#[test]
+fn a_lease_deleted_by_hand_without_its_witness_is_reported_as_overlapping_leaders() {
+    let deleted = Run {
+        name: "delete-lease",
+        seed: "5",
+        duration: "20s",
+        faults: "delete-lease",
+        ..PAUSES
+    };
+    let (code, report) = run(deleted, &["--unsafe-lease-by-hand-without-witness"]);
+    assert_eq!(code, 1, "the run is judged unsafe: {report}");
+    assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
+    let (code, report) = run(
+        Run {
+            name: "delete-lease-safe",
+            ..deleted
+        },
+        &[],
+    );
+    assert_eq!(code, 0, "the run is judged safe: {report}");
+    assert_eq!(report["overlaps"], 0, "{report}");
+    assert!(
+        report["faults"]["delete-lease"].as_u64().unwrap() > 0,
+        "{report}"
+    );
 }
