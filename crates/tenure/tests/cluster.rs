@@ -332,3 +332,27 @@ async fn a_silent_node_does_not_stop_the_other_shards() {
         .unpause()
         .expect("SIGCONT");
 }
+
+/// Seeds of two clusters are two stores: refused with one line naming a
+/// node of each, not "the first slot map to answer wins".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeds_of_two_clusters_are_refused() {
+    let (a, b) = (cluster(), cluster());
+    let (a_ports, b_ports) = (a.primary_ports().expect("A"), b.primary_ports().expect("B"));
+    let mixed = format!(
+        "redis+cluster://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+        b_ports[0], a_ports[0], a_ports[1]
+    );
+    let err = timeout(HANG, Store::redis(&mixed).connect())
+        .await
+        .expect("no hang")
+        .expect_err("two clusters");
+    let text = err.to_string();
+    assert!(text.contains("different Redis Clusters"), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", b_ports[0])),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    assert!(!err.is_transient(), "{text}");
+}
