@@ -333,6 +333,39 @@ async fn a_silent_node_does_not_stop_the_other_shards() {
         .expect("SIGCONT");
 }
 
+/// A cluster node given as a plain `redis://` URL: one line that says it
+/// is a cluster node and which URL to use, whether or not the election's
+/// slot is on that node (it used to fail with "Moved: …" for a slot
+/// elsewhere, and repeat `CROSSSLOT` for a slot of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_given_as_a_single_server_is_a_clear_error() {
+    let cluster = cluster();
+    let port = cluster.primary_of_slot(0).expect("owner of slot 0");
+    let url = format!("redis://127.0.0.1:{port}");
+    let local = (0..)
+        .map(|i| format!("n{i}"))
+        .find(|name| cluster.primary_of_slot(slot_of(format!("{{{name}}}"))).ok() == Some(port))
+        .expect("a name on the node");
+    let remote = (0..)
+        .map(|i| format!("n{i}"))
+        .find(|name| cluster.primary_of_slot(slot_of(format!("{{{name}}}"))).ok() != Some(port))
+        .expect("a name elsewhere");
+    for name in [local, remote] {
+        let result = timeout(HANG, async {
+            let e = tenure::Election::builder(&name).redis(&url).build().await?;
+            e.try_campaign().await
+        })
+        .await
+        .expect("no hang");
+        let err = result.expect_err("a cluster node is no single server");
+        let text = err.to_string();
+        assert!(text.contains("is a Redis Cluster node"), "{name}: {text}");
+        assert!(text.contains("redis+cluster://"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        assert!(!err.is_transient(), "{text}");
+    }
+}
+
 /// Seeds of two clusters are two stores: refused with one line naming a
 /// node of each, not "the first slot map to answer wins".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

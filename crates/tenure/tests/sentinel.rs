@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use redis_process::{Node, SentinelGroup};
-use tenure::Store;
+use tenure::{Election, Store};
 use tokio::time::timeout;
 
 use support::topo::{self, after_fault, contenders, election, handover, store, until_led};
@@ -389,4 +389,25 @@ async fn sentinels_of_two_groups_are_refused() {
     );
     assert!(!text.contains('\n'), "{text}");
     assert!(!err.is_transient(), "a person must fix the URL: {text}");
+}
+
+/// A sentinel's port given as a plain `redis://` URL: one line that says
+/// it is a sentinel and which URL to use (it used to fail later with
+/// "unknown command 'EVALSHA'").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_given_as_a_single_server_is_a_clear_error() {
+    let group = group();
+    let url = format!("redis://127.0.0.1:{}", group.sentinel_ports()[0]);
+    let result = timeout(HANG, async {
+        let e = Election::builder("wrong").redis(&url).build().await?;
+        e.try_campaign().await
+    })
+    .await
+    .expect("no hang");
+    let err = result.expect_err("a sentinel is no data node");
+    let text = err.to_string();
+    assert!(text.contains("is a Redis Sentinel"), "{text}");
+    assert!(text.contains("redis+sentinel://"), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+    assert!(!err.is_transient(), "{text}");
 }

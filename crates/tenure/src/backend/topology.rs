@@ -6,7 +6,9 @@
 //! (or none, outside a cluster) into the node that serves it, and hears
 //! back when a node failed, moved a slot or turned out to be a replica:
 //!
-//! - **Single server** (`redis://`, `rediss://`): always the same node.
+//! - **Single server** (`redis://`, `rediss://`): always the same node
+//!   (refused, naming the right scheme, when it is a cluster node or a
+//!   sentinel).
 //! - **Sentinel** (`redis+sentinel://`, `rediss+sentinel://`): every
 //!   sentinel is asked at once for the primary; of the answers (every
 //!   sentinel's at start, a majority's later) the one with the newest
@@ -422,6 +424,7 @@ impl Topology {
                     .query_async::<()>(&mut node.conn())
                     .await
                     .map_err(|e| topology.target.classify_first(e))?;
+                topology.refuse_other_modes(&node).await?;
                 topology.lock().primary = Some(Arc::new(node));
             }
             Layout::Sentinel { .. } => {
@@ -442,6 +445,40 @@ impl Topology {
             }
         }
         Ok(topology)
+    }
+
+    /// A `redis://` URL that names a cluster node or a sentinel: say so,
+    /// and which URL to use, instead of failing later with `MOVED`,
+    /// `CROSSSLOT` or an unknown `EVALSHA`. A server that refuses `INFO`
+    /// (an ACL) is taken as a single server.
+    async fn refuse_other_modes(&self, node: &Node) -> Result<()> {
+        let Ok(info) = redis::cmd("INFO")
+            .arg("server")
+            .query_async::<String>(&mut node.conn())
+            .await
+        else {
+            return Ok(());
+        };
+        let mode = info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_mode:"))
+            .map(str::trim);
+        let url = self.target.redacted();
+        let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url.as_str()));
+        let hosts = rest.split('/').next().unwrap_or(rest);
+        let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, hosts)| hosts);
+        match mode {
+            Some("cluster") => Err(Error::Config(format!(
+                "{url} is a Redis Cluster node: use {scheme}+cluster://{hosts} (more nodes may \
+                 follow, comma-separated), which routes each election to the node of its slot"
+            ))),
+            Some("sentinel") => Err(Error::Config(format!(
+                "{url} is a Redis Sentinel, not a data node: use \
+                 {scheme}+sentinel://{hosts}[,MORE-SENTINELS]/SERVICE, which follows the \
+                 primary the sentinels name for SERVICE"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
