@@ -442,9 +442,68 @@ impl Topology {
             }
             Layout::Cluster { .. } => {
                 topology.refresh_slots().await?;
+                topology.warn_about_full_coverage().await;
             }
         }
         Ok(topology)
+    }
+
+    /// With Redis's default `cluster-require-full-coverage yes`, every node
+    /// answers `CLUSTERDOWN` from the moment a primary is judged failed
+    /// until its replica is promoted (about 2 s with a node timeout of
+    /// 1 s), so every term whose ttl is shorter ends, on every shard. That
+    /// costs terms, never safety (nobody is granted a lease meanwhile), so
+    /// it is said, not refused. `CONFIG GET` may be refused (an ACL, a
+    /// managed service): then that is said, and tenure carries on.
+    async fn warn_about_full_coverage(&self) {
+        let Ok(primaries) = self.primaries().await else {
+            return;
+        };
+        let asked = primaries.iter().map(|node| async move {
+            let reply = tokio::time::timeout(
+                self.call_timeout,
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("cluster-require-full-coverage")
+                    .query_async::<HashMap<String, String>>(&mut node.conn()),
+            )
+            .await;
+            let reply = match reply {
+                Ok(Ok(reply)) => Ok(reply.get("cluster-require-full-coverage").cloned()),
+                Ok(Err(err)) => Err(crate::error::one_line(&err.to_string())),
+                Err(_) => Err(format!("no answer within {:?}", self.call_timeout)),
+            };
+            (node.addr.clone(), reply)
+        });
+        let mut full = Vec::new();
+        let mut unknown = Vec::new();
+        for (addr, reply) in futures_util::future::join_all(asked).await {
+            match reply {
+                Ok(Some(value)) if value.eq_ignore_ascii_case("no") => {}
+                Ok(Some(_)) => full.push(addr),
+                Ok(None) => unknown.push(format!("{addr}: not reported")),
+                Err(why) => unknown.push(format!("{addr}: {why}")),
+            }
+        }
+        if !full.is_empty() {
+            tracing::warn!(
+                nodes = %full.join(", "),
+                "cluster-require-full-coverage is yes (Redis's default): while any shard fails \
+                 over, every node answers CLUSTERDOWN (cluster-node-timeout plus the replicas' \
+                 election), and the terms of elections on healthy shards whose ttl is shorter \
+                 end; set cluster-require-full-coverage no on every node, or use a ttl above \
+                 that (README: Topologies)"
+            );
+        }
+        if !unknown.is_empty() {
+            tracing::warn!(
+                nodes = %unknown.join("; "),
+                "cannot read cluster-require-full-coverage (CONFIG GET refused or unanswered); \
+                 if it is yes (Redis's default), a failover of any shard ends the terms on every \
+                 shard whose ttl is shorter than the failover: make sure it is no (README: \
+                 Topologies)"
+            );
+        }
     }
 
     /// A `redis://` URL that names a cluster node or a sentinel: say so,
