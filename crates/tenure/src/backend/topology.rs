@@ -1324,6 +1324,7 @@ async fn watch_switches(topology: Weak<Topology>, sentinel: String, stop: Cancel
             tls_ca: strong.target.tls_ca.clone(),
         };
         drop(strong);
+        let mut subscribed = false;
         let session = async {
             let limit = Duration::from_secs(5);
             let pubsub = target
@@ -1338,12 +1339,8 @@ async fn watch_switches(topology: Weak<Topology>, sentinel: String, stop: Cancel
                 .map_err(|e| target.classify(e))?;
             // A switch may have been announced while we were not listening:
             // check the primary again at the next call.
-            if let Some(topology) = topology.upgrade() {
-                let current = topology.lock().primary.as_ref().map(|n| n.addr.clone());
-                if let Some(current) = current {
-                    topology.forget_primary(&current);
-                }
-            }
+            forget_current_primary(&topology);
+            subscribed = true;
             // A half-open connection delivers nothing: ping it.
             let mut keepalive = tokio::time::interval(limit);
             keepalive.tick().await;
@@ -1386,6 +1383,11 @@ async fn watch_switches(topology: Weak<Topology>, sentinel: String, stop: Cancel
             ended = session => {
                 if let Err(err) = ended {
                     tracing::debug!(%sentinel, error = %err, "+switch-master subscription failed");
+                    if subscribed {
+                        // A failed call (the keepalive ping): the sentinel
+                        // may have announced a switch we did not hear.
+                        forget_current_primary(&topology);
+                    }
                 } else {
                     backoff = Duration::from_millis(100);
                 }
@@ -1396,6 +1398,16 @@ async fn watch_switches(topology: Weak<Topology>, sentinel: String, stop: Cancel
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Ask the sentinels for the primary again at the next call.
+fn forget_current_primary(topology: &Weak<Topology>) {
+    if let Some(topology) = topology.upgrade() {
+        let current = topology.lock().primary.as_ref().map(|n| n.addr.clone());
+        if let Some(current) = current {
+            topology.forget_primary(&current);
+        }
     }
 }
 
