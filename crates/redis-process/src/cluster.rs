@@ -83,6 +83,7 @@ pub struct ClusterBuilder {
     replicas: usize,
     password: Option<String>,
     node_timeout: Duration,
+    full_coverage: bool,
 }
 
 impl Default for ClusterBuilder {
@@ -92,6 +93,7 @@ impl Default for ClusterBuilder {
             replicas: 1,
             password: None,
             node_timeout: Duration::from_millis(1000),
+            full_coverage: true,
         }
     }
 }
@@ -123,6 +125,15 @@ impl ClusterBuilder {
     /// unreachable before it is judged failing and its replica takes over.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
+        self
+    }
+
+    /// `cluster-require-full-coverage` (default `yes`, as Redis's own): with
+    /// `yes`, every node refuses every command (`CLUSTERDOWN`) while any
+    /// slot is unserved, as between a primary's failure and its replica's
+    /// promotion; with `no`, only the failed shard's slots are refused.
+    pub fn full_coverage(mut self, required: bool) -> Self {
+        self.full_coverage = required;
         self
     }
 
@@ -214,9 +225,10 @@ impl ClusterBuilder {
             "cluster-port {}\nsave \"\"\nappendonly no\nenable-debug-command local\n\
              repl-diskless-sync-delay 0\ncluster-enabled yes\n\
              cluster-config-file nodes.conf\ncluster-node-timeout {}\n\
-             cluster-announce-ip 127.0.0.1\n",
+             cluster-announce-ip 127.0.0.1\ncluster-require-full-coverage {}\n",
             ports.bus.unwrap_or_default(),
             self.node_timeout.as_millis(),
+            if self.full_coverage { "yes" } else { "no" },
         ));
         if let Some(password) = &self.password {
             config.push_str(&format!(

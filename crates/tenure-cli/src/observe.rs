@@ -5,7 +5,10 @@
 //! type) does not hide the others: it is listed as unreadable, its reason
 //! goes to stderr, and the exit status is 69 once everything is printed, so
 //! that a monitoring script notices that someone else's data sits under
-//! tenure's prefix.
+//! tenure's prefix. A node that cannot be read (a silent cluster primary)
+//! hides none of the others either: the elections of the nodes that answer
+//! are listed, the silent node is named (`unreadable_nodes` in `--json`,
+//! a line on stderr), and the exit status is 69.
 
 use std::time::SystemTime;
 
@@ -51,10 +54,30 @@ fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
+/// A node whose elections could not be listed, in `status --json`.
+#[derive(Debug, Serialize)]
+struct UnreadNode {
+    node: String,
+    error: String,
+}
+
 pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     let store = args.redis.connect().await?;
+    let mut unread = Vec::new();
     let names = if args.names.is_empty() {
-        store.elections(&args.redis.prefix).await?
+        let mut names = Vec::new();
+        for (node, listed) in store.elections_by_node(&args.redis.prefix).await? {
+            match listed {
+                Ok(found) => names.extend(found),
+                Err(err) => unread.push(UnreadNode {
+                    node,
+                    error: err.to_string(),
+                }),
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
     } else {
         args.names.clone()
     };
@@ -67,7 +90,9 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
                 error: None,
             },
             // The connection is gone: every further entry would fail too.
-            Err(err) if err.is_transient() => return Err(err.into()),
+            Err(err) if err.is_transient() && unread.is_empty() && rows.is_empty() => {
+                return Err(err.into())
+            }
             Err(err) => ElectionStatus {
                 name,
                 leader: None,
@@ -76,9 +101,22 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
         };
         rows.push(row);
     }
+    for node in &unread {
+        complain!(
+            "tenure: the elections on node {} are unreadable: {}",
+            node.node,
+            printable(&node.error)
+        );
+    }
     if args.json {
-        let json = serde_json::json!({ "elections": rows });
+        let json = serde_json::json!({ "elections": rows, "unreadable_nodes": unread });
         crate::output::line(&json.to_string());
+    } else if !unread.is_empty() {
+        let mut text = table(&rows);
+        for node in &unread {
+            text.push_str(&format!("(elections on {}: unreadable)\n", node.node));
+        }
+        crate::output::text(&text);
     } else if rows.is_empty() {
         crate::output::line(&format!(
             "no elections with a leader under prefix {:?}",
@@ -98,7 +136,7 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
             );
         }
     }
-    Ok(if unreadable == 0 {
+    Ok(if unreadable == 0 && unread.is_empty() {
         exit::OK
     } else {
         exit::UNAVAILABLE

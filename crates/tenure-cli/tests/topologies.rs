@@ -69,3 +69,51 @@ fn run_and_status_cover_every_shard_of_a_cluster() {
     });
     drop(instances);
 }
+
+#[test]
+fn status_on_a_cluster_with_a_silent_primary_lists_the_rest() {
+    let cluster = RedisCluster::start().expect("a Redis Cluster");
+    let url = cluster.url();
+    let scratch = Scratch::new("cluster-silent");
+    let mut names: Vec<String> = Vec::new();
+    let mut shards = Vec::new();
+    for i in 0.. {
+        let name = format!("job-{i}");
+        let shard = cluster
+            .primary_of_slot(slot_of(format!("{{{name}}}")))
+            .expect("owner");
+        if !shards.contains(&shard) {
+            shards.push(shard);
+            names.push(name);
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let instances: Vec<Instance> = names
+        .iter()
+        .map(|name| Instance::start(&url, name, name, &[], LONG_JOB, &scratch))
+        .collect();
+    eventually("every election is led", || status(&url).len() == 3);
+    let silent = shards[0];
+    cluster.pause(silent).expect("SIGSTOP");
+    let out = support::tenure_output(&["status", "--json", "--store", &url]);
+    cluster.unpause(silent).expect("SIGCONT");
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut listed: Vec<&str> = json["elections"]
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    listed.sort();
+    let mut readable: Vec<&str> = names[1..].iter().map(String::as_str).collect();
+    readable.sort();
+    assert_eq!(listed, readable, "{json}");
+    let node = format!("127.0.0.1:{silent}");
+    assert_eq!(json["unreadable_nodes"][0]["node"], node.as_str(), "{json}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&node), "{stderr}");
+    drop(instances);
+}

@@ -263,38 +263,78 @@ pub async fn connect(
 }
 
 /// Names of all elections with a live lease under `prefix`, sorted, read
-/// with `SCAN` (never `KEYS`) on every primary.
+/// with `SCAN` (never `KEYS`) on every primary. Fails when any primary
+/// cannot be read, naming it; [`list_elections_by_node`] lists what can be.
 pub async fn list_elections(conn: &mut Connection, prefix: &str) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for (node, listed) in list_elections_by_node(conn, prefix).await? {
+        match listed {
+            Ok(found) => names.extend(found),
+            Err(err) => {
+                return Err(crate::Error::Unreachable {
+                    url: node,
+                    detail: format!("cannot list its elections: {err}"),
+                })
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
+}
+
+/// Every primary (`host:port`; the single server, the sentinels' primary,
+/// or each cluster node that serves a slot) with the names of the
+/// elections it holds under `prefix`, sorted, or why they could not be read.
+/// The primaries are scanned at once, so a silent node costs one call
+/// timeout and hides nothing of the others.
+pub async fn list_elections_by_node(
+    conn: &mut Connection,
+    prefix: &str,
+) -> Result<Vec<(String, Result<Vec<String>>)>> {
     validate_name("key prefix", prefix)?;
+    let conn = &*conn;
+    let scans = conn
+        .topology
+        .primaries()
+        .await?
+        .into_iter()
+        .map(|node| async move {
+            let names = scan_node(conn, &node, prefix).await;
+            (node.addr.clone(), names)
+        });
+    Ok(futures_util::future::join_all(scans).await)
+}
+
+/// The elections under `prefix` on one node, sorted.
+async fn scan_node(conn: &Connection, node: &Arc<Node>, prefix: &str) -> Result<Vec<String>> {
     let pattern = Keys::lease_pattern(prefix);
     let url = conn.topology.target().redacted();
+    let mut node_conn = node.conn();
     let mut names = Vec::new();
-    for node in conn.topology.primaries().await? {
-        let mut node_conn = node.conn();
-        let mut cursor: u64 = 0;
-        loop {
-            let scanned: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut node_conn)
-                .await;
-            let (next, batch) = scanned.map_err(|e| {
-                conn.after_error(&node, &e);
-                classify(e, &url)
-            })?;
-            names.extend(
-                batch
-                    .iter()
-                    .filter_map(|key| Keys::name_of_lease(prefix, key)),
-            );
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+    let mut cursor: u64 = 0;
+    loop {
+        let scanned: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(500)
+            .query_async(&mut node_conn)
+            .await;
+        let (next, batch) = scanned.map_err(|e| {
+            conn.after_error(node, &e);
+            classify(e, &url)
+        })?;
+        names.extend(
+            batch
+                .iter()
+                .filter_map(|key| Keys::name_of_lease(prefix, key)),
+        );
+        if next == 0 {
+            break;
         }
+        cursor = next;
     }
     names.sort();
     names.dedup();

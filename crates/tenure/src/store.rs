@@ -114,6 +114,41 @@ impl Store {
         }
     }
 
+    /// [`Store::elections`], node by node: each primary of a Redis store
+    /// (`host:port`) with its elections, or why they could not be read, so
+    /// that one silent cluster node hides none of the others' (what
+    /// `tenure status` lists). An etcd or memory store is one entry.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let memory = tenure::MemoryStore::new();
+    /// let store = tenure::Store::memory(&memory);
+    /// let election = tenure::Election::builder("jobs").store(&store).build().await?;
+    /// let _term = election.campaign().await?;
+    /// let nodes = store.elections_by_node("tenure").await?;
+    /// assert_eq!(nodes.len(), 1);
+    /// assert_eq!(nodes[0].1.as_deref().ok(), Some(&["jobs".to_string()][..]));
+    /// # Ok(()) }
+    /// ```
+    pub async fn elections_by_node(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, Result<Vec<String>>)>> {
+        crate::keys::validate_name("key prefix", prefix)?;
+        match &self.kind {
+            StoreKind::Redis(shared) => {
+                let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
+                crate::admin::list_elections_by_node(&mut conn, prefix).await
+            }
+            #[cfg(feature = "etcd")]
+            StoreKind::Etcd(store) => Ok(vec![(
+                "etcd".to_string(),
+                store.list_elections(prefix).await,
+            )]),
+            StoreKind::Memory(memory) => Ok(vec![("memory".to_string(), Ok(memory.elections()))]),
+        }
+    }
+
     /// Who leads election `name` under `prefix` (`None`: nobody). Reads
     /// only; see [`Store::elections`].
     pub async fn leader_of(&self, prefix: &str, name: &str) -> Result<Option<LeaderInfo>> {

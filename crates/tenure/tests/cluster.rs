@@ -332,3 +332,190 @@ async fn a_silent_node_does_not_stop_the_other_shards() {
         .unpause()
         .expect("SIGCONT");
 }
+
+/// A cluster node given as a plain `redis://` URL: one line that says it
+/// is a cluster node and which URL to use, whether or not the election's
+/// slot is on that node (it used to fail with "Moved: …" for a slot
+/// elsewhere, and repeat `CROSSSLOT` for a slot of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_node_given_as_a_single_server_is_a_clear_error() {
+    let cluster = cluster();
+    let port = cluster.primary_of_slot(0).expect("owner of slot 0");
+    let url = format!("redis://127.0.0.1:{port}");
+    let local = (0..)
+        .map(|i| format!("n{i}"))
+        .find(|name| cluster.primary_of_slot(slot_of(format!("{{{name}}}"))).ok() == Some(port))
+        .expect("a name on the node");
+    let remote = (0..)
+        .map(|i| format!("n{i}"))
+        .find(|name| cluster.primary_of_slot(slot_of(format!("{{{name}}}"))).ok() != Some(port))
+        .expect("a name elsewhere");
+    for name in [local, remote] {
+        let result = timeout(HANG, async {
+            let e = tenure::Election::builder(&name).redis(&url).build().await?;
+            e.try_campaign().await
+        })
+        .await
+        .expect("no hang");
+        let err = result.expect_err("a cluster node is no single server");
+        let text = err.to_string();
+        assert!(text.contains("is a Redis Cluster node"), "{name}: {text}");
+        assert!(text.contains("redis+cluster://"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        assert!(!err.is_transient(), "{text}");
+    }
+}
+
+/// Seeds of two clusters are two stores: refused with one line naming a
+/// node of each, not "the first slot map to answer wins".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seeds_of_two_clusters_are_refused() {
+    let (a, b) = (cluster(), cluster());
+    let (a_ports, b_ports) = (a.primary_ports().expect("A"), b.primary_ports().expect("B"));
+    let mixed = format!(
+        "redis+cluster://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}",
+        b_ports[0], a_ports[0], a_ports[1]
+    );
+    let err = timeout(HANG, Store::redis(&mixed).connect())
+        .await
+        .expect("no hang")
+        .expect_err("two clusters");
+    let text = err.to_string();
+    assert!(text.contains("different Redis Clusters"), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", b_ports[0])),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    assert!(!err.is_transient(), "{text}");
+}
+
+/// Log lines written while a [`Captured`] is the thread's subscriber.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        let bytes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut bytes = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
+}
+
+/// With Redis's default `cluster-require-full-coverage yes`, every node
+/// refuses every command while one shard fails over, so terms on healthy
+/// shards end too: connecting says so, naming the setting, and does not
+/// refuse (it costs terms, never safety). With `no`, nothing is said.
+#[tokio::test]
+async fn full_coverage_is_warned_about_when_connecting() {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let captured = Captured::default();
+    let _logs = tracing_subscriber::fmt()
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .finish()
+        .set_default();
+    let default = RedisCluster::start().expect("a cluster");
+    drop(store(&default.url()).await);
+    let text = captured.text();
+    assert!(text.contains("cluster-require-full-coverage"), "{text}");
+    assert!(
+        text.contains("cluster-require-full-coverage no"),
+        "the fix: {text}"
+    );
+    drop(default);
+    let before = captured.text().len();
+    let partial = RedisCluster::builder()
+        .full_coverage(false)
+        .start()
+        .expect("a cluster");
+    drop(store(&partial.url()).await);
+    let after = captured.text()[before..].to_string();
+    assert!(!after.contains("full-coverage"), "{after}");
+    // A user that may not run CONFIG: said, and carried on.
+    for port in partial.ports() {
+        partial
+            .command(
+                port,
+                &[
+                    "ACL", "SETUSER", "noconf", "on", ">pw", "~*", "&*", "+@all", "-config",
+                ],
+            )
+            .expect("ACL SETUSER");
+    }
+    let limited = partial
+        .url()
+        .replace("redis+cluster://", "redis+cluster://noconf:pw@");
+    drop(store(&limited).await);
+    let after = captured.text()[before..].to_string();
+    assert!(
+        after.contains("cannot read cluster-require-full-coverage"),
+        "{after}"
+    );
+}
+
+/// A killed primary costs the elections of the other shards nothing when
+/// the cluster serves the slots it still covers
+/// (`cluster-require-full-coverage no`): their terms renew through the
+/// failover. (With `yes` every node answers CLUSTERDOWN for about 2 s and
+/// every one of these terms ends.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shard_primary_costs_the_other_shards_nothing() {
+    init_logs();
+    let cluster = RedisCluster::builder()
+        .full_coverage(false)
+        .start()
+        .expect("a cluster");
+    let url = cluster.url();
+    let killed = cluster.primary_of_slot(0).expect("owner of slot 0");
+    let mut names = Vec::new();
+    for port in cluster.primary_ports().expect("primaries") {
+        if port == killed {
+            continue;
+        }
+        let name = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|name| cluster.primary_of_slot(slot_of(format!("{{{name}}}"))).ok() == Some(port))
+            .expect("a name on the shard");
+        names.push(name);
+    }
+    let shared = store(&url).await;
+    let mut terms = Vec::new();
+    for name in &names {
+        let e = election(&shared, name, "a").await;
+        terms.push((campaign(&e).await, e));
+    }
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill(killed).expect("kill -9");
+        cluster
+            .wait_for_failover(killed)
+            .expect("the replica takes over");
+        cluster
+    })
+    .await
+    .expect("joins");
+    for (term, _) in &terms {
+        // Renewed after the failover, never lost meanwhile.
+        renewed(term).await;
+        assert!(term.is_leader(), "{:?}", term.lost_reason());
+    }
+    drop(cluster);
+}

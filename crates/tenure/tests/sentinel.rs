@@ -8,12 +8,15 @@
 
 mod support;
 
-use redis_process::SentinelGroup;
-use tenure::Store;
+use std::time::Duration;
+
+use redis_process::{Node, SentinelGroup};
+use tenure::{Election, Store};
 use tokio::time::timeout;
 
-use support::topo::{self, after_fault, contenders, election, store, until_led};
-use support::{campaign, init_logs, TermLog, HANG};
+use support::topo::{self, after_fault, contenders, election, handover, store, until_led};
+use support::topo::{MARGIN, TTL};
+use support::{campaign, init_logs, TermLog, TermRecord, HANG};
 
 fn group() -> SentinelGroup {
     init_logs();
@@ -247,4 +250,164 @@ async fn the_promoted_replica_holds_off_before_its_first_lease() {
     // know of may still lead, so no lease is granted for one ttl.
     topo::holds_off_after_the_failover(&url, "holdoff").await;
     drop(group);
+}
+
+/// Wait until at least `count` clients of `sentinel` are subscribed to
+/// something (tenure's stores listen for `+switch-master`).
+async fn until_subscribed(sentinel: &Node, count: usize) {
+    timeout(HANG, async {
+        loop {
+            let clients = sentinel.command(&["CLIENT", "LIST"]).expect("CLIENT LIST");
+            let subscribed = clients
+                .lines()
+                .filter(|line| {
+                    line.split(' ')
+                        .any(|f| f.starts_with("sub=") && f != "sub=0")
+                })
+                .count();
+            if subscribed >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("subscribed to the sentinel");
+}
+
+/// The longest time two of `terms` led at once.
+fn longest_overlap(terms: &[TermRecord]) -> Duration {
+    let mut longest = Duration::ZERO;
+    for (i, a) in terms.iter().enumerate() {
+        for b in &terms[i + 1..] {
+            let overlap = a
+                .ended
+                .min(b.ended)
+                .saturating_duration_since(a.began.max(b.began));
+            longest = longest.max(overlap);
+        }
+    }
+    longest
+}
+
+/// A planned failover (`SENTINEL FAILOVER`) while the sentinel a leader
+/// listens to is hung (SIGSTOP): nothing is partitioned, yet the leader
+/// must learn of the new primary from the other sentinels. Otherwise a
+/// candidate that follows a healthy sentinel is elected on the new primary
+/// while the leader keeps renewing on the old one, which stays writable
+/// until the sentinels demote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_failover_while_a_sentinel_hangs_gives_one_leader() {
+    init_logs();
+    // Sentinel demotes a primary that came back (here: that was failed
+    // over while running) after four publish periods: 8 s here, well
+    // past the promoted replica's hold-off of one ttl.
+    let group = SentinelGroup::builder()
+        .publish_period(Duration::from_secs(2))
+        .start()
+        .expect("a Sentinel group");
+    let ports = group.sentinel_ports();
+    let url = group.url();
+    let reordered = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/{}",
+        ports[1],
+        ports[2],
+        ports[0],
+        group.service_name()
+    );
+    let log = TermLog::default();
+    let leader = log.contend(election(&store(&url).await, "hung", "a").await, TTL, MARGIN);
+    let first = log.until_term_after(0).await;
+    let follower = election(&store(&reordered).await, "hung", "b").await;
+    let follower = log.contend(follower, TTL, MARGIN);
+    // Each store listens on the first sentinel of its URL at least.
+    until_subscribed(&group.sentinels()[0], 1).await;
+    until_subscribed(&group.sentinels()[1], 1).await;
+    let hung = group.sentinels()[0].port();
+    group
+        .node(hung)
+        .expect("sentinel")
+        .pause()
+        .expect("SIGSTOP");
+    let group = tokio::task::spawn_blocking(move || {
+        let old = group.primary_port().expect("a primary");
+        let new = group.failover().expect("SENTINEL FAILOVER");
+        assert_ne!(new, old);
+        // The old primary is a replica again: a leader still renewing
+        // there now fails.
+        group
+            .wait_until_ready(HANG)
+            .expect("the old primary demoted");
+        group
+    })
+    .await
+    .expect("joins");
+    handover(&log).await;
+    for task in [leader, follower] {
+        task.abort();
+        let _ = task.await;
+    }
+    group
+        .node(hung)
+        .expect("sentinel")
+        .unpause()
+        .expect("SIGCONT");
+    let terms = log.finish();
+    eprintln!(
+        "first token {first}; terms {:?}; longest overlap {:?}",
+        terms.iter().map(|t| (&t.id, t.token)).collect::<Vec<_>>(),
+        longest_overlap(&terms)
+    );
+    TermLog::assert_safe(&terms);
+}
+
+/// Two Sentinel groups that monitor the same service name (each its own
+/// primary) are two stores: a URL that lists sentinels of both is refused
+/// with one line naming a sentinel of each, not half the instances sent to
+/// each primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_of_two_groups_are_refused() {
+    let (a, b) = (group(), group());
+    let (a_ports, b_ports) = (a.sentinel_ports(), b.sentinel_ports());
+    // B's sentinel first: today's "first primary to answer" is either.
+    let mixed = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{},127.0.0.1:{}/{}",
+        b_ports[0],
+        a_ports[0],
+        a_ports[1],
+        a.service_name()
+    );
+    let err = timeout(HANG, Store::redis(&mixed).connect())
+        .await
+        .expect("no hang")
+        .expect_err("two Sentinel groups");
+    let text = err.to_string();
+    assert!(text.contains("different Sentinel groups"), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", b_ports[0])),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    assert!(!err.is_transient(), "a person must fix the URL: {text}");
+}
+
+/// A sentinel's port given as a plain `redis://` URL: one line that says
+/// it is a sentinel and which URL to use (it used to fail later with
+/// "unknown command 'EVALSHA'").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_given_as_a_single_server_is_a_clear_error() {
+    let group = group();
+    let url = format!("redis://127.0.0.1:{}", group.sentinel_ports()[0]);
+    let result = timeout(HANG, async {
+        let e = Election::builder("wrong").redis(&url).build().await?;
+        e.try_campaign().await
+    })
+    .await
+    .expect("no hang");
+    let err = result.expect_err("a sentinel is no data node");
+    let text = err.to_string();
+    assert!(text.contains("is a Redis Sentinel"), "{text}");
+    assert!(text.contains("redis+sentinel://"), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+    assert!(!err.is_transient(), "{text}");
 }

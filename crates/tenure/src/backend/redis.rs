@@ -201,12 +201,26 @@ fn classify_command_error(detail: &str) -> Error {
 /// check when connecting treats this as final: later, a primary demoted by a
 /// failover may be promoted back, so lease operations keep retrying.
 pub(crate) fn is_read_only(err: &RedisError) -> bool {
+    refused_with(err, "READONLY")
+}
+
+/// Whether a write was refused because the server is no primary that may
+/// take it: a replica (`READONLY`), or a Sentinel primary that lost the
+/// replicas `min-replicas-to-write` asks for (`NOREPLICAS`), as a primary
+/// just failed over from does.
+pub(crate) fn is_not_writable(err: &RedisError) -> bool {
+    refused_with(err, "READONLY") || refused_with(err, "NOREPLICAS")
+}
+
+/// Whether `err` is the error `code`, from Redis or from a command inside
+/// a tenure script.
+fn refused_with(err: &RedisError, code: &str) -> bool {
     let detail = err.detail().unwrap_or_default();
     match err.code() {
-        Some("READONLY") => true,
+        Some(c) if c == code => true,
         Some("TENURECMD") => detail
             .split_once(' ')
-            .is_some_and(|(_, error)| error.starts_with("READONLY")),
+            .is_some_and(|(_, error)| error.starts_with(code)),
         _ => false,
     }
 }
@@ -750,8 +764,10 @@ impl RedisStore {
                         // Keys of one script half-way through a slot migration.
                         wait = true;
                     } else {
-                        if is_read_only(&err) {
-                            // A Sentinel primary demoted under us.
+                        if is_not_writable(&err) {
+                            // A Sentinel primary demoted under us, or one
+                            // whose replicas followed a new primary: ask
+                            // every sentinel again.
                             self.topology.failed(&node);
                         }
                         outcomes[i] = Some(Outcome::Reply(Err(err)));

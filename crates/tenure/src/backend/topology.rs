@@ -6,19 +6,27 @@
 //! (or none, outside a cluster) into the node that serves it, and hears
 //! back when a node failed, moved a slot or turned out to be a replica:
 //!
-//! - **Single server** (`redis://`, `rediss://`): always the same node.
-//! - **Sentinel** (`redis+sentinel://`, `rediss+sentinel://`): the primary
-//!   is asked of the sentinels, and used only after it says `role:master`
-//!   itself (a sentinel can be behind, and a demoted primary that comes
-//!   back still believes it is one until it is reconfigured). A failed
-//!   call, a `READONLY` reply or a `+switch-master` announcement makes the
-//!   next call ask the sentinels again. Nothing is cached across a
-//!   failover: a node is used for writes only while it is the primary the
-//!   sentinels name.
+//! - **Single server** (`redis://`, `rediss://`): always the same node
+//!   (refused, naming the right scheme, when it is a cluster node or a
+//!   sentinel).
+//! - **Sentinel** (`redis+sentinel://`, `rediss+sentinel://`): every
+//!   sentinel is asked at once for the primary; of the answers (every
+//!   sentinel's at start, a majority's later) the one with the newest
+//!   configuration epoch wins, and its primary is used only after it says
+//!   `role:master` itself (a demoted primary that comes back still
+//!   believes it is one until it is reconfigured). Sentinels that do not
+//!   know each other are two groups, that is two stores: refused. tenure
+//!   listens for `+switch-master` on every sentinel, so one hung sentinel
+//!   cannot keep a failover from it; an announcement, a failed call, or a
+//!   `READONLY` or `NOREPLICAS` reply makes the next call ask them all
+//!   again. Nothing is cached across a failover.
 //! - **Cluster** (`redis+cluster://`, `rediss+cluster://`): the slot map
-//!   comes from `CLUSTER SLOTS`; `MOVED` updates it, `ASK` sends one
-//!   command to the importing node. Every key of an election shares the
-//!   `{NAME}` hash tag, so each lease operation is one script on one node.
+//!   comes from `CLUSTER SLOTS` (at start from every seed, which must all
+//!   be nodes of one cluster; later from the first node to answer, whose
+//!   map must share a node with the one before); `MOVED` updates it, `ASK`
+//!   sends one command to the importing node. Every key of an election
+//!   shares the `{NAME}` hash tag, so each lease operation is one script on
+//!   one node.
 //!
 //! Why tenure routes itself instead of using the redis crate's cluster and
 //! sentinel clients: those build their TLS from the process-wide rustls
@@ -358,6 +366,9 @@ struct State {
     nodes: HashMap<String, Arc<Node>>,
     /// Cluster: the slot map is known to be out of date.
     stale: bool,
+    /// Cluster: the node IDs of the last slot map read (primaries and
+    /// replicas): the next map must share one, or it is another cluster's.
+    cluster_ids: std::collections::HashSet<String>,
     /// Sentinel: the address of the last primary used (announced to the
     /// subscriber only when it changes).
     last_primary: Option<String>,
@@ -413,17 +424,120 @@ impl Topology {
                     .query_async::<()>(&mut node.conn())
                     .await
                     .map_err(|e| topology.target.classify_first(e))?;
+                topology.refuse_other_modes(&node).await?;
                 topology.lock().primary = Some(Arc::new(node));
             }
             Layout::Sentinel { .. } => {
                 topology.discover_primary().await?;
-                tokio::spawn(watch_switches(Arc::downgrade(&topology), stop));
+                if let Layout::Sentinel { sentinels, .. } = &topology.url.layout {
+                    for sentinel in sentinels {
+                        let watch = watch_switches(
+                            Arc::downgrade(&topology),
+                            sentinel.clone(),
+                            stop.clone(),
+                        );
+                        tokio::spawn(watch);
+                    }
+                }
             }
             Layout::Cluster { .. } => {
                 topology.refresh_slots().await?;
+                topology.warn_about_full_coverage().await;
             }
         }
         Ok(topology)
+    }
+
+    /// With Redis's default `cluster-require-full-coverage yes`, every node
+    /// answers `CLUSTERDOWN` from the moment a primary is judged failed
+    /// until its replica is promoted (about 2 s with a node timeout of
+    /// 1 s), so every term whose ttl is shorter ends, on every shard. That
+    /// costs terms, never safety (nobody is granted a lease meanwhile), so
+    /// it is said, not refused. `CONFIG GET` may be refused (an ACL, a
+    /// managed service): then that is said, and tenure carries on.
+    async fn warn_about_full_coverage(&self) {
+        let Ok(primaries) = self.primaries().await else {
+            return;
+        };
+        let asked = primaries.iter().map(|node| async move {
+            let reply = tokio::time::timeout(
+                self.call_timeout,
+                redis::cmd("CONFIG")
+                    .arg("GET")
+                    .arg("cluster-require-full-coverage")
+                    .query_async::<HashMap<String, String>>(&mut node.conn()),
+            )
+            .await;
+            let reply = match reply {
+                Ok(Ok(reply)) => Ok(reply.get("cluster-require-full-coverage").cloned()),
+                Ok(Err(err)) => Err(crate::error::one_line(&err.to_string())),
+                Err(_) => Err(format!("no answer within {:?}", self.call_timeout)),
+            };
+            (node.addr.clone(), reply)
+        });
+        let mut full = Vec::new();
+        let mut unknown = Vec::new();
+        for (addr, reply) in futures_util::future::join_all(asked).await {
+            match reply {
+                Ok(Some(value)) if value.eq_ignore_ascii_case("no") => {}
+                Ok(Some(_)) => full.push(addr),
+                Ok(None) => unknown.push(format!("{addr}: not reported")),
+                Err(why) => unknown.push(format!("{addr}: {why}")),
+            }
+        }
+        if !full.is_empty() {
+            tracing::warn!(
+                nodes = %full.join(", "),
+                "cluster-require-full-coverage is yes (Redis's default): while any shard fails \
+                 over, every node answers CLUSTERDOWN (cluster-node-timeout plus the replicas' \
+                 election), and the terms of elections on healthy shards whose ttl is shorter \
+                 end; set cluster-require-full-coverage no on every node, or use a ttl above \
+                 that (README: Topologies)"
+            );
+        }
+        if !unknown.is_empty() {
+            tracing::warn!(
+                nodes = %unknown.join("; "),
+                "cannot read cluster-require-full-coverage (CONFIG GET refused or unanswered); \
+                 if it is yes (Redis's default), a failover of any shard ends the terms on every \
+                 shard whose ttl is shorter than the failover: make sure it is no (README: \
+                 Topologies)"
+            );
+        }
+    }
+
+    /// A `redis://` URL that names a cluster node or a sentinel: say so,
+    /// and which URL to use, instead of failing later with `MOVED`,
+    /// `CROSSSLOT` or an unknown `EVALSHA`. A server that refuses `INFO`
+    /// (an ACL) is taken as a single server.
+    async fn refuse_other_modes(&self, node: &Node) -> Result<()> {
+        let Ok(info) = redis::cmd("INFO")
+            .arg("server")
+            .query_async::<String>(&mut node.conn())
+            .await
+        else {
+            return Ok(());
+        };
+        let mode = info
+            .lines()
+            .find_map(|line| line.strip_prefix("redis_mode:"))
+            .map(str::trim);
+        let url = self.target.redacted();
+        let (scheme, rest) = url.split_once("://").unwrap_or(("redis", url.as_str()));
+        let hosts = rest.split('/').next().unwrap_or(rest);
+        let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, hosts)| hosts);
+        match mode {
+            Some("cluster") => Err(Error::Config(format!(
+                "{url} is a Redis Cluster node: use {scheme}+cluster://{hosts} (more nodes may \
+                 follow, comma-separated), which routes each election to the node of its slot"
+            ))),
+            Some("sentinel") => Err(Error::Config(format!(
+                "{url} is a Redis Sentinel, not a data node: use \
+                 {scheme}+sentinel://{hosts}[,MORE-SENTINELS]/SERVICE, which follows the \
+                 primary the sentinels name for SERVICE"
+            ))),
+            _ => Ok(()),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -615,71 +729,29 @@ impl Topology {
         }
     }
 
-    /// Ask the sentinels, one after another, for the primary, and use it
+    /// Ask every sentinel for the primary (see [`Topology::ask_sentinels`]),
+    /// take the newest answer of one Sentinel group, and use that primary
     /// once it says it is one.
     async fn discover_primary(&self) -> Result<Arc<Node>> {
-        let Layout::Sentinel {
-            sentinels,
-            service,
-            sentinel_userinfo,
-        } = &self.url.layout
-        else {
+        let Layout::Sentinel { service, .. } = &self.url.layout else {
             return Err(Error::redis("internal: not a Sentinel store"));
         };
         let _one = self.discovery.lock().await;
         for _ in 0..3 {
-            let forgotten = {
+            let (forgotten, first) = {
                 let state = self.lock();
                 if let Some(node) = &state.primary {
                     return Ok(node.clone());
                 }
-                state.forgotten
+                (state.forgotten, state.last_primary.is_none())
             };
-            // Every sentinel at once; the first primary that confirms it is
-            // one wins, so a silent sentinel holds up nothing.
-            let asked = sentinels.iter().map(|sentinel| async move {
-                let answer = tokio::time::timeout(
-                    self.call_timeout.max(Duration::from_millis(500)) * 2,
-                    self.ask_sentinel(sentinel, service, sentinel_userinfo.as_deref()),
-                )
-                .await;
-                match answer {
-                    Ok(Ok(node)) => Ok((sentinel, node)),
-                    Ok(Err(err)) => Err((format!("{sentinel}: {err}"), Some(err))),
-                    Err(_) => Err((format!("{sentinel}: no answer in time"), None)),
-                }
-            });
-            let mut pending: futures_util::stream::FuturesUnordered<_> = asked.collect();
-            let mut problems = Vec::new();
-            let mut final_error = None;
-            let mut found = None;
-            while let Some(answer) = pending.next().await {
-                match answer {
-                    Ok(found_here) => {
-                        found = Some(found_here);
-                        break;
-                    }
-                    Err((problem, err)) => {
-                        problems.push(problem);
-                        if let Some(err) = err.filter(|e| !e.is_transient()) {
-                            final_error.get_or_insert(err);
-                        }
-                    }
-                }
-            }
-            drop(pending);
-            let Some((sentinel, node)) = found else {
-                if let Some(err) = final_error {
-                    return Err(err);
-                }
-                return Err(Error::Unreachable {
-                    url: self.target.redacted(),
-                    detail: format!(
-                        "no sentinel named a primary for {service:?} that says it is one ({})",
-                        problems.join("; ")
-                    ),
-                });
+            let answers = self.ask_sentinels(first).await?;
+            one_sentinel_group(&answers, service).map_err(Error::Config)?;
+            let Some(newest) = newest_answer(&answers) else {
+                return Err(Error::redis("internal: no sentinel answer"));
             };
+            let (sentinel, addr) = (newest.sentinel.clone(), newest.primary.clone());
+            let node = self.confirm_primary(&addr).await?;
             let moved = {
                 let mut state = self.lock();
                 if state.forgotten != forgotten {
@@ -707,6 +779,71 @@ impl Topology {
         })
     }
 
+    /// Every sentinel's answer, all asked at once. The first discovery
+    /// (`all`) waits for every sentinel that answers within the timeout, so
+    /// that a list spanning two Sentinel groups is refused at start; later
+    /// ones wait for a majority of the list only (a hung sentinel must not
+    /// hold up following a failover), or for every sentinel to reply.
+    async fn ask_sentinels(&self, all: bool) -> Result<Vec<SentinelAnswer>> {
+        let Layout::Sentinel {
+            sentinels,
+            service,
+            sentinel_userinfo,
+        } = &self.url.layout
+        else {
+            return Err(Error::redis("internal: not a Sentinel store"));
+        };
+        let limit = self.call_timeout.max(Duration::from_millis(500)) * 2;
+        let asked = sentinels.iter().map(|sentinel| async move {
+            let answer = tokio::time::timeout(
+                limit,
+                self.ask_sentinel(sentinel, service, sentinel_userinfo.as_deref()),
+            )
+            .await;
+            match answer {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(err)) => Err((format!("{sentinel}: {err}"), Some(err))),
+                Err(_) => Err((format!("{sentinel}: no answer in time"), None)),
+            }
+        });
+        let needed = if all {
+            sentinels.len()
+        } else {
+            sentinels.len() / 2 + 1
+        };
+        let mut pending: futures_util::stream::FuturesUnordered<_> = asked.collect();
+        let mut answers = Vec::new();
+        let mut problems = Vec::new();
+        let mut final_error = None;
+        while let Some(answer) = pending.next().await {
+            match answer {
+                Ok(answer) => answers.push(answer),
+                Err((problem, err)) => {
+                    problems.push(problem);
+                    if let Some(err) = err.filter(|e| !e.is_transient()) {
+                        final_error.get_or_insert(err);
+                    }
+                }
+            }
+            if answers.len() >= needed {
+                break;
+            }
+        }
+        if !answers.is_empty() {
+            return Ok(answers);
+        }
+        if let Some(err) = final_error {
+            return Err(err);
+        }
+        Err(Error::Unreachable {
+            url: self.target.redacted(),
+            detail: format!(
+                "no sentinel named a primary for {service:?} ({})",
+                problems.join("; ")
+            ),
+        })
+    }
+
     /// Sentinel fails over asynchronously: a primary cut off from the
     /// sentinels keeps accepting writes, and a leader cut off with it keeps
     /// renewing there, unless the primary refuses writes it cannot
@@ -731,30 +868,80 @@ impl Topology {
         }
     }
 
-    /// One sentinel's answer: the primary of `service`, checked with ROLE.
+    /// One sentinel's answer: the primary of `service` with the
+    /// configuration epoch it was announced in, and who the sentinel is and
+    /// knows. Only the primary's address is required: a sentinel user may
+    /// be allowed `SENTINEL GET-MASTER-ADDR-BY-NAME` alone.
     async fn ask_sentinel(
         &self,
         sentinel: &str,
         service: &str,
         userinfo: Option<&str>,
-    ) -> Result<Arc<Node>> {
+    ) -> Result<SentinelAnswer> {
         let sentinel_target = RedisTarget {
             url: self.url.sentinel_url(sentinel, userinfo),
             tls_ca: self.target.tls_ca.clone(),
         };
         let mut conn = sentinel_target.endpoint()?.connection(self.call_timeout)?;
-        let reply: Option<(String, u16)> = redis::cmd("SENTINEL")
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.cmd("SENTINEL")
             .arg("get-master-addr-by-name")
-            .arg(service)
+            .arg(service);
+        pipe.cmd("SENTINEL").arg("master").arg(service);
+        pipe.cmd("SENTINEL").arg("myid");
+        pipe.cmd("SENTINEL").arg("sentinels").arg(service);
+        let replies: Vec<redis::RedisResult<Value>> = pipe
             .query_async(&mut conn)
             .await
             .map_err(|e| sentinel_target.classify_first(e))?;
-        let Some((host, port)) = reply else {
+        let mut replies = replies.into_iter();
+        let addr: Option<(String, u16)> = match replies.next() {
+            Some(Ok(value)) => redis::from_redis_value(value).map_err(|e| {
+                Error::redis(format!(
+                    "sentinel {sentinel} answered SENTINEL GET-MASTER-ADDR-BY-NAME \
+                     unexpectedly: {e}"
+                ))
+            })?,
+            Some(Err(err)) => return Err(sentinel_target.classify_first(err)),
+            None => return Err(Error::redis("internal: a pipeline reply is missing")),
+        };
+        let Some((host, port)) = addr else {
             return Err(Error::Config(format!(
                 "sentinel {sentinel} does not monitor a service named {service:?}"
             )));
         };
-        let addr = host_and_port(&host, port);
+        let epoch = match replies.next() {
+            Some(Ok(master)) => field_of(&master, "config-epoch").and_then(|e| e.parse().ok()),
+            _ => None,
+        };
+        let id = match replies.next() {
+            Some(Ok(id)) => text_of(&id),
+            _ => None,
+        };
+        let peers = match replies.next() {
+            Some(Ok(Value::Array(peers))) => Some(
+                peers
+                    .iter()
+                    .filter_map(|peer| field_of(peer, "runid"))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        Ok(SentinelAnswer {
+            sentinel: sentinel.to_string(),
+            primary: host_and_port(&host, port),
+            epoch,
+            id,
+            peers,
+        })
+    }
+
+    /// The node at `addr`, the primary a sentinel named, once it says with
+    /// `ROLE` that it is one (a sentinel can be behind, and a demoted
+    /// primary that comes back believes it is one until it is reconfigured).
+    async fn confirm_primary(&self, addr: &str) -> Result<Arc<Node>> {
+        let addr = addr.to_string();
         let node = match self.lock().nodes.get(&addr) {
             Some(node) => node.clone(),
             None => {
@@ -786,7 +973,7 @@ impl Topology {
             return Err(Error::Unreachable {
                 url: self.target.redacted(),
                 detail: format!(
-                    "the primary it named, {addr}, says it is a {}",
+                    "the primary the sentinels named, {addr}, says it is a {}",
                     if role.is_empty() {
                         "non-primary"
                     } else {
@@ -868,12 +1055,17 @@ impl Topology {
                 }
             }
         });
+        // The first read waits for every node that answers in time, so that
+        // seeds of two clusters are refused at start; later ones compare
+        // the first map with the one before.
+        let first_read = self.lock().cluster_ids.is_empty();
         let mut pending: futures_util::stream::FuturesUnordered<_> = asked.collect();
         let mut problems = Vec::new();
         let mut final_error = None;
+        let mut accepted: Option<SlotMap> = None;
         while let Some(answer) = pending.next().await {
-            let ranges = match answer {
-                Ok(ranges) => ranges,
+            let map = match answer {
+                Ok(map) => map,
                 Err((problem, fatal)) => {
                     problems.push(problem);
                     if final_error.is_none() {
@@ -882,16 +1074,45 @@ impl Topology {
                     continue;
                 }
             };
+            let before = match &accepted {
+                Some(first) => first.clone(),
+                None => SlotMap {
+                    from: "the nodes met before".into(),
+                    ranges: Vec::new(),
+                    ids: self.lock().cluster_ids.clone(),
+                },
+            };
+            if !before.ids.is_empty() && !map.ids.is_empty() && before.ids.is_disjoint(&map.ids) {
+                return Err(Error::Config(format!(
+                    "the cluster nodes {} and {} belong to different Redis Clusters (their slot \
+                     maps have no node in common): list nodes of one cluster only in {}",
+                    before.from,
+                    map.from,
+                    self.target.redacted()
+                )));
+            }
+            if accepted.is_none() {
+                accepted = Some(map);
+            }
+            if !first_read {
+                break;
+            }
+        }
+        drop(pending);
+        if let Some(map) = accepted {
             let mut slots = vec![None; usize::from(SLOTS)];
-            for (start, end, owner) in ranges {
-                let owner = self.node_at(&owner)?;
-                for slot in start..=end.min(SLOTS - 1) {
+            for (start, end, owner) in &map.ranges {
+                let owner = self.node_at(owner)?;
+                for slot in *start..=(*end).min(SLOTS - 1) {
                     slots[usize::from(slot)] = Some(owner.clone());
                 }
             }
             let mut state = self.lock();
             state.slots = slots;
             state.stale = false;
+            if !map.ids.is_empty() {
+                state.cluster_ids = map.ids;
+            }
             return Ok(());
         }
         if let Some(err) = final_error {
@@ -907,9 +1128,121 @@ impl Topology {
     }
 }
 
-/// Parse `CLUSTER SLOTS`: (first slot, last slot, primary `host:port`).
-/// A primary announced without an address is the node asked (`asked`).
-fn parse_slots(value: Value, asked: &str) -> std::result::Result<Vec<(u16, u16, String)>, String> {
+/// What one sentinel says about the service ([`Topology::ask_sentinel`]).
+#[derive(Debug, Clone)]
+struct SentinelAnswer {
+    /// The sentinel asked (`host:port`, as listed in the URL).
+    sentinel: String,
+    /// The primary it names (`host:port`).
+    primary: String,
+    /// The configuration epoch of that primary (each failover takes a new,
+    /// larger one); `None` when `SENTINEL MASTER` is refused.
+    epoch: Option<u64>,
+    /// The sentinel's own run ID (`SENTINEL MYID`), when it tells.
+    id: Option<String>,
+    /// The run IDs of the other sentinels it knows for the service.
+    peers: Option<Vec<String>>,
+}
+
+/// A text reply.
+fn text_of(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    }
+}
+
+/// The field `name` of a Sentinel reply: a flat array of names and
+/// values (RESP2) or a map (RESP3).
+fn field_of(value: &Value, name: &str) -> Option<String> {
+    match value {
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| text_of(&pair[0]).as_deref() == Some(name))
+            .and_then(|pair| pair.get(1))
+            .and_then(text_of),
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(key, _)| text_of(key).as_deref() == Some(name))
+            .and_then(|(_, value)| text_of(value)),
+        _ => None,
+    }
+}
+
+/// Whether the sentinels that answered are of one Sentinel group: each is
+/// known to another (directly or through others) by run ID. Sentinels of
+/// two groups that monitor the same service name (the docs' `mymaster`
+/// makes that likely) would send tenure to two primaries, that is two
+/// stores. A sentinel that does not tell its run ID or peers is taken to
+/// belong. The error is one line naming the sentinels that disagree.
+fn one_sentinel_group(
+    answers: &[SentinelAnswer],
+    service: &str,
+) -> std::result::Result<(), String> {
+    let knows = |a: &SentinelAnswer, b: &SentinelAnswer| match (&a.peers, &b.id) {
+        (Some(peers), Some(id)) => peers.contains(id),
+        _ => true,
+    };
+    // Grow the group of the first answer until it stops growing.
+    let mut group = vec![false; answers.len()];
+    if let Some(first) = group.first_mut() {
+        *first = true;
+    }
+    loop {
+        let mut grew = false;
+        for i in 0..answers.len() {
+            if group[i] {
+                continue;
+            }
+            let linked = (0..answers.len()).any(|j| {
+                group[j] && (knows(&answers[i], &answers[j]) || knows(&answers[j], &answers[i]))
+            });
+            if linked {
+                group[i] = true;
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    let Some(outsider) = group.iter().position(|member| !member) else {
+        return Ok(());
+    };
+    let (a, b) = (&answers[0], &answers[outsider]);
+    Err(format!(
+        "the sentinels {} and {} are of different Sentinel groups (neither knows the other;          they name {} and {} as the primary of {service:?}): list the sentinels of one group          only, or give each group's primary its own service name",
+        a.sentinel, b.sentinel, a.primary, b.primary
+    ))
+}
+
+/// The answer to follow: the primary of the newest configuration epoch (a
+/// sentinel that has not yet heard of the last failover names the primary
+/// before it, with an older epoch), the most named on a tie.
+fn newest_answer(answers: &[SentinelAnswer]) -> Option<&SentinelAnswer> {
+    let named = |primary: &str| answers.iter().filter(|a| a.primary == primary).count();
+    answers
+        .iter()
+        .rev()
+        .max_by_key(|a| (a.epoch.unwrap_or(0), named(&a.primary)))
+}
+
+/// One node's `CLUSTER SLOTS`.
+#[derive(Debug, Clone)]
+struct SlotMap {
+    /// The node that answered.
+    from: String,
+    /// (first slot, last slot, primary `host:port`).
+    ranges: Vec<(u16, u16, String)>,
+    /// The IDs of every node in the map, primaries and replicas (empty
+    /// when the server does not send them).
+    ids: std::collections::HashSet<String>,
+}
+
+/// Parse `CLUSTER SLOTS`. A primary announced without an address is the
+/// node asked (`asked`).
+fn parse_slots(value: Value, asked: &str) -> std::result::Result<SlotMap, String> {
     let Value::Array(ranges) = value else {
         return Err(format!("CLUSTER SLOTS replied {value:?}"));
     };
@@ -924,6 +1257,7 @@ fn parse_slots(value: Value, asked: &str) -> std::result::Result<Vec<(u16, u16, 
         _ => None,
     };
     let mut out = Vec::new();
+    let mut ids = std::collections::HashSet::new();
     for range in ranges {
         let Value::Array(items) = range else {
             return Err("a slot range is not an array".into());
@@ -947,29 +1281,41 @@ fn parse_slots(value: Value, asked: &str) -> std::result::Result<Vec<(u16, u16, 
             host
         };
         out.push((start, end, format!("{host}:{port}")));
+        for node in items.iter().skip(2) {
+            if let Value::Array(node) = node {
+                if let Some(id) = node.get(2).and_then(text).filter(|id| !id.is_empty()) {
+                    ids.insert(id);
+                }
+            }
+        }
     }
-    Ok(out)
+    Ok(SlotMap {
+        from: asked.to_string(),
+        ranges: out,
+        ids,
+    })
 }
 
-/// Sentinel: listen for `+switch-master` on the sentinels (one at a time)
-/// and stop using the old primary as soon as one is announced, instead of
-/// at the next failed call.
-async fn watch_switches(topology: Weak<Topology>, stop: CancellationToken) {
-    let mut index = 0usize;
+/// Sentinel: listen for `+switch-master` on `sentinel` and stop using the
+/// old primary as soon as one is announced, instead of at the next failed
+/// call. One of these runs for every sentinel of the URL: a failover is
+/// announced by every sentinel that takes part, so one hung sentinel (or
+/// one cut off) cannot keep the news from a leader that listens to the
+/// others.
+async fn watch_switches(topology: Weak<Topology>, sentinel: String, stop: CancellationToken) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let Some(strong) = topology.upgrade() else {
             return;
         };
         let Layout::Sentinel {
-            sentinels,
             service,
             sentinel_userinfo,
+            ..
         } = &strong.url.layout
         else {
             return;
         };
-        let sentinel = sentinels[index % sentinels.len()].clone();
         let service = service.clone();
         let target = RedisTarget {
             url: strong
@@ -978,6 +1324,7 @@ async fn watch_switches(topology: Weak<Topology>, stop: CancellationToken) {
             tls_ca: strong.target.tls_ca.clone(),
         };
         drop(strong);
+        let mut subscribed = false;
         let session = async {
             let limit = Duration::from_secs(5);
             let pubsub = target
@@ -992,12 +1339,8 @@ async fn watch_switches(topology: Weak<Topology>, stop: CancellationToken) {
                 .map_err(|e| target.classify(e))?;
             // A switch may have been announced while we were not listening:
             // check the primary again at the next call.
-            if let Some(topology) = topology.upgrade() {
-                let current = topology.lock().primary.as_ref().map(|n| n.addr.clone());
-                if let Some(current) = current {
-                    topology.forget_primary(&current);
-                }
-            }
+            forget_current_primary(&topology);
+            subscribed = true;
             // A half-open connection delivers nothing: ping it.
             let mut keepalive = tokio::time::interval(limit);
             keepalive.tick().await;
@@ -1040,17 +1383,31 @@ async fn watch_switches(topology: Weak<Topology>, stop: CancellationToken) {
             ended = session => {
                 if let Err(err) = ended {
                     tracing::debug!(%sentinel, error = %err, "+switch-master subscription failed");
+                    if subscribed {
+                        // A failed call (the keepalive ping): the sentinel
+                        // may have announced a switch we did not hear.
+                        forget_current_primary(&topology);
+                    }
                 } else {
                     backoff = Duration::from_millis(100);
                 }
             }
         }
-        index += 1;
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Ask the sentinels for the primary again at the next call.
+fn forget_current_primary(topology: &Weak<Topology>) {
+    if let Some(topology) = topology.upgrade() {
+        let current = topology.lock().primary.as_ref().map(|n| n.addr.clone());
+        if let Some(current) = current {
+            topology.forget_primary(&current);
+        }
     }
 }
 
@@ -1128,6 +1485,63 @@ mod tests {
         );
         assert_eq!(url.node_url("c:7001"), "redis://u:p@c:7001/0");
         assert_eq!(StoreUrl::parse("redis://h").unwrap().layout, Layout::Single);
+    }
+
+    fn answer(
+        sentinel: &str,
+        primary: &str,
+        epoch: u64,
+        id: &str,
+        peers: &[&str],
+    ) -> SentinelAnswer {
+        SentinelAnswer {
+            sentinel: sentinel.into(),
+            primary: primary.into(),
+            epoch: Some(epoch),
+            id: Some(id.into()),
+            peers: Some(peers.iter().map(|p| p.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn sentinels_of_two_groups_are_refused_by_name() {
+        let one = [
+            answer("s1:1", "p:1", 3, "a", &["b", "c"]),
+            answer("s2:2", "p:1", 3, "b", &["a"]),
+            // Knows nobody yet, but is known.
+            answer("s3:3", "p:1", 3, "c", &[]),
+        ];
+        assert!(one_sentinel_group(&one, "svc").is_ok());
+        let two = [
+            answer("s1:1", "p:1", 3, "a", &["b"]),
+            answer("s2:2", "p:1", 3, "b", &["a"]),
+            answer("x9:9", "q:2", 1, "z", &[]),
+        ];
+        let err = one_sentinel_group(&two, "svc").unwrap_err();
+        assert!(err.contains("s1:1") && err.contains("x9:9"), "{err}");
+        assert!(err.contains("p:1") && err.contains("q:2"), "{err}");
+        let mut silent = two.clone();
+        silent[2].id = None;
+        assert!(one_sentinel_group(&silent, "svc").is_ok(), "cannot tell");
+    }
+
+    #[test]
+    fn the_newest_epoch_names_the_primary() {
+        let answers = [
+            answer("s1:1", "old:1", 3, "a", &[]),
+            answer("s2:2", "new:2", 4, "b", &[]),
+            answer("s3:3", "old:1", 3, "c", &[]),
+        ];
+        assert_eq!(
+            newest_answer(&answers).map(|a| a.primary.as_str()),
+            Some("new:2")
+        );
+        let mut unknown = answers.clone();
+        unknown.iter_mut().for_each(|a| a.epoch = None);
+        assert_eq!(
+            newest_answer(&unknown).map(|a| a.primary.as_str()),
+            Some("old:1")
+        );
     }
 
     #[test]
