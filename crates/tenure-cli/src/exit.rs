@@ -13,7 +13,8 @@ pub const TABLE: &str =
            names, credentials, TLS, ACL, a read-only replica, foreign data;
            status: some election could not be read (the rest is listed)
   70       internal failure (the guardian died or could not start); CMD was killed,
-           the lease released; run --cgroup require without a usable cgroup
+           the lease released; run --cgroup require without a usable cgroup;
+           serve: an election's task failed
   74       a write to stdout failed (a full disk)
   75       run --no-wait: another instance leads; run --wait-timeout: not elected in time
   126/127  CMD could not be executed / was not found
