@@ -148,6 +148,11 @@ def main():
     args = parser.parse_args()
     if not args.election:
         parser.error("give --election or TENURE_ELECTION")
+    parsed = urllib.parse.urlsplit(args.url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        print(f"worker.py: --url {args.url!r} is not an http:// URL, e.g. http://127.0.0.1:7878",
+              file=sys.stderr)
+        return 2
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

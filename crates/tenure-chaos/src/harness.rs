@@ -948,6 +948,7 @@ impl Harness {
             let target = self.leader_slot().await;
             self.inject(&kind, target, hold).await?;
             self.respawn_dead()?;
+            self.log.healthy()?;
             let pause = ttl.mul_f64(self.rng.random_range(0.5..2.0));
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
@@ -962,7 +963,8 @@ impl Harness {
                 _ = stop.wait_for(|stop| *stop) => {}
             }
         }
-        self.stop().await;
+        self.stop().await?;
+        self.log.healthy()?;
         Ok(RunOutcome {
             started: std::mem::take(&mut self.started),
         })
@@ -1594,7 +1596,9 @@ impl Harness {
         Ok(())
     }
 
-    async fn stop(&mut self) {
+    /// Stop every instance and save the resource's record of accepted
+    /// writes; an error when that evidence could not be saved.
+    async fn stop(&mut self) -> Result<(), String> {
         // Library mode: an instance respawned a moment ago may not listen
         // for SIGTERM yet; wait (within 5 s) until each has logged its start.
         if self.config.cli.is_none() {
@@ -1618,19 +1622,21 @@ impl Harness {
         let accepted = self
             .resource_redis
             .command(&["LRANGE", "resource:accepted", "0", "-1"])
-            .unwrap_or_default();
-        let _ = std::fs::write(self.config.out.join("resource.txt"), accepted);
+            .map_err(|e| format!("cannot read the resource's accepted writes: {e}"))?;
+        let resource = self.config.out.join("resource.txt");
+        std::fs::write(&resource, accepted)
+            .map_err(|e| format!("cannot write {}: {e}", resource.display()))?;
         // etcd members log errors only; kept as evidence beside the run's
         // logs (their directories go with the cluster).
         if let Store::Etcd(cluster) = &self.store {
             let cluster = lock(cluster);
             for member in 0..cluster.members() {
-                let _ = std::fs::copy(
-                    cluster.dir(member).join("etcd.log"),
-                    self.config.out.join(format!("etcd-m{member}.log")),
-                );
+                let copy = self.config.out.join(format!("etcd-m{member}.log"));
+                std::fs::copy(cluster.dir(member).join("etcd.log"), &copy)
+                    .map_err(|e| format!("cannot write {}: {e}", copy.display()))?;
             }
         }
+        Ok(())
     }
 }
 

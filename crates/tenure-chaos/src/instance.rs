@@ -117,6 +117,7 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
         inst: settings.inst.clone(),
         t: now_ns(),
     });
+    log.healthy()?;
     let mut shutdown = Box::pin(async move {
         tokio::select! {
             _ = terminate.recv() => {}
@@ -173,6 +174,7 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
             token: term.token(),
             t: now_ns(),
         });
+        log.healthy()?;
         let believes = Arc::new(AtomicBool::new(true));
         let heartbeat = (!deadline).then(|| {
             tokio::spawn(naive_heartbeat(
@@ -208,6 +210,7 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
                     until,
                     ok,
                 });
+                log.healthy()?;
             }
         };
         if let Some(heartbeat) = heartbeat {
@@ -217,11 +220,13 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
             End::Shutdown => {
                 let _ = term.resign().await;
                 log.record(&lost(&settings.inst, &term, LostReason::Shutdown));
+                log.healthy()?;
                 return Ok(());
             }
             End::Lost => {
                 let reason = term.lost_reason().unwrap_or(LostReason::DeadlinePassed);
                 log.record(&lost(&settings.inst, &term, reason));
+                log.healthy()?;
                 if !deadline {
                     // Make sure the keeper has let go before campaigning again.
                     let _ = term.resign().await;
@@ -236,6 +241,7 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
                     t: now_ns(),
                     reason: "dropped".into(),
                 });
+                log.healthy()?;
                 churns += 1;
                 if churns.is_multiple_of(2) {
                     let stale = term;
@@ -251,6 +257,7 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
             End::Handover => {
                 let _ = term.resign().await;
                 log.record(&lost(&settings.inst, &term, LostReason::Resigned));
+                log.healthy()?;
                 tokio::time::sleep(ttl / 10).await;
             }
         }
@@ -297,6 +304,7 @@ pub async fn run_writer(settings: Settings) -> Result<(), String> {
         token,
         t: now_ns(),
     });
+    log.healthy()?;
     let mut resource = Resource::connect(&settings.resource_url, settings.fencing).await?;
     loop {
         tokio::time::sleep(TICK).await;
@@ -309,6 +317,7 @@ pub async fn run_writer(settings: Settings) -> Result<(), String> {
                 until: t,
                 ok,
             });
+            log.healthy()?;
         }
     }
 }

@@ -86,8 +86,14 @@ impl Event {
 
 /// Appends events to a file, one `write` per line so a SIGKILL loses at
 /// most the line being written.
+///
+/// A write that fails (a full disk) is kept: the log is then incomplete
+/// evidence, and a verdict from it could be a false SAFE. Every writer asks
+/// [`EventLog::healthy`] before going on and fails the run if not.
 pub struct EventLog {
+    path: std::path::PathBuf,
     file: std::fs::File,
+    failed: Option<String>,
 }
 
 impl EventLog {
@@ -96,15 +102,37 @@ impl EventLog {
             .create(true)
             .append(true)
             .open(path)?;
-        Ok(EventLog { file })
+        Ok(EventLog {
+            path: path.to_path_buf(),
+            file,
+            failed: None,
+        })
     }
 
+    /// Append `event`; a failure is kept for [`EventLog::healthy`].
     pub fn record(&mut self, event: &Event) {
-        if let Ok(mut line) = serde_json::to_vec(event) {
-            line.push(b'\n');
-            // A full disk would make the run's evidence incomplete; the
-            // checker reports missing data rather than this process dying.
-            let _ = self.file.write_all(&line);
+        if self.failed.is_some() {
+            return;
+        }
+        let written = serde_json::to_vec(event)
+            .map_err(|e| e.to_string())
+            .and_then(|mut line| {
+                line.push(b'\n');
+                self.file.write_all(&line).map_err(|e| e.to_string())
+            });
+        if let Err(err) = written {
+            self.failed = Some(format!(
+                "cannot write the event log {}: {err}",
+                self.path.display()
+            ));
+        }
+    }
+
+    /// Whether every event so far was written.
+    pub fn healthy(&self) -> Result<(), String> {
+        match &self.failed {
+            None => Ok(()),
+            Some(failure) => Err(failure.clone()),
         }
     }
 }
@@ -129,4 +157,21 @@ pub fn read_dir(dir: &Path) -> std::io::Result<(Vec<Event>, usize)> {
     }
     events.sort_by_key(Event::t);
     Ok((events, torn))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_on_a_full_disk_is_not_healthy() {
+        let mut log = EventLog::create(Path::new("/dev/full")).expect("/dev/full opens");
+        assert!(log.healthy().is_ok());
+        log.record(&Event::Start {
+            inst: "a".into(),
+            t: 1,
+        });
+        let failure = log.healthy().expect_err("the write failed");
+        assert!(failure.contains("/dev/full"), "{failure}");
+    }
 }

@@ -314,54 +314,72 @@ fn report_err(result: Result<(), String>) -> i32 {
 }
 
 /// Judge the run in `dir`; write report.json, report.md and timeline.svg.
-/// Exit code 1 when unsafe (or, with `require_live`, not live).
+/// Exit code 1 when unsafe (or, with `require_live`, not live); 2 when the
+/// evidence could not be read or the report written: a verdict from partial
+/// evidence could be a false SAFE.
 fn check(dir: &Path, ttl: Duration, leaked: Vec<String>, require_live: bool) -> i32 {
-    let (events, torn) = match log::read_dir(dir) {
-        Ok(read) => read,
+    match judge(dir, ttl, leaked) {
+        Ok(report) if report.safe && (report.live || !require_live) => 0,
+        Ok(_) => 1,
         Err(err) => {
-            eprintln!("tenure-chaos: cannot read {}: {err}", dir.display());
-            return 2;
+            eprintln!("tenure-chaos: {err}");
+            2
         }
-    };
-    let accepted = std::fs::read_to_string(dir.join("resource.txt")).unwrap_or_default();
+    }
+}
+
+fn judge(dir: &Path, ttl: Duration, leaked: Vec<String>) -> Result<checker::Report, String> {
+    let (events, torn) =
+        log::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let accepted = read(&dir.join("resource.txt"))?;
     let report = checker::check(
         &events,
         &accepted,
         ttl.as_millis() as u64,
-        crashes(dir, &events),
+        crashes(dir, &events)?,
         leaked,
         torn,
     );
     let table = report.table();
-    println!("{table}");
-    let _ = std::fs::write(dir.join("report.md"), &table);
-    if let Ok(json) = serde_json::to_string_pretty(&report) {
-        let _ = std::fs::write(dir.join("report.json"), json);
-    }
+    write(&dir.join("report.md"), &table)?;
+    let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+    write(&dir.join("report.json"), &json)?;
     let title = format!(
         "tenure-chaos: {} terms, {} faults",
         report.terms,
         report.faults.values().sum::<u32>()
     );
-    let _ = std::fs::write(
-        dir.join("timeline.svg"),
-        timeline::svg(&events, &checker::terms(&events), &title),
-    );
-    println!(
+    let svg = timeline::svg(&events, &checker::terms(&events), &title);
+    write(&dir.join("timeline.svg"), &svg)?;
+    say(&table)?;
+    say(&format!(
         "report: {}  timeline: {}",
         dir.join("report.json").display(),
         dir.join("timeline.svg").display()
-    );
-    if report.safe && (report.live || !require_live) {
-        0
-    } else {
-        1
-    }
+    ))?;
+    Ok(report)
+}
+
+fn read(path: &Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+fn write(path: &Path, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A line on stdout; an error if it could not be written.
+fn say(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("cannot write to stdout: {e}"))
 }
 
 /// Instances that ended without being told to (a non-zero exit or a signal
 /// the harness did not send), and panics in any stderr.
-fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
+fn crashes(dir: &Path, events: &[log::Event]) -> Result<Vec<String>, String> {
     let mut found = Vec::new();
     for event in events {
         if let log::Event::Exit { inst, how, .. } = event {
@@ -370,18 +388,19 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Vec<String> {
             }
         }
     }
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().and_then(|e| e.to_str()) == Some("stderr") {
-                let text = std::fs::read_to_string(&path).unwrap_or_default();
-                if text.contains("panicked") {
-                    found.push(format!("panic in {}", path.display()));
-                }
-            }
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .path();
+        if path.extension().and_then(|e| e.to_str()) == Some("stderr")
+            && read(&path)?.contains("panicked")
+        {
+            found.push(format!("panic in {}", path.display()));
         }
     }
-    found
+    Ok(found)
 }
 
 /// Processes still running that belong to this run: any started PID, or

@@ -257,12 +257,15 @@ impl Api {
         let Some(seat) = self.seats.get(&name) else {
             return error(StatusCode::NOT_FOUND, &format!("unknown election {name:?}"));
         };
+        // The same rule as `is_leader` in a GET, so the two never disagree
+        // (during a resign's wait the term still holds the lease, but no
+        // longer hands out time).
         let leads = seat
             .view
             .borrow()
             .term
             .as_ref()
-            .is_some_and(|term| term.is_leader());
+            .is_some_and(|term| seat.granting(term));
         if leads {
             http::text(StatusCode::OK, "leader\n")
         } else {

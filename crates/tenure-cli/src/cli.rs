@@ -150,6 +150,20 @@ impl RedisArgs {
         self.url = store_url(self.store.as_deref(), Some(DEFAULT_STORE)).unwrap_or_default();
     }
 
+    /// Refuse flags the URL would silently ignore: `--tls-ca` on a plain
+    /// URL (redis://, etcd://, a Unix socket) verifies nothing.
+    pub fn check(&self) -> Result<(), String> {
+        let tls = self.url.starts_with("rediss") || self.url.starts_with("etcds://");
+        if self.tls_ca.is_some() && !tls {
+            return Err(format!(
+                "--tls-ca is for rediss:// and etcds:// URLs, and {} is not TLS: use the \
+                 rediss:// (or etcds://) scheme, or drop --tls-ca",
+                tenure::redact_url(&self.url)
+            ));
+        }
+        Ok(())
+    }
+
     /// The client certificate and key, when both are given.
     pub fn tls_client(&self) -> Option<(&PathBuf, &PathBuf)> {
         self.tls_cert.as_ref().zip(self.tls_key.as_ref())
@@ -203,7 +217,7 @@ pub struct RunArgs {
 
     /// With --once: skip (exit 0) if CMD already succeeded within this period
     /// anywhere in the cluster.
-    #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_duration, allow_hyphen_values = true, requires = "once")]
+    #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_period, allow_hyphen_values = true, requires = "once")]
     pub at_most_every: Option<Duration>,
 
     /// Put CMD in a cgroup v2 of its own, so `cgroup.kill` stops its whole
@@ -311,7 +325,8 @@ pub struct ServeArgs {
     /// so this bounds a graceful hand-over while clients are acting; clients
     /// ask again (or read the event stream, which repeats the state every
     /// third of it) more often than this.
-    #[arg(long, env = "TENURE_MAX_DEADLINE", default_value = "2s", value_parser = parse_duration, allow_hyphen_values = true)]
+    /// At least 10ms.
+    #[arg(long, env = "TENURE_MAX_DEADLINE", default_value = "2s", value_parser = parse_max_deadline, allow_hyphen_values = true)]
     pub max_deadline: Duration,
 
     #[command(flatten)]
@@ -467,6 +482,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// `run --at-most-every`: the store keeps the last-run record at most a
+/// hundred years, so a longer period could not be honoured.
+pub fn parse_period(text: &str) -> Result<Duration, String> {
+    let period = parse_duration(text)?;
+    if period > PERIOD_MAX {
+        return Err(
+            "must be at most 100 years: the store keeps the last-run record no longer".into(),
+        );
+    }
+    Ok(period)
+}
+
+const PERIOD_MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// The demo's ttl: long enough that its measurements mean something, short
 /// enough that it does not seem to hang.
 pub fn parse_demo_ttl(text: &str) -> Result<Duration, String> {
@@ -480,6 +509,23 @@ pub fn parse_demo_ttl(text: &str) -> Result<Duration, String> {
     }
     Ok(ttl)
 }
+
+/// `serve --max-deadline`: an answer hands out time in whole milliseconds,
+/// so below one it hands out none and no client could ever act; a few
+/// milliseconds would be gone in the request's own round trip.
+pub fn parse_max_deadline(text: &str) -> Result<Duration, String> {
+    let max = parse_duration(text)?;
+    if max < MAX_DEADLINE_MIN {
+        return Err(format!(
+            "must be at least {}: each answer hands out at most this much time to act, \
+             in whole milliseconds, and a client needs some of it left after the request",
+            humantime::format_duration(MAX_DEADLINE_MIN)
+        ));
+    }
+    Ok(max)
+}
+
+const MAX_DEADLINE_MIN: Duration = Duration::from_millis(10);
 
 const DEMO_TTL_MIN: Duration = Duration::from_millis(100);
 const DEMO_TTL_MAX: Duration = Duration::from_secs(60);
@@ -513,6 +559,19 @@ mod tests {
         assert_eq!(parse_demo_ttl("60s"), Ok(Duration::from_secs(60)));
         assert!(parse_demo_ttl("99ms").is_err());
         assert!(parse_demo_ttl("61s").is_err());
+    }
+
+    #[test]
+    fn the_period_fits_the_last_run_record() {
+        assert_eq!(parse_period("36500d").map(|_| ()), Ok(()));
+        assert!(parse_period("101y").is_err());
+    }
+
+    #[test]
+    fn the_max_deadline_can_hand_out_time() {
+        assert_eq!(parse_max_deadline("10ms"), Ok(Duration::from_millis(10)));
+        assert!(parse_max_deadline("9ms").is_err());
+        assert!(parse_max_deadline("500us").is_err());
     }
 
     #[test]

@@ -98,6 +98,16 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
         .url
         .as_deref()
         .is_some_and(|url| url.starts_with("etcd://") || url.starts_with("etcds://"));
+    if etcd && (args.ttl < Duration::from_secs(1) || args.ttl.subsec_nanos() != 0) {
+        return Err(Failure::new(
+            exit::USAGE,
+            format!(
+                "the demo's ttl on etcd must be a whole number of seconds, 1s or more \
+                 (etcd's leases count seconds), not {}",
+                humantime::format_duration(args.ttl)
+            ),
+        ));
+    }
     let store = if etcd { "etcd" } else { "Redis" };
     say!("tenure demo: leader election on {store}, with measured times\n");
     let (url, server) = match args.url {
@@ -123,11 +133,13 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
         }
     };
     let name = format!("demo-{:08x}", rand_suffix());
-    let outcome = narrate(&url, &name, args.ttl).await;
+    let mut reached = false;
+    let outcome = narrate(&url, &name, args.ttl, &mut reached).await;
     let stopped = if server.is_some() {
         "; the private redis-server was stopped"
-    } else if etcd {
-        // The election's key went with its lease; nothing else was written.
+    } else if etcd || !reached {
+        // etcd: the election's key went with its lease; nothing else was
+        // written. Unreached: nothing was written at all.
         ""
     } else {
         forget(&url, &name).await;
@@ -139,7 +151,9 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     Ok(exit::OK)
 }
 
-async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
+/// Tell the story; `reached` says whether the store was reached (and so
+/// may hold the demo's keys).
+async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Result<(), Failure> {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let mut candidates = HashMap::new();
     let mut renew_every = Duration::ZERO;
@@ -151,6 +165,7 @@ async fn narrate(url: &str, name: &str, ttl: Duration) -> Result<(), Failure> {
             .id(id)
             .build()
             .await?;
+        *reached = true;
         renew_every = election.renew_every();
         candidates.insert(id, Candidate::start(election, id, events_tx.clone())?);
     }

@@ -121,8 +121,17 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
         }
     }
     // tenure may be gone already; then there is nobody to run CMD for.
-    let Ok(channel) = connect(channel) else {
-        return NOT_STARTED;
+    // (Started by hand, the guardian has nobody to run CMD for either: say
+    // so rather than exit 0 having run nothing.)
+    let channel = match connect(channel) {
+        Ok(channel) => channel,
+        Err(err) => {
+            crate::output::err_line(&format!(
+                "tenure: __guardian is internal to `tenure run` and cannot reach its \
+                 channel {channel:?} ({err}); nothing was run"
+            ));
+            return crate::exit::USAGE;
+        }
     };
     let (reader, mut writer) = channel.into_split();
     let mut messages = BufReader::new(reader).lines();

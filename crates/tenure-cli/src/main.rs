@@ -29,6 +29,7 @@ mod supervisor;
 
 use std::ffi::OsStr;
 
+use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 
 use cli::{Cli, Command, LogFormat};
@@ -45,22 +46,22 @@ fn main() {
             let mut script = Vec::new();
             clap_complete::generate(*shell, &mut Cli::command(), "tenure", &mut script);
             output::text(&String::from_utf8_lossy(&script));
-            std::process::exit(exit::OK);
+            output::exit(exit::OK);
         }
         Command::Man => {
             let mut page = Vec::new();
             if let Err(err) = clap_mangen::Man::new(Cli::command()).render(&mut page) {
                 output::err_line(&format!("tenure: cannot render the manual page: {err}"));
-                std::process::exit(1);
+                output::exit(1);
             }
             output::text(&String::from_utf8_lossy(&page));
-            std::process::exit(exit::OK);
+            output::exit(exit::OK);
         }
         _ => {}
     }
     if let Err(failure) = read_password_file(&mut cli.command) {
         output::err_line(&format!("tenure: {failure}"));
-        std::process::exit(failure.code);
+        output::exit(failure.code);
     }
     let default_log = if matches!(cli.command, Command::Demo(_)) {
         "warn"
@@ -75,9 +76,10 @@ fn main() {
         Ok(runtime) => runtime,
         Err(err) => {
             output::err_line(&format!("tenure: cannot start the async runtime: {err}"));
-            std::process::exit(1);
+            output::exit(1);
         }
     };
+    let store = store_of(&cli.command).map(tenure::redact_url);
     let outcome = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(args).await,
@@ -91,11 +93,24 @@ fn main() {
     // Background tasks (renewal keepers, subscribers) end with the runtime.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     match outcome {
-        Ok(code) => std::process::exit(code),
+        Ok(code) => output::exit(code),
         Err(failure) => {
+            let failure = failure.naming_store(store.as_deref());
             output::err_line(&format!("tenure: {failure}"));
-            std::process::exit(failure.code);
+            output::exit(failure.code);
         }
+    }
+}
+
+/// The store URL `command` uses, once resolved.
+fn store_of(command: &Command) -> Option<&str> {
+    match command {
+        Command::Run(args) => Some(&args.redis.url),
+        Command::Status(args) => Some(&args.redis.url),
+        Command::Watch(args) => Some(&args.redis.url),
+        Command::Serve(args) => Some(&args.redis.url),
+        Command::Demo(args) => args.url.as_deref(),
+        Command::Guardian(_) | Command::Completions { .. } | Command::Man => None,
     }
 }
 
@@ -109,7 +124,16 @@ fn parse() -> Cli {
             if let Some(message) = cli::invalid_variable(&Cli::command(), &err, std::env::args_os())
             {
                 output::err_line(&format!("tenure: {message}"));
-                std::process::exit(exit::USAGE);
+                output::exit(exit::USAGE);
+            }
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+            ) {
+                // clap's own exit would ignore a failed write (exit 0 on a
+                // full stdout).
+                output::checked(err.print());
+                output::exit(exit::OK);
             }
             err.exit()
         }
@@ -133,6 +157,9 @@ fn read_password_file(command: &mut Command) -> Result<(), exit::Failure> {
         Command::Guardian(_) | Command::Completions { .. } | Command::Man => return Ok(()),
     };
     redis.resolve();
+    redis
+        .check()
+        .map_err(|why| exit::Failure::new(exit::USAGE, why))?;
     redis.url = password::apply(&redis.url, redis.password_file.as_deref())?;
     Ok(())
 }

@@ -3,19 +3,55 @@
 //! and `eprintln!` panic on a closed pipe, and a panic would end `tenure
 //! run` without releasing its lease. Every line the CLI writes goes through
 //! here, log lines included ([`Stderr`]).
+//!
+//! A write that fails for any other reason than a reader gone (a full
+//! disk, `/dev/full`, an I/O error) must not pass for success: the first
+//! such error is kept, and [`exit`] turns it into one line on stderr and
+//! exit status 74 (sysexits' EX_IOERR), whatever the command would have
+//! exited with. `tenure status --json > f` on a full disk then fails
+//! instead of leaving an empty `f` behind a 0.
 
 use std::io::Write;
+use std::sync::OnceLock;
 
-/// Write `text` and a newline; false if stdout is closed.
+/// The first error writing to stdout, other than a closed pipe.
+static FAILED_WRITE: OnceLock<String> = OnceLock::new();
+
+/// Write `text` and a newline; false if it could not be written.
 pub fn line(text: &str) -> bool {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{text}").and_then(|()| out.flush()).is_ok()
+    checked(writeln!(out, "{text}").and_then(|()| out.flush()))
 }
 
-/// Write `text` as it is; false if stdout is closed.
+/// Write `text` as it is; false if it could not be written.
 pub fn text(text: &str) -> bool {
     let mut out = std::io::stdout().lock();
-    write!(out, "{text}").and_then(|()| out.flush()).is_ok()
+    checked(write!(out, "{text}").and_then(|()| out.flush()))
+}
+
+/// Keep `result`'s error for [`exit`], unless it says the reader went
+/// away: that ends `tenure watch | head -1` as intended.
+pub fn checked(result: std::io::Result<()>) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => false,
+        Err(err) => {
+            let _ = FAILED_WRITE.set(err.to_string());
+            false
+        }
+    }
+}
+
+/// End the process with `code`, or with 74 and one line on stderr if a
+/// write to stdout failed (see the module doc).
+pub fn exit(code: i32) -> ! {
+    let flushed = std::io::stdout().lock().flush();
+    checked(flushed);
+    if let Some(err) = FAILED_WRITE.get() {
+        err_line(&format!("tenure: cannot write to stdout: {err}"));
+        std::process::exit(crate::exit::CANNOT_WRITE);
+    }
+    std::process::exit(code)
 }
 
 /// Resolves once stdout is a pipe whose reader has gone (`tenure watch |

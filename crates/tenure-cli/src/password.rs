@@ -40,12 +40,32 @@ pub fn apply(url: &str, file: Option<&Path>) -> Result<String, Failure> {
             file.display()
         )));
     }
-    with_password(url, &encode(password)).map_err(|why| {
+    let url = with_password(url, &encode(password)).map_err(|why| {
         usage(format!(
             "--password-file cannot be used with {}: {why}",
             tenure::redact_url(url)
         ))
-    })
+    })?;
+    // Only about a file that is used: an unusable one gets its one line.
+    warn_if_world_readable("--password-file", file);
+    Ok(url)
+}
+
+/// One line on stderr when every user may read the secret in `file` (as
+/// ssh says of a private key): it still works, but should not.
+pub fn warn_if_world_readable(flag: &str, file: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(metadata) = std::fs::metadata(file) else {
+        return;
+    };
+    let mode = metadata.permissions().mode() & 0o777;
+    if mode & 0o004 != 0 {
+        crate::output::err_line(&format!(
+            "tenure: warning: {flag} {} is readable by every user (mode {mode:04o}); \
+             restrict it, e.g. chmod 600",
+            file.display()
+        ));
+    }
 }
 
 /// Put an already percent-encoded password into `url`.

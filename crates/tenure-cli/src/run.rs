@@ -96,7 +96,30 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             .map_err(cannot_start)?;
         tracing::info!(election = %name, guardian = standby.pid(), "the next term's guardian is ready; campaigning");
         let term = if args.no_wait {
-            match election.try_campaign().await? {
+            let mut term = election.try_campaign().await?;
+            if term.is_none() && election.leader().await.ok().flatten().is_none() {
+                // Nobody leads: the store is new, restarted or failed over
+                // less than the largest ttl ago, and grants no lease until
+                // then. That is a wait, not a competitor: wait it out (it
+                // ends within the largest ttl; one more ttl to campaign),
+                // and give up as soon as another instance leads.
+                let hold_off = args.term.max_ttl.unwrap_or(election.ttl()) + election.ttl();
+                tracing::info!(election = %name, wait = ?hold_off, "the store grants no lease yet; waiting out its start-up hold-off (--no-wait)");
+                term = tokio::select! {
+                    term = election.campaign_timeout(hold_off) => term?,
+                    () = another_leads(&election) => {
+                        // The abandoned campaign cannot have won while
+                        // another instance led; release_if_held makes sure.
+                        let _ = election.release_if_held().await;
+                        None
+                    }
+                    _ = shutdown.cancelled() => {
+                        let _ = election.release_if_held().await;
+                        return Ok(exit::OK);
+                    }
+                };
+            }
+            match term {
                 Some(term) => term,
                 None => {
                     match election.leader().await.ok().flatten() {
@@ -105,8 +128,8 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
                             l.id, l.token
                         ),
                         None => complain!(
-                            "tenure: election {name:?} grants no lease yet (its Redis is new, \
-                             restarted or failover less than a ttl ago); not waiting (--no-wait)"
+                            "tenure: election {name:?} granted no lease within its start-up \
+                             hold-off; not waiting (--no-wait)"
                         ),
                     }
                     return Ok(exit::SOMEONE_ELSE_LEADS);
@@ -350,6 +373,21 @@ impl Drop for CmdCgroup {
             tracing::warn!(cgroup = %cgroup.dir().display(), error = %err, "cannot remove the command's cgroup");
         }
     }
+}
+
+/// Resolves once an instance other than this one is seen leading
+/// `election`.
+async fn another_leads(election: &Election) {
+    use futures_util::StreamExt;
+    let mut changes = Box::pin(election.watch());
+    while let Some(change) = changes.next().await {
+        if let Ok(Some(leader)) = change {
+            if leader.id != election.id() {
+                return;
+            }
+        }
+    }
+    std::future::pending::<()>().await;
 }
 
 fn cannot_start(err: std::io::Error) -> Failure {

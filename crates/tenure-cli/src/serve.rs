@@ -354,11 +354,18 @@ fn auth_token(args: &ServeArgs) -> Result<Option<String>, Failure> {
         (None, Ok(token)) if !token.is_empty() => token,
         (None, _) => return Ok(None),
     };
-    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    // An Authorization header carries visible ASCII only (RFC 9110's
+    // field values, RFC 6750's b64token): any other token could never be
+    // matched, so every POST would be refused.
+    if !token.chars().all(|c| c.is_ascii_graphic()) {
         return Err(Failure::new(
             exit::USAGE,
-            "the bearer token contains white space or control characters",
+            "the bearer token may hold only visible ASCII characters (no white space, \
+             control or non-ASCII characters): an HTTP header cannot carry others",
         ));
+    }
+    if let Some(path) = &args.auth_token_file {
+        crate::password::warn_if_world_readable("--auth-token-file", path);
     }
     Ok(Some(token))
 }

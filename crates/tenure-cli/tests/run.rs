@@ -324,6 +324,69 @@ fn no_wait_exits_75_when_another_instance_leads() {
 }
 
 #[test]
+fn no_wait_on_a_fresh_store_waits_out_the_hold_off_and_one_host_runs() {
+    // A new Redis grants no lease for one ttl: nobody leads, so --no-wait
+    // must not give up. Of three cron hosts, one runs CMD (which holds its
+    // term until the test releases it) and the other two give up.
+    let server = redis();
+    let scratch = Scratch::new("nowait-fresh");
+    let (ran, release) = (scratch.path("ran"), scratch.path("release"));
+    let job = r#"echo "$TENURE_ID" >> "$1"; while [ ! -e "$2" ]; do sleep 0.01; done"#;
+    let mut hosts: Vec<std::process::Child> = ["a", "b", "c"]
+        .iter()
+        .map(|id| {
+            tenure()
+                .args(["run", "--redis", &server.url(), "--election", "cron"])
+                .args([
+                    "--id",
+                    id,
+                    "--once",
+                    "--no-wait",
+                    "--",
+                    "sh",
+                    "-c",
+                    job,
+                    "sh",
+                ])
+                .arg(&ran)
+                .arg(&release)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("tenure runs")
+        })
+        .collect();
+    let mut codes = Vec::new();
+    eventually("two hosts to give up", || {
+        for host in &mut hosts {
+            if let Ok(Some(status)) = host.try_wait() {
+                codes.push(status.code());
+            }
+        }
+        hosts.retain_mut(|host| matches!(host.try_wait(), Ok(None)));
+        codes.len() >= 2
+    });
+    std::fs::write(&release, "").expect("release the job");
+    for host in hosts {
+        codes.push(host.wait_with_output().expect("tenure ends").status.code());
+    }
+    codes.sort();
+    assert_eq!(
+        codes,
+        [Some(0), Some(75), Some(75)],
+        "{}",
+        scratch.read("ran")
+    );
+    assert_eq!(
+        scratch.read("ran").lines().count(),
+        1,
+        "{}",
+        scratch.read("ran")
+    );
+}
+
+#[test]
 fn wait_timeout_gives_up_with_75_after_about_the_timeout_while_another_instance_leads() {
     let server = redis();
     let scratch = Scratch::new("waittimeout");

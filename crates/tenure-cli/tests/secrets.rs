@@ -12,6 +12,8 @@ use support::{one_line, tenure, RedisServer, Scratch};
 fn password_file(scratch: &Scratch, password: &str) -> String {
     let file = scratch.path("password");
     std::fs::write(&file, format!("{password}\n")).expect("write the password file");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("a secret's mode");
     file.to_string_lossy().into_owned()
 }
 

@@ -5,6 +5,7 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -624,36 +625,98 @@ fn the_python_worker_acts_on_one_replica_at_a_time() {
     assert!(!all.contains("REJECT"), "{all}");
 }
 
-#[test]
-fn the_books_curl_one_liners_run_the_step_on_the_leader_only() {
+/// The curl one-liner of the book's `tenure serve` page, ready to run
+/// against `serve` with `step`.
+fn readme_one_liner(serve: &Serve, step: &std::path::Path) -> String {
     let page = include_str!("../../../docs/src/serve.md");
     let block = page
         .split("# a short step, only on the leader\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("the curl one-liners of the book's tenure serve page");
+        .expect("the curl one-liner of the book's tenure serve page");
+    block
+        .replace("127.0.0.1:7878", &serve.addr)
+        .replace("./step.sh", &step.display().to_string())
+}
+
+/// An executable shell script.
+fn script(path: &std::path::Path, body: &str) {
+    std::fs::write(path, format!("#!/bin/sh\n{body}")).expect("step script");
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("executable");
+}
+
+/// Busy loops on every core while it lives: a one-liner must be safe on
+/// a loaded machine, where the time between its steps grows.
+struct CpuLoad {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CpuLoad {
+    fn start() -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = Arc::new(AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, usize::from);
+        let threads = (0..cores)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        CpuLoad { stop, threads }
+    }
+}
+
+impl Drop for CpuLoad {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[test]
+fn the_python_worker_refuses_a_url_without_a_scheme_at_once() {
+    let worker = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/sidecar/worker.py"
+    );
+    // Bounded: a worker that retries for ever is killed (exit 137).
+    let out = std::process::Command::new("timeout")
+        .args(["-s", "KILL", "30", "python3", worker])
+        .args(["--url", "127.0.0.1:7878", "--election", "e"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 runs the example");
+    let stderr = one_line(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is not an http:// URL"), "{stderr}");
+}
+
+#[test]
+fn the_readmes_curl_one_liners_run_the_step_on_the_leader_only() {
     let redis = redis();
     let scratch = Scratch::new("serve-curl");
-    // The second one-liner skips the step with less than a second left.
     let ttl = ["--ttl", "4s"];
     let a = Serve::start(&redis.url(), &["nightly-report"], "a", &ttl, &scratch);
     let b = Serve::start(&redis.url(), &["nightly-report"], "b", &ttl, &scratch);
     let leader = leader_of(&[&a, &b], "nightly-report");
     let follower = if leader.id == "a" { &b } else { &a };
     let step = scratch.path("step.sh");
-    std::fs::write(
+    script(
         &step,
-        "#!/bin/sh\necho \"ran ${TENURE_TOKEN:-without a token}\" >> \"$OUT\"\n",
-    )
-    .expect("step script");
-    std::fs::set_permissions(&step, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .expect("executable");
+        "echo \"ran ${TENURE_TOKEN:-without a token}\" >> \"$OUT\"\n",
+    );
+    let _load = CpuLoad::start();
     let run = |serve: &Serve, out: &str| {
-        let script = block
-            .replace("127.0.0.1:7878", &serve.addr)
-            .replace("./step.sh", &step.display().to_string());
         let status = std::process::Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", &readme_one_liner(serve, &step)])
             .env("OUT", scratch.path(out))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -668,6 +731,62 @@ fn the_books_curl_one_liners_run_the_step_on_the_leader_only() {
     let (status, ran) = run(leader, "leader.out");
     assert!(status.success(), "{ran}");
     assert_eq!(ran, format!("ran {token}\n"));
+}
+
+#[test]
+fn the_readmes_curl_one_liner_kills_its_step_before_a_resign_releases_the_lease() {
+    let redis = redis();
+    let scratch = Scratch::new("serve-curl-kill");
+    let ttl = ["--ttl", "4s"];
+    let a = Serve::start(&redis.url(), &["nightly-report"], "a", &ttl, &scratch);
+    let b = Serve::start(&redis.url(), &["nightly-report"], "b", &ttl, &scratch);
+    let leader = leader_of(&[&a, &b], "nightly-report");
+    // A step that would run for ever: only the one-liner's kill ends it.
+    let step = scratch.path("step.sh");
+    script(&step, "echo started >> \"$OUT\"\nexec sleep 600\n");
+    let _load = CpuLoad::start();
+    let mut one_liner = std::process::Command::new("sh")
+        .args(["-c", &readme_one_liner(leader, &step)])
+        .env("OUT", scratch.path("step.out"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh runs");
+    let (ended, step_ended) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let status = one_liner.wait();
+        let _ = ended.send(Instant::now());
+        status
+    });
+    eventually("the step to start", || {
+        scratch.read("step.out") == "started\n"
+    });
+    // The resign waits out the deadline the one-liner was given, then
+    // releases the lease: from then on the next leader may act.
+    let (status, response) = http(
+        &leader.addr,
+        "POST",
+        "/v1/elections/nightly-report/resign",
+        &[],
+    );
+    assert_eq!(status, 200, "{response}");
+    let released = Instant::now();
+    let step_ended = step_ended
+        .recv_timeout(HANG)
+        .expect("the one-liner ends its step");
+    assert!(
+        step_ended < released,
+        "the step was still running {:?} after the lease was released",
+        step_ended - released
+    );
+    let status = waiter.join().expect("waiter").expect("wait");
+    // timeout's status after SIGKILL (137), or SIGKILL itself when the
+    // shell ran timeout in its place and timeout killed its own group.
+    assert!(
+        status.code() == Some(137) || status.signal() == Some(9),
+        "the step was killed: {status:?}"
+    );
 }
 
 #[test]

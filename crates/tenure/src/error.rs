@@ -40,6 +40,14 @@ pub enum Error {
         detail: String,
     },
 
+    /// The server at the URL is not the store the URL names (an HTTP or
+    /// SSH server on that port, say): retrying cannot help.
+    #[error("the server at {url} does not speak the {} protocol (check the host and port)", store_of(.url))]
+    NotTheStore {
+        /// The URL, with any password replaced by `***`.
+        url: String,
+    },
+
     /// The store rejected the username or password (or, on etcd, the
     /// user's role does not cover tenure's keys).
     #[error("{} at {url} rejected the credentials: {detail}", store_of(.url))]

@@ -121,10 +121,8 @@ pub(crate) fn classify(err: RedisError, url: &str) -> Error {
     if err.kind() == ErrorKind::Parse && detail.starts_with("Parse error") {
         // The reply was not RESP at all: an HTTP or SSH server, say. The
         // client's message spans lines and quotes bytes.
-        return Error::Unreachable {
+        return Error::NotTheStore {
             url: url.to_string(),
-            detail: "the server there does not speak the Redis protocol (check the host and port)"
-                .into(),
         };
     }
     let text = crate::error::one_line(&err.to_string());
@@ -399,7 +397,9 @@ impl RedisStore {
         let node = self.topology.node_for(slot_of(&keys.probe)).await?;
         let sharded = self.topology.is_cluster();
         let result = check_store(&mut node.conn(), self.target(), keys, checks, sharded).await;
-        if let Err(Error::Unreachable { .. } | Error::Timeout(_)) = &result {
+        if let Err(Error::Unreachable { .. } | Error::NotTheStore { .. } | Error::Timeout(_)) =
+            &result
+        {
             self.topology.failed(&node);
         }
         result
@@ -860,6 +860,7 @@ pub(crate) fn copy_error(err: &Error) -> Error {
             url: url.clone(),
             detail: detail.clone(),
         },
+        Error::NotTheStore { url } => Error::NotTheStore { url: url.clone() },
         Error::Auth { url, detail } => Error::Auth {
             url: url.clone(),
             detail: detail.clone(),
