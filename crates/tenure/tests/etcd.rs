@@ -702,3 +702,42 @@ async fn a_restore_from_an_older_backup_keeps_tokens_rising() {
         tokens.push(token);
     }
 }
+
+/// An etcd leader change renews every lease, the last-run marker's too:
+/// the marker's age must still count from the run, or the next period's
+/// run would be skipped (the issue saw two skipped in a row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raft_leader_change_does_not_make_the_last_run_look_younger() {
+    let mut cluster = support::etcd();
+    let url = cluster.url();
+    let e = support::election(&url, "marker-age", "a", Duration::from_secs(2)).await;
+    let term = campaign(&e).await;
+    assert!(term.record_run(Duration::from_secs(60)).await.unwrap());
+    let recorded = Instant::now();
+    // The run ages (this is the scenario, not a wait for a condition).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let leader = cluster.leader().expect("an etcd leader");
+    cluster.kill(leader);
+    tokio::task::block_in_place(|| cluster.wait_for_leader(HANG)).expect("a new etcd leader");
+    let age = timeout(HANG, async {
+        loop {
+            if let Ok(age) = e.since_last_run().await {
+                return age;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the marker is read after the leader change")
+    .expect("a marker");
+    let elapsed = recorded.elapsed();
+    // One second of clock slack and one of etcd's whole seconds.
+    assert!(
+        age + Duration::from_secs(2) >= elapsed,
+        "the marker looks {age:?} old after {elapsed:?}"
+    );
+    assert!(
+        age <= elapsed,
+        "never older than it is: {age:?} > {elapsed:?}"
+    );
+}

@@ -30,9 +30,13 @@
 //! etcd's leader counts them: in whole seconds, and counted one second
 //! short (etcd rounds the remaining ttl down), so a run is never taken for
 //! older than it is. An etcd leader change renews every lease, which makes
-//! a marker look younger than it is: a wait of up to one keep longer,
-//! never a second run. The marker is written in one transaction with a
-//! check that the election's key is still the recording term's.
+//! a marker look younger than it is, which would skip a period; so the
+//! marker also names the recorder's clock (ms) at the record, and its age
+//! is the larger of the two, the clock's less one second
+//! (`CLOCK_SLACK`: hosts whose clocks agree that closely never see a
+//! marker older than it is, so a run is never repeated early). The marker
+//! is written in one transaction with a check that the election's key is
+//! still the recording term's.
 //!
 //! **The fencing token is counted, not the revision.** A term's token is
 //! max(the election's last token + 1, the candidate's clock in ms), kept
@@ -109,6 +113,10 @@ const MAGIC: &str = "tenure/1";
 /// and lease): etcd refuses transactions of more than 128 operations by
 /// default (`--max-txn-ops`).
 const TERMS_PER_CHECK: usize = 32;
+
+/// How far apart the hosts' clocks may be for a last-run marker's age by
+/// the recorder's clock to be trusted (see [`EtcdStore::last_run`]).
+const CLOCK_SLACK: Duration = Duration::from_secs(1);
 
 /// How many times [`EtcdStore::call`] sends a call that could not connect.
 const SENDS: u32 = 4;
@@ -1400,7 +1408,7 @@ impl EtcdStore {
         let Some(kv) = self.get(&key).await? else {
             return Ok(None);
         };
-        decode_marker(&key, &kv)?;
+        let recorded_ms = decode_marker(&key, &kv)?;
         let lease = kv.lease();
         let answer = self
             .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
@@ -1412,8 +1420,18 @@ impl EtcdStore {
             // -1: the lease has expired.
             return Ok(None);
         };
-        let age = granted.saturating_sub(left).saturating_sub(1);
-        Ok(Some(Duration::from_secs(age)))
+        let by_lease = Duration::from_secs(granted.saturating_sub(left).saturating_sub(1));
+        // An etcd leader change renews every lease, so the lease alone can
+        // make a marker look younger than it is, and a period be skipped.
+        // The recorder's clock says how old it is across that, less
+        // CLOCK_SLACK for hosts whose clocks disagree: never older than it
+        // is while they agree that closely.
+        let by_clock = recorded_ms.map_or(Duration::ZERO, |at| {
+            Duration::from_millis(wall_ms().saturating_sub(at)).saturating_sub(CLOCK_SLACK)
+        });
+        Ok(Some(
+            by_lease.max(by_clock).min(Duration::from_secs(granted)),
+        ))
     }
 
     /// Put the last-run marker on a new lease of `keep_ms` (rounded up to
@@ -1439,7 +1457,7 @@ impl EtcdStore {
         // marker is then kept longer, and its age still counts right.
         let granted = self.lease_grant(seconds).await?;
         let lease = granted.id();
-        let value = format!("{MAGIC}\nlast-run\n{token}\n{id}");
+        let value = format!("{MAGIC}\nlast-run\n{token}\n{id}\n{}", wall_ms());
         let txn = Txn::new()
             .when([Compare::mod_revision(
                 key.clone(),
@@ -1680,10 +1698,7 @@ fn witness_value(id: &str, token: u64) -> String {
 /// candidate's clock in ms, so that tokens keep rising when the counter
 /// is rolled back (a restore from an older snapshot) or deleted.
 fn new_token(last: u64) -> u64 {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    last.saturating_add(1).max(now_ms)
+    last.saturating_add(1).max(wall_ms())
 }
 
 /// The value of an election's token counter.
@@ -1785,8 +1800,10 @@ fn last_run_key(keys: &Keys) -> Result<String> {
     Ok(format!("{prefix}/{{{name}}}/last-run"))
 }
 
-/// Check that `kv` is a last-run marker tenure wrote (on a lease).
-fn decode_marker(key: &str, kv: &KeyValue) -> Result<()> {
+/// Check that `kv` is a last-run marker tenure wrote (on a lease), and
+/// return the recorder's clock (ms) at the record, if it says (markers
+/// written before it did, do not).
+fn decode_marker(key: &str, kv: &KeyValue) -> Result<Option<u64>> {
     let foreign = |detail: &str| Error::ForeignData {
         key: key.to_string(),
         detail: detail.to_string(),
@@ -1801,7 +1818,21 @@ fn decode_marker(key: &str, kv: &KeyValue) -> Result<()> {
     if kv.lease() == 0 {
         return Err(foreign("it has no lease"));
     }
-    Ok(())
+    let (_token, _owner) = (lines.next(), lines.next());
+    match lines.next() {
+        None => Ok(None),
+        Some(at) => at
+            .parse()
+            .map(Some)
+            .map_err(|_| foreign("a record time that is not a number")),
+    }
+}
+
+/// The host's clock in ms since the epoch (0 before it).
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn split_key<'a>(redis_key: &'a str, suffix: &str) -> Result<(&'a str, &'a str)> {
