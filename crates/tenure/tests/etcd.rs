@@ -741,3 +741,26 @@ async fn a_raft_leader_change_does_not_make_the_last_run_look_younger() {
         "never older than it is: {age:?} > {elapsed:?}"
     );
 }
+
+/// A follower member that stops (SIGSTOP) holds every call the client
+/// balanced onto it; a leader must not lose its term for that while two
+/// members answer at once: calls are hedged to the others well within the
+/// renewal's time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_follower_member_never_costs_a_term() {
+    let cluster = support::etcd();
+    let e = support::election(&cluster.url(), "paused-member", "a", Duration::from_secs(2)).await;
+    let term = campaign(&e).await;
+    for round in 0..6 {
+        let leader = cluster.leader().expect("an etcd leader");
+        let follower = (leader + 1 + round % 2) % 3;
+        cluster.pause(follower).expect("paused");
+        // Long enough for every renewal of two ttls to meet the stopped
+        // member.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        cluster.resume(follower).expect("resumed");
+        assert_eq!(term.lost_reason(), None, "round {round}: the term was lost");
+        renewed(&term).await;
+    }
+    assert!(term.is_leader());
+}

@@ -87,7 +87,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -96,6 +96,7 @@ use etcd_client::{
     TxnOp, TxnOpResponse, WatchOptions,
 };
 use futures_util::future::{join_all, FutureExt};
+use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::{Backend, Notices, Op, Reply, Store};
@@ -268,6 +269,8 @@ mod etcd_tls {
 /// balanced over them) and the sessions' leases.
 pub(crate) struct EtcdStore {
     client: Client,
+    /// The clients that hedged sends use (see [`send`]).
+    clients: Clients,
     url: String,
     call_timeout: Duration,
     /// The session lease of each (instance id, ttl in ms).
@@ -381,7 +384,8 @@ impl EtcdStore {
         // The first call proves the cluster answers (and has a leader).
         let requests = AtomicU64::new(0);
         let patience = call_timeout / 3;
-        let status = send(&client, &requests, patience, |mut c| async move {
+        let alone = Clients::of(&client);
+        let status = send(&alone, &requests, patience, |mut c| async move {
             c.status().await
         });
         let status = tokio::time::timeout(call_timeout, status).await;
@@ -395,10 +399,17 @@ impl EtcdStore {
                 })
             }
         };
-        if parsed.endpoints.len() > 1 {
-            one_cluster(&parsed.endpoints, &options, call_timeout, &url).await?;
-        }
+        let members = if parsed.endpoints.len() > 1 {
+            one_cluster(&parsed.endpoints, &options, call_timeout, &url).await?
+        } else {
+            Vec::new()
+        };
         Ok(EtcdStore {
+            clients: Clients {
+                balanced: client.clone(),
+                members: Arc::new(members),
+                next: Arc::new(AtomicUsize::new(0)),
+            },
             client,
             url,
             call_timeout,
@@ -552,7 +563,7 @@ impl EtcdStore {
     where
         F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
     {
-        send(&self.client, &self.requests, self.call_timeout / 3, call)
+        send(&self.clients, &self.requests, self.call_timeout / 3, call)
             .await
             .map_err(|e| classify(e, &self.url))
     }
@@ -740,11 +751,14 @@ impl EtcdStore {
         lease: i64,
     ) -> impl std::future::Future<Output = std::result::Result<KeptAlive, Arc<Error>>> + Send + 'static
     {
-        let (client, requests, url) =
-            (self.client.clone(), self.requests.clone(), self.url.clone());
+        let (clients, requests, url) = (
+            self.clients.clone(),
+            self.requests.clone(),
+            self.url.clone(),
+        );
         let patience = self.call_timeout / 3;
         async move {
-            let sent = send(&client, &requests, patience, |mut c| async move {
+            let sent = send(&clients, &requests, patience, |mut c| async move {
                 c.lease_keep_alive(lease).await
             });
             match sent.await {
@@ -1915,26 +1929,33 @@ fn copy_error(err: &Error) -> Error {
 
 /// Ask every endpoint on its own which cluster it belongs to, and refuse a
 /// list that spans two, naming them. An endpoint that does not answer now
-/// is not counted (every later answer is checked: `same_cluster`).
+/// is not counted (every later answer is checked: `same_cluster`). Returns
+/// a client of each endpoint that answered, for hedged sends.
 async fn one_cluster(
     endpoints: &[String],
     options: &ConnectOptions,
     call_timeout: Duration,
     url: &str,
-) -> Result<()> {
+) -> Result<Vec<Client>> {
     let asks = endpoints.iter().map(|endpoint| async move {
         let ask = async {
             let mut client = Client::connect([endpoint.as_str()], Some(options.clone())).await?;
-            client.status().await
+            let status = client.status().await?;
+            Ok::<_, etcd_client::Error>((client, status))
         };
-        let id = match tokio::time::timeout(call_timeout, ask).await {
-            Ok(Ok(status)) => status.header().map(|h| h.cluster_id()),
-            _ => None,
-        };
-        (endpoint, id)
+        match tokio::time::timeout(call_timeout, ask).await {
+            Ok(Ok((client, status))) => (
+                endpoint,
+                Some(client),
+                status.header().map(|h| h.cluster_id()),
+            ),
+            _ => (endpoint, None, None),
+        }
     });
     let mut clusters: Vec<(u64, Vec<&str>)> = Vec::new();
-    for (endpoint, id) in join_all(asks).await {
+    let mut clients = Vec::new();
+    for (endpoint, client, id) in join_all(asks).await {
+        clients.extend(client);
         let Some(id) = id else { continue };
         match clusters.iter_mut().find(|(known, _)| *known == id) {
             Some((_, members)) => members.push(endpoint),
@@ -1942,7 +1963,7 @@ async fn one_cluster(
         }
     }
     if clusters.len() < 2 {
-        return Ok(());
+        return Ok(clients);
     }
     let named: Vec<String> = clusters
         .iter()
@@ -1958,18 +1979,51 @@ async fn one_cluster(
     })
 }
 
+/// The clients of one store: one balanced over every endpoint, and one
+/// per endpoint that answered at connect.
+#[derive(Clone)]
+struct Clients {
+    balanced: Client,
+    members: Arc<Vec<Client>>,
+    /// Which member the next hedged send goes to.
+    next: Arc<AtomicUsize>,
+}
+
+impl Clients {
+    /// The balanced client alone (at connect, before the members are known).
+    fn of(client: &Client) -> Clients {
+        Clients {
+            balanced: client.clone(),
+            members: Arc::new(Vec::new()),
+            next: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// The client of the `n`th send of one call: the balanced one first,
+    /// then the members in turn, so that the hedges of one call go to
+    /// different members.
+    fn for_send(&self, n: u32) -> Client {
+        if n <= 1 || self.members.is_empty() {
+            return self.balanced.clone();
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.members.len();
+        self.members[i].clone()
+    }
+}
+
 /// [`EtcdStore::call`] without the translation of its error.
 ///
-/// A call that has no answer after `patience` is sent again too: the
-/// client balances calls over the members, and a member that is stopped
-/// (paused, swapping, partitioned without a reset) holds a call forever,
-/// which would cost a leader its term although two members answer at
-/// once; the balancer sends the next try to a member with fewer calls in
-/// flight. Every operation is safe to send twice: reads and keep-alives
-/// change nothing, deletes compare the revision, and a create that ran
-/// twice is found under this same attempt and adopted.
+/// A call that has no answer after `patience` is hedged: sent again while
+/// the first stays in flight, and the first answer wins. A member that is
+/// stopped (paused, swapping, partitioned without a reset) holds a call
+/// forever, which would cost a leader its term although two members answer
+/// at once, and the balanced client may well choose it again: so the
+/// hedges go to the members in turn, each through a client of its own. Every operation
+/// is safe to send twice: reads and keep-alives change nothing, deletes
+/// compare the revision, and a create that ran twice is found under this
+/// same attempt and adopted. At most [`SENDS`] are sent.
 async fn send<T, F>(
-    client: &Client,
+    clients: &Clients,
     requests: &AtomicU64,
     patience: Duration,
     call: impl Fn(Client) -> F,
@@ -1977,29 +2031,45 @@ async fn send<T, F>(
 where
     F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
+    let client = &clients.balanced;
+    let mut in_flight = futures_util::stream::FuturesUnordered::new();
     let mut sends = 0;
-    loop {
+    let mut start = |in_flight: &mut futures_util::stream::FuturesUnordered<F>| {
         sends += 1;
         requests.fetch_add(1, Ordering::Relaxed);
-        let answer = if sends < SENDS {
-            match tokio::time::timeout(patience, call(client.clone())).await {
-                Ok(answer) => answer,
-                Err(_) => continue,
+        in_flight.push(call(clients.for_send(sends)));
+        sends
+    };
+    let mut sent = start(&mut in_flight);
+    loop {
+        let hedge = tokio::time::sleep(patience);
+        let answer = tokio::select! {
+            answer = in_flight.next() => answer,
+            _ = hedge, if sent < SENDS => {
+                sent = start(&mut in_flight);
+                continue;
             }
-        } else {
-            call(client.clone()).await
+        };
+        let Some(answer) = answer else {
+            // Nothing in flight (every send failed and was not resent).
+            sent = start(&mut in_flight);
+            continue;
         };
         match answer {
-            Err(err) if sends < SENDS && never_sent(&err) => continue,
-            Err(err) if sends < SENDS && old_auth_revision(&err) => {
+            Err(err) if never_sent(&err) && sent < SENDS => {
+                sent = start(&mut in_flight);
+            }
+            Err(err) if old_auth_revision(&err) && sent < SENDS => {
                 // Every change to users or roles makes the tokens issued
                 // before it stale on each member that has applied it (as
                 // does a token from a member that had not applied the last
                 // one yet); etcd's own client authenticates again and
                 // retries. A failed refresh shows in the retry's answer.
                 let _ = client.refresh_token().await;
-                continue;
+                sent = start(&mut in_flight);
             }
+            // Another send may still answer.
+            Err(_) if !in_flight.is_empty() => {}
             other => return other,
         }
     }
