@@ -764,3 +764,35 @@ async fn a_paused_follower_member_never_costs_a_term() {
     }
     assert!(term.is_leader());
 }
+
+/// Authentication enabled on a running cluster while a leader without
+/// credentials holds its term: the term ends by its deadline (nothing can
+/// be renewed), and campaigning again fails with one clear line instead of
+/// retrying for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_enabled_while_leading_ends_with_a_clear_error() {
+    let cluster = support::etcd();
+    let e = support::election(&cluster.url(), "auth-later", "a", TTL).await;
+    let term = campaign(&e).await;
+    for (path, body) in [
+        (
+            "/v3/auth/user/add",
+            r#"{"name":"root","password":"rootpw"}"#,
+        ),
+        ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#),
+        ("/v3/auth/enable", "{}"),
+    ] {
+        cluster.post(0, path, body).expect(path);
+    }
+    let reason = timeout(HANG, term.lost()).await.expect("the term ends");
+    assert_eq!(reason, LostReason::DeadlinePassed);
+    let err = timeout(HANG, e.campaign())
+        .await
+        .expect("campaign gives up")
+        .expect_err("refused");
+    assert!(matches!(err, Error::Auth { .. }), "{err}");
+    assert!(!err.is_transient());
+    let text = err.to_string();
+    assert!(text.contains("requires authentication"), "{text}");
+    assert!(!text.contains('\n'), "{text}");
+}

@@ -2111,6 +2111,15 @@ fn classify(err: etcd_client::Error, url: &str) -> Error {
                     url: url.to_string(),
                     detail,
                 },
+                // Authentication was enabled while this client runs
+                // without a user: no retry can pass.
+                _ if detail.contains("user name is empty") => Error::Auth {
+                    url: url.to_string(),
+                    detail: format!(
+                        "{detail} (the cluster requires authentication: give the URL a user, \
+                         etcd://USER:PASSWORD@HOST:PORT)"
+                    ),
+                },
                 Code::Unauthenticated => Error::Auth {
                     url: url.to_string(),
                     detail,
