@@ -270,6 +270,9 @@ pub async fn list_elections(conn: &mut Connection, prefix: &str) -> Result<Vec<S
     for (node, listed) in list_elections_by_node(conn, prefix).await? {
         match listed {
             Ok(found) => names.extend(found),
+            // A person must act on these (a missing ACL permission,
+            // foreign data): they are returned as they are.
+            Err(err) if !err.is_transient() => return Err(err),
             Err(err) => {
                 return Err(crate::Error::Unreachable {
                     url: node,
