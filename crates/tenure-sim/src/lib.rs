@@ -70,7 +70,7 @@ const MEMBER_TTL_MS: u64 = 300;
 const CHECK_EVERY: Duration = Duration::from_millis(5);
 
 /// The kinds of fault a schedule injects, as counted in [`Stats::faults`].
-pub const FAULTS: [&str; 11] = [
+pub const FAULTS: [&str; 13] = [
     "slow replies (within the call timeout)",
     "late replies (after the call timeout)",
     "lost requests",
@@ -79,6 +79,8 @@ pub const FAULTS: [&str; 11] = [
     "store outage",
     "store data loss (wipe)",
     "store rollback (restore)",
+    "lease deleted by hand (announced)",
+    "lease lost (unannounced)",
     "slow announcements",
     "lost announcements",
     "pause",
@@ -95,15 +97,19 @@ pub enum Bug {
     LateRenewalMovesDeadline,
     /// The start-up hold-off using only the candidate's ttl.
     HoldOffOwnTtl,
+    /// A lease that vanished without its holder's release (deleted by
+    /// hand, evicted) lets the next candidate in at once: no witness.
+    IgnoreWitness,
 }
 
 impl Bug {
     /// Every bug.
-    pub const ALL: [Bug; 4] = [
+    pub const ALL: [Bug; 5] = [
         Bug::AdoptEarlierLease,
         Bug::ResignByName,
         Bug::LateRenewalMovesDeadline,
         Bug::HoldOffOwnTtl,
+        Bug::IgnoreWitness,
     ];
 
     /// Its name, as `BUG=` takes it.
@@ -113,6 +119,7 @@ impl Bug {
             Bug::ResignByName => "resign-by-name",
             Bug::LateRenewalMovesDeadline => "late-renewal-moves-deadline",
             Bug::HoldOffOwnTtl => "hold-off-own-ttl",
+            Bug::IgnoreWitness => "ignore-witness",
         }
     }
 
@@ -589,11 +596,13 @@ impl Sim {
             live: config.trace > 0 && std::env::var_os("SIM_TRACE_LIVE").is_some(),
             ..Shared::default()
         };
+        let store = MemoryStore::new();
+        store.unsafe_ignore_witness(config.bug == Some(Bug::IgnoreWitness));
         Sim {
             seed,
             rng: StdRng::seed_from_u64(seed),
             config,
-            store: MemoryStore::new(),
+            store,
             shared: Arc::new(Mutex::new(shared)),
             instances: Vec::new(),
             members: Vec::new(),
@@ -826,6 +835,28 @@ impl Sim {
                 self.store.restore(snapshot);
                 self.count_fault("store rollback (restore)");
                 self.note(|| "store: rolled back to an earlier snapshot".into());
+            }
+            return;
+        }
+        if kind < 26 {
+            // An operator deletes a lease by hand (announced, as etcd's
+            // watch does), or it is lost unannounced (evicted): the
+            // election's or a partition's.
+            let partitions = self.config.partitions;
+            let which = self.rng.random_range(0..=partitions);
+            let name = if which == partitions {
+                ELECTION.to_string()
+            } else {
+                format!("p{which}")
+            };
+            if self.rng.random_bool(0.5) {
+                self.store.delete(&name);
+                self.count_fault("lease deleted by hand (announced)");
+                self.note(|| format!("store: {name}'s lease deleted by hand"));
+            } else {
+                self.store.revoke(&name);
+                self.count_fault("lease lost (unannounced)");
+                self.note(|| format!("store: {name}'s lease lost"));
             }
             return;
         }

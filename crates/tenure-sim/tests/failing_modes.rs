@@ -52,3 +52,8 @@ fn finds_a_late_renewal_reply_moving_the_deadline() {
 fn finds_the_hold_off_using_the_candidates_ttl() {
     finds(Bug::HoldOffOwnTtl);
 }
+
+#[test]
+fn finds_a_lease_deleted_by_hand_letting_a_candidate_in_early() {
+    finds(Bug::IgnoreWitness);
+}

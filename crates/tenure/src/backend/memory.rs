@@ -4,8 +4,9 @@
 //! tokio's clock, so tests that pause time (`#[tokio::test(start_paused =
 //! true)]`) run the whole election protocol instantly and identically on
 //! every run. It also lets a test do what is hard to arrange against a real
-//! server: revoke a lease now, hand it to another owner, lose all data, or
-//! make every call fail or hang. A [`MemoryStore::view`] is one client's
+//! server: revoke or delete a lease now (its witness stays, as on every
+//! store), hand it to another owner, lose all data, or make every call
+//! fail or hang. A [`MemoryStore::view`] is one client's
 //! connection to the same data, with faults and announcements of its own,
 //! so one instance can be cut off, slowed or deafened while others work.
 
@@ -148,6 +149,22 @@ struct StoreState {
     members: HashMap<String, BTreeMap<String, Instant>>,
     /// Last-run markers by election.
     runs: HashMap<String, Run>,
+    /// Each term's witness, by election: as on Redis and etcd, it lives as
+    /// long as the lease would and is removed only by its holder's
+    /// release, so a lease that vanishes any other way
+    /// ([`MemoryStore::revoke`], [`MemoryStore::delete`]) holds the
+    /// election off until its holder has surely stopped.
+    witnesses: HashMap<String, Witness>,
+    /// See [`MemoryStore::unsafe_ignore_witness`].
+    ignore_witness: bool,
+}
+
+/// A term's witness (see [`StoreState::witnesses`]).
+#[derive(Debug, Clone)]
+struct Witness {
+    owner: String,
+    token: u64,
+    expires: Instant,
 }
 
 /// A recorded successful run ([`Op::RecordRun`]).
@@ -215,6 +232,7 @@ pub struct Snapshot {
     leases: HashMap<String, Lease>,
     last_tokens: HashMap<String, u64>,
     runs: HashMap<String, Run>,
+    witnesses: HashMap<String, Witness>,
 }
 
 impl StoreState {
@@ -307,9 +325,44 @@ impl MemoryStore {
     }
 
     /// Delete an election's lease without announcing it, as if it expired
-    /// or Redis lost it. The holder learns at its next renewal.
+    /// or Redis evicted it. The holder learns at its next renewal. As on
+    /// every store, the lease's witness stays: no other candidate is
+    /// granted the election until the holder has released it (after it
+    /// stopped) or it has run out.
     pub fn revoke(&self, election: &str) {
         self.lock().leases.remove(election);
+    }
+
+    /// Delete an election's lease by hand, as an operator forcing a
+    /// re-election would (`DEL`, `etcdctl del`), and announce it, as
+    /// etcd's watch does: the holder renews at once and stops, and only
+    /// then releases the witness that holds the candidates off.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&store).id("b").build().await?;
+    /// let term = a.campaign().await?;
+    /// store.delete("jobs");
+    /// let next = b.campaign().await?;
+    /// assert!(!term.is_leader(), "a stopped before b was elected");
+    /// assert!(next.token() > term.token());
+    /// # Ok(()) }
+    /// ```
+    pub fn delete(&self, election: &str) {
+        let mut state = self.lock();
+        state.leases.remove(election);
+        state.notify(election, |n| n.released += 1);
+    }
+
+    /// **Unsafe; for failing-mode tests only.** Grant an election whose
+    /// lease vanished without waiting for its witness, as before tenure
+    /// kept one: a lease deleted by hand then lets a candidate in while
+    /// its holder still acts.
+    #[doc(hidden)]
+    pub fn unsafe_ignore_witness(&self, on: bool) {
+        self.lock().ignore_witness = on;
     }
 
     /// Give an election's lease to `owner` with a new token, as if another
@@ -329,6 +382,7 @@ impl MemoryStore {
                 ttl,
             },
         );
+        state.witness(election, owner.to_string(), token, now + ttl);
         state.notify(election, |n| n.acquired += 1);
         token
     }
@@ -340,6 +394,7 @@ impl MemoryStore {
             leases: state.leases.clone(),
             last_tokens: state.last_tokens.clone(),
             runs: state.runs.clone(),
+            witnesses: state.witnesses.clone(),
         }
     }
 
@@ -353,6 +408,7 @@ impl MemoryStore {
         state.leases = snapshot.leases.clone();
         state.last_tokens = snapshot.last_tokens.clone();
         state.runs = snapshot.runs.clone();
+        state.witnesses = snapshot.witnesses.clone();
         state.hold_off_since.clear();
         state.wiped = true;
     }
@@ -366,6 +422,7 @@ impl MemoryStore {
         state.leases.clear();
         state.last_tokens.clear();
         state.runs.clear();
+        state.witnesses.clear();
         state.hold_off_since.clear();
         state.wiped = true;
     }
@@ -670,7 +727,19 @@ impl StoreState {
         if ours {
             if let Some(lease) = self.live_lease(election, now) {
                 lease.expires = now + ttl;
-                return AcquireReply::Won { token: lease.token };
+                let (owner, token) = (lease.owner.clone(), lease.token);
+                self.witness(election, owner, token, now + ttl);
+                return AcquireReply::Won { token };
+            }
+        }
+        // As on Redis and etcd: a lease that vanished without its
+        // holder's release leaves its witness, and nobody is granted the
+        // election until it runs out.
+        if let Some(witness) = self.witnesses.get(election) {
+            if witness.expires > now && !self.ignore_witness {
+                return AcquireReply::HoldOff {
+                    wait: witness.expires - now,
+                };
             }
         }
         let token = self.next_token(election);
@@ -685,8 +754,21 @@ impl StoreState {
                 ttl,
             },
         );
+        self.witness(election, request.id.to_string(), token, now + ttl);
         self.notify(election, |n| n.acquired += 1);
         AcquireReply::Won { token }
+    }
+
+    /// Set the witness of term (`owner`, `token`) to expire at `expires`.
+    fn witness(&mut self, election: &str, owner: String, token: u64, expires: Instant) {
+        self.witnesses.insert(
+            election.to_string(),
+            Witness {
+                owner,
+                token,
+                expires,
+            },
+        );
     }
 
     fn renew(
@@ -700,7 +782,9 @@ impl StoreState {
     ) -> RenewReply {
         match self.live_lease(election, now) {
             Some(lease) if lease.owner == id && lease.token == token => {
-                lease.expires = now + Duration::from_millis(ttl_ms);
+                let expires = now + Duration::from_millis(ttl_ms);
+                lease.expires = expires;
+                self.witness(election, id.to_string(), token, expires);
                 if announce {
                     self.notify(election, |n| {
                         n.renewed += 1;
@@ -718,8 +802,17 @@ impl StoreState {
         let ours = self
             .live_lease(election, now)
             .is_some_and(|lease| lease.owner == id && lease.token == token);
-        if ours {
-            self.leases.remove(election);
+        let witnessed = self
+            .witnesses
+            .get(election)
+            .is_some_and(|w| w.owner == id && w.token == token);
+        if ours || witnessed {
+            // The holder's release: of the lease, or, when the lease
+            // vanished some other way, of its witness alone.
+            if ours {
+                self.leases.remove(election);
+            }
+            self.witnesses.remove(election);
             self.notify(election, |n| n.released += 1);
         }
         ours
