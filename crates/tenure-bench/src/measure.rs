@@ -541,6 +541,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         "tenure:{bench-scripts}:token",
         "tenure:{bench-scripts}:epoch",
         "tenure:epoch",
+        "tenure:{bench-scripts}:witness",
     ];
     macro_rules! script {
         ($file:literal) => {
@@ -562,6 +563,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
             .key(keys[1])
             .key(keys[2])
             .key(keys[3])
+            .key(keys[4])
             .arg("bench")
             .arg(5000)
             .arg("tenure:{bench-scripts}:events")
@@ -579,6 +581,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         let t = Instant::now();
         let _: redis::Value = renew
             .key(keys[0])
+            .key(keys[4])
             .arg("bench")
             .arg(token)
             .arg(5000)
@@ -588,6 +591,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         ops.renew.push(t.elapsed());
         let _: i64 = resign
             .key(keys[0])
+            .key(keys[4])
             .arg("bench")
             .arg(token)
             .arg("tenure:{bench-scripts}:events")
