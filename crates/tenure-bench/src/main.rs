@@ -19,6 +19,7 @@ mod report;
 mod scale;
 mod serve_handover;
 mod stats;
+mod svg;
 mod topology;
 
 use std::path::PathBuf;
@@ -49,6 +50,12 @@ struct Cli {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+
+    /// Also draw the hand-over and takeover latency distributions (CDFs of
+    /// the single section: tenure, the naive baseline and the floor) as
+    /// `handover.svg` and `takeover.svg` in this directory.
+    #[arg(long, value_name = "DIR")]
+    svg: Option<PathBuf>,
 
     /// The `tenure` binary for the CLI hand-over row (default: `tenure`
     /// next to this binary; the row is left out if there is none).
@@ -125,6 +132,12 @@ fn main() {
                             }
                         }
                     }
+                    if let Some(dir) = cli.svg {
+                        if let Err(err) = write_charts(&dir, &report.charts) {
+                            eprintln!("tenure-bench: {err}");
+                            return 1;
+                        }
+                    }
                     if report.failures.is_empty() {
                         0
                     } else {
@@ -140,6 +153,21 @@ fn main() {
     });
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
     std::process::exit(code);
+}
+
+/// Write each chart as `DIR/<file>.svg`, creating DIR.
+fn write_charts(dir: &std::path::Path, charts: &[svg::Chart]) -> Result<(), String> {
+    if charts.is_empty() {
+        eprintln!("tenure-bench: no pictures: they come from the single section");
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for chart in charts {
+        let path = dir.join(format!("{}.svg", chart.file));
+        std::fs::write(&path, chart.svg())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("tenure-bench: wrote {}", path.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use crate::report::{Machine, Report, Row};
 use crate::scale;
 use crate::serve_handover;
 use crate::stats::Samples;
+use crate::svg::{Chart, Kind, Series};
 use crate::topology;
 
 type Result<T> = std::result::Result<T, String>;
@@ -57,6 +58,7 @@ impl Section {
 
 /// How much of everything to do.
 pub(crate) struct Plan {
+    quick: bool,
     pub(crate) ops: usize,
     /// Samples of calls made after an idle pause (20 ms each).
     idle_ops: usize,
@@ -82,13 +84,16 @@ impl Plan {
     fn new(quick: bool) -> Plan {
         if quick {
             Plan {
+                quick,
                 ops: 200,
                 idle_ops: 60,
                 load_terms: 2,
                 handovers: 20,
-                naive_handovers: 3,
+                // Enough rounds that the pictures' CDFs are curves, not
+                // two or three steps.
+                naive_handovers: 10,
                 cli_handovers: 20,
-                crashes: 2,
+                crashes: 6,
                 load_ttl: Duration::from_secs(1),
                 scales: vec![1_000, 10_000],
                 naive_scales: vec![1_000],
@@ -98,6 +103,7 @@ impl Plan {
             }
         } else {
             Plan {
+                quick,
                 ops: 2_000,
                 idle_ops: 300,
                 load_terms: 4,
@@ -257,6 +263,30 @@ async fn single(
         "p99 <= 10 ms",
         handover.p99() <= 10.0,
     ));
+    let machine = report.machine.short(plan.quick);
+    report.charts.push(Chart {
+        file: "handover",
+        title: "Hand-over after a graceful resign".into(),
+        subtitle: machine.clone(),
+        x_label: "resign() called → the follower's campaign() returns".into(),
+        series: vec![
+            Series {
+                label: "tenure: the release is announced (ttl 5 s)".into(),
+                kind: Kind::Tenure,
+                samples: handover.clone(),
+            },
+            Series {
+                label: "naive: followers poll every ttl/3 (ttl 3 s)".into(),
+                kind: Kind::Naive,
+                samples: naive_handover.clone(),
+            },
+            Series {
+                label: "floor: one EVALSHA round trip".into(),
+                kind: Kind::Floor,
+                samples: evalsha.clone(),
+            },
+        ],
+    });
 
     match tenure_binary.or_else(cli_handover::default_binary) {
         Some(binary) => {
@@ -310,6 +340,29 @@ async fn single(
         "p99 <= 20 ms",
         takeover.p99() <= 20.0,
     ));
+    report.charts.push(Chart {
+        file: "takeover",
+        title: "Takeover after the leader crashed".into(),
+        subtitle: machine,
+        x_label: "the crashed leader's lease expires → a follower is elected".into(),
+        series: vec![
+            Series {
+                label: "tenure: followers sleep until the expiry (ttl 1 s)".into(),
+                kind: Kind::Tenure,
+                samples: takeover.clone(),
+            },
+            Series {
+                label: "naive: followers poll every ttl/3 (ttl 1 s)".into(),
+                kind: Kind::Naive,
+                samples: naive_takeover.clone(),
+            },
+            Series {
+                label: "floor: one EVALSHA round trip".into(),
+                kind: Kind::Floor,
+                samples: evalsha.clone(),
+            },
+        ],
+    });
 
     eprintln!("  Redis load of idle elections ...");
     let load = load(server.port(), &url, &conn, plan.load_ttl, plan.load_terms).await?;
@@ -541,6 +594,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         "tenure:{bench-scripts}:token",
         "tenure:{bench-scripts}:epoch",
         "tenure:epoch",
+        "tenure:{bench-scripts}:witness",
     ];
     macro_rules! script {
         ($file:literal) => {
@@ -562,6 +616,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
             .key(keys[1])
             .key(keys[2])
             .key(keys[3])
+            .key(keys[4])
             .arg("bench")
             .arg(5000)
             .arg("tenure:{bench-scripts}:events")
@@ -579,6 +634,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         let t = Instant::now();
         let _: redis::Value = renew
             .key(keys[0])
+            .key(keys[4])
             .arg("bench")
             .arg(token)
             .arg(5000)
@@ -588,6 +644,7 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         ops.renew.push(t.elapsed());
         let _: i64 = resign
             .key(keys[0])
+            .key(keys[4])
             .arg("bench")
             .arg(token)
             .arg("tenure:{bench-scripts}:events")

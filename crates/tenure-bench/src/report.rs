@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use crate::measure::Section;
 use crate::stats::Samples;
+use crate::svg::Chart;
 
 #[derive(Debug, Serialize)]
 pub struct Machine {
@@ -17,6 +18,22 @@ pub struct Machine {
 }
 
 impl Machine {
+    /// One line for a picture: `2 x AMD EPYC, Redis 7.0.15, quick mode`.
+    pub fn short(&self, quick: bool) -> String {
+        let redis = self
+            .redis
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("v="))
+            .unwrap_or("?");
+        format!(
+            "{} x {}, Linux {}, Redis {redis}, over loopback{}",
+            self.cpus,
+            self.cpu_model,
+            self.kernel,
+            if quick { ", quick mode" } else { "" }
+        )
+    }
+
     pub fn describe() -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -219,6 +236,10 @@ pub struct Report {
     /// Sections that stopped on an error (`section: error`); their rows
     /// measured before the error are in `rows`.
     pub failures: Vec<String>,
+    /// Latency distributions to draw (`--svg DIR`); not in the JSON, whose
+    /// rows keep the percentiles.
+    #[serde(skip)]
+    pub charts: Vec<Chart>,
 }
 
 impl Report {
@@ -230,6 +251,7 @@ impl Report {
             seconds: 0.0,
             rows: Vec::new(),
             failures: Vec::new(),
+            charts: Vec::new(),
         }
     }
 

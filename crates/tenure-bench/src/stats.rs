@@ -15,6 +15,17 @@ impl Samples {
         self.0.push(d);
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Every sample in milliseconds, smallest first.
+    pub fn sorted_ms(&self) -> Vec<f64> {
+        let mut sorted = self.0.clone();
+        sorted.sort();
+        sorted.iter().map(|d| d.as_secs_f64() * 1000.0).collect()
+    }
+
     /// The q-quantile (0..=1) in milliseconds, nearest rank.
     pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.0.is_empty() {
