@@ -271,6 +271,7 @@ async fn forget(url: &str, name: &str) {
     let prefix = tenure::DEFAULT_PREFIX;
     let keys = [
         format!("{prefix}:{{{name}}}:lease"),
+        format!("{prefix}:{{{name}}}:witness"),
         format!("{prefix}:{{{name}}}:token"),
         format!("{prefix}:{{{name}}}:epoch"),
         resource_key(name),

@@ -117,6 +117,10 @@ pub(crate) struct Bugs {
     /// A partition's resign is routed by partition name only, so a stale
     /// handle's resign ends this member's later term (issue 16).
     pub resign_by_name: bool,
+    /// A leader does not renew early when a release of its election is
+    /// announced (as before issue 22), so a term that lost its lease
+    /// believes until its next renewal.
+    pub no_early_renewal: bool,
 }
 
 impl Default for Settings {
@@ -337,13 +341,18 @@ impl ElectionBuilder {
     ///   another process using the same id;
     /// - the hold-off covers only this instance's own ttl;
     /// - a renewal announcement pushes a follower's wait back as far as it
-    ///   says, and announcements trigger attempts without pacing.
+    ///   says, and announcements trigger attempts without pacing;
+    /// - and, as before issue 22, a leader does not renew early when a
+    ///   release of its election is announced (that early renewal would
+    ///   end an adopted term within milliseconds and hide the overlap the
+    ///   first bug causes).
     #[doc(hidden)]
     pub fn unsafe_issue_9_bugs(mut self, on: bool) -> Self {
         let bugs = &mut self.settings.bugs;
         bugs.adopt_earlier_lease = on;
         bugs.hold_off_own_ttl = on;
         bugs.unbounded_announcements = on;
+        bugs.no_early_renewal = on;
         self
     }
 
@@ -1067,7 +1076,8 @@ async fn keep(election: Election, mut keeper: Keeper<()>, mut commands: mpsc::Re
             // was deleted or revoked by hand stops at once instead of at its
             // next renewal. A hint only ever brings a renewal forward, at
             // most once per retry interval (announcements can be forged).
-            _ = lease_changed(&mut notices, &mut seen, last_early, inner.timing.retry_every) => {
+            _ = lease_changed(&mut notices, &mut seen, last_early, inner.timing.retry_every),
+                if !inner.bugs.no_early_renewal => {
                 last_early = Instant::now();
                 renew_once(&election, &mut keeper).await;
                 continue;
