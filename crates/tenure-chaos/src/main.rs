@@ -70,12 +70,13 @@ enum Command {
         /// of the mode and topology (library mode: all but
         /// `pause-tenure-only` and `kill-guardian`; CLI mode: all but churn,
         /// rollback, mixed-ttl and dup-id; single: all but the sentinel-*,
-        /// cluster-* and etcd-* kinds; sentinel and cluster: their own kinds
-        /// and kill, pause, graceful, churn, dup-id, forged, not the faults
-        /// of the whole Redis or of the proxies; etcd: its own kinds and
-        /// kill, pause, cut, drop, delay, graceful, churn, dup-id, and
-        /// mixed-ttl when half the ttl is whole seconds, not restart, stall,
-        /// rollback or forged, which are faults of Redis).
+        /// cluster-* and etcd-* kinds and revoke-lease; sentinel and cluster:
+        /// their own kinds and kill, pause, graceful, churn, dup-id, forged,
+        /// delete-lease, not the faults of the whole Redis or of the proxies;
+        /// etcd: its own kinds and kill, pause, cut, drop, delay, graceful,
+        /// churn, dup-id, delete-lease, revoke-lease, and mixed-ttl when half
+        /// the ttl is whole seconds, not restart, stall, rollback or forged,
+        /// which are faults of Redis).
         #[arg(long, value_delimiter = ',')]
         faults: Vec<String>,
         /// Unsafe: instances ignore their local deadline (the checker must object).
