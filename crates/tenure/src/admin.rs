@@ -265,6 +265,15 @@ pub async fn connect(
 /// Names of all elections with a live lease under `prefix`, sorted, read
 /// with `SCAN` (never `KEYS`) on every primary. Fails when any primary
 /// cannot be read, naming it; [`list_elections_by_node`] lists what can be.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
+/// let names = tenure::admin::list_elections(&mut conn, "tenure").await?;
+/// assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
+/// # Ok(()) }
+/// ```
 pub async fn list_elections(conn: &mut Connection, prefix: &str) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for (node, listed) in list_elections_by_node(conn, prefix).await? {
@@ -291,6 +300,20 @@ pub async fn list_elections(conn: &mut Connection, prefix: &str) -> Result<Vec<S
 /// elections it holds under `prefix`, sorted, or why they could not be read.
 /// The primaries are scanned at once, so a silent node costs one call
 /// timeout and hides nothing of the others.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let url = "redis+cluster://10.0.0.1:6379,10.0.0.2:6379";
+/// let mut conn = tenure::admin::connect(url, None, Duration::from_secs(2)).await?;
+/// for (node, listed) in tenure::admin::list_elections_by_node(&mut conn, "tenure").await? {
+///     match listed {
+///         Ok(names) => println!("{node}: {}", names.join(", ")),
+///         Err(err) => eprintln!("{node}: cannot list: {err}"),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 pub async fn list_elections_by_node(
     conn: &mut Connection,
     prefix: &str,
@@ -345,6 +368,17 @@ async fn scan_node(conn: &Connection, node: &Arc<Node>, prefix: &str) -> Result<
 }
 
 /// Who leads the election `name` under `prefix` (`None` when nobody does).
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
+/// match tenure::admin::leader_of(&mut conn, "tenure", "reports").await? {
+///     Some(leader) => println!("{} leads with token {}", leader.id, leader.token),
+///     None => println!("nobody leads"),
+/// }
+/// # Ok(()) }
+/// ```
 pub async fn leader_of(
     conn: &mut Connection,
     prefix: &str,
@@ -363,6 +397,13 @@ pub async fn leader_of(
 
 /// The key of the fenced "last run" marker of an election (used by
 /// `tenure run --at-most-every`).
+///
+/// ```
+/// assert_eq!(tenure::admin::last_run_key("tenure", "digest")?, "tenure:{digest}:last-run");
+/// // Names are checked as elections check them.
+/// assert!(tenure::admin::last_run_key("tenure", "").is_err());
+/// # Ok::<(), tenure::Error>(())
+/// ```
 pub fn last_run_key(prefix: &str, name: &str) -> Result<String> {
     validate_name("key prefix", prefix)?;
     validate_name("election name", name)?;
@@ -371,6 +412,15 @@ pub fn last_run_key(prefix: &str, name: &str) -> Result<String> {
 
 /// The Redis server's clock, in milliseconds since the Unix epoch: one clock
 /// for every host, for "when did this last run" questions.
+///
+/// ```no_run
+/// # #[tokio::main] async fn main() -> tenure::Result<()> {
+/// use std::time::Duration;
+/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
+/// let now_ms = tenure::admin::server_time_ms(&mut conn).await?;
+/// assert!(now_ms > 1_700_000_000_000, "milliseconds since 1970");
+/// # Ok(()) }
+/// ```
 pub async fn server_time_ms(conn: &mut Connection) -> Result<u64> {
     let (secs, micros): (u64, u64) = redis::cmd("TIME")
         .query_async(conn)

@@ -30,8 +30,25 @@ use crate::term::{Holder, LeaderInfo, LostReason};
 use crate::{clock, instance_id, metrics, Error, Leadership, MemoryStore, Result};
 
 /// The default lease TTL.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let election = tenure::Election::builder("jobs")
+///     .memory(&tenure::MemoryStore::new())
+///     .build()
+///     .await?;
+/// assert_eq!(election.ttl(), tenure::DEFAULT_TTL);
+/// # Ok(()) }
+/// ```
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// The default key prefix.
+///
+/// ```
+/// // Every key of an election starts with its prefix.
+/// let key = tenure::admin::last_run_key(tenure::DEFAULT_PREFIX, "jobs")?;
+/// assert_eq!(key, "tenure:{jobs}:last-run");
+/// # Ok::<(), tenure::Error>(())
+/// ```
 pub const DEFAULT_PREFIX: &str = "tenure";
 
 /// Where leases are to be kept, as a builder was told.
@@ -218,12 +235,31 @@ impl ElectionBuilder {
 
     /// Use a store shared with other elections and partition sets of
     /// this process: one connection for all of them (see [`crate::Store`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::Store::memory(&tenure::MemoryStore::new());
+    /// let reports = tenure::Election::builder("reports").store(&store).build().await?;
+    /// let backups = tenure::Election::builder("backups").store(&store).build().await?;
+    /// let (_r, _b) = (reports.campaign().await?, backups.campaign().await?);
+    /// assert_eq!(store.elections("tenure").await?, ["backups", "reports"]);
+    /// # Ok(()) }
+    /// ```
     pub fn store(mut self, store: &crate::Store) -> Self {
         self.store = Some(StoreSpec::Shared(store.clone()));
         self
     }
 
     /// Use an in-memory store (tests).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// let term = election.campaign().await?;
+    /// assert_eq!(store.holder("jobs").map(|h| h.id), Some("a".to_string()));
+    /// # drop(term); Ok(()) }
+    /// ```
     pub fn memory(mut self, store: &MemoryStore) -> Self {
         self.store = Some(StoreSpec::Memory(store.clone()));
         self
@@ -231,6 +267,18 @@ impl ElectionBuilder {
 
     /// Lease time-to-live (default 15 s): how long a crashed leader blocks
     /// the election, and how long a leader survives without reaching Redis.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let election = tenure::Election::builder("jobs")
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .ttl(Duration::from_secs(6))
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(election.renew_every(), Duration::from_secs(2)); // ttl/3
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.settings.ttl = ttl;
         self
@@ -238,6 +286,17 @@ impl ElectionBuilder {
 
     /// How often the leader renews (default ttl/3). Must be shorter than
     /// the ttl minus the margin.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let builder = || tenure::Election::builder("jobs").memory(&tenure::MemoryStore::new());
+    /// let election = builder().renew_every(Duration::from_secs(1)).build().await?;
+    /// assert_eq!(election.renew_every(), Duration::from_secs(1));
+    /// // Renewing only after the deadline would be useless: refused.
+    /// assert!(builder().renew_every(Duration::from_secs(15)).build().await.is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.settings.renew_every = Some(every);
         self
@@ -246,12 +305,35 @@ impl ElectionBuilder {
     /// Safety margin subtracted from the ttl for the local deadline (default
     /// ttl/10, at most 2 s): the allowance for this host's clock running
     /// slower than the Redis server's during one ttl.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let election = tenure::Election::builder("jobs")
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .margin(Duration::from_millis(500))
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(election.margin(), Duration::from_millis(500));
+    /// # Ok(()) }
+    /// ```
     pub fn margin(mut self, margin: Duration) -> Self {
         self.settings.margin = Some(margin);
         self
     }
 
     /// Upper bound of one Redis call (default: the renew interval, at most 2 s).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let builder = || tenure::Election::builder("jobs").memory(&tenure::MemoryStore::new());
+    /// let election = builder().call_timeout(Duration::from_millis(500)).build().await?;
+    /// assert!(election.campaign().await?.is_leader());
+    /// let refused = builder().call_timeout(Duration::ZERO).build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.settings.call_timeout = Some(timeout);
         self
@@ -259,12 +341,36 @@ impl ElectionBuilder {
 
     /// This instance's id (default: hostname plus 128 random bits). Two
     /// processes must never share one.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let election = tenure::Election::builder("jobs")
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .id("worker-1")
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(election.id(), "worker-1");
+    /// assert_eq!(election.campaign().await?.id(), "worker-1");
+    /// # Ok(()) }
+    /// ```
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.settings.id = Some(id.into());
         self
     }
 
     /// Key prefix (default `tenure`); see the key layout in the crate docs.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let builder = || tenure::Election::builder("jobs").memory(&store);
+    /// let staging = builder().prefix("staging").build().await?;
+    /// assert!(staging.campaign().await?.is_leader());
+    /// // Prefixes are part of Redis keys: no braces or white space.
+    /// let refused = builder().prefix("my {app}").build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # Ok(()) }
+    /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.prefix = prefix.into();
         self
@@ -272,6 +378,16 @@ impl ElectionBuilder {
 
     /// Verify a `rediss://` server or an `etcds://` cluster against this
     /// CA certificate (PEM file) instead of the system's roots.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let election = tenure::Election::builder("reports")
+    ///     .redis("rediss://redis.internal:6380")
+    ///     .tls_ca_file("/etc/tenure/redis-ca.pem")
+    ///     .build()
+    ///     .await?;
+    /// # drop(election); Ok(()) }
+    /// ```
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.settings.tls_ca = Some(path.into());
         self
@@ -327,6 +443,17 @@ impl ElectionBuilder {
     /// refuse it with [`Error::Unsafe`]). An evicted lease lets a second
     /// leader in while the first still believes it leads; allow it only if
     /// fencing tokens protect every write.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// // A cache-only Redis (`maxmemory-policy allkeys-lru`), writes fenced.
+    /// let election = tenure::Election::builder("reports")
+    ///     .redis("redis://cache.internal:6379")
+    ///     .allow_eviction(true)
+    ///     .build()
+    ///     .await?;
+    /// # drop(election); Ok(()) }
+    /// ```
     pub fn allow_eviction(mut self, allow: bool) -> Self {
         self.settings.allow_eviction = allow;
         self
@@ -400,6 +527,17 @@ impl ElectionBuilder {
     /// Fails with [`Error::Config`] on invalid settings, and with
     /// [`Error::Unreachable`], [`Error::Auth`], [`Error::Tls`] when Redis
     /// cannot be used.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// assert_eq!(election.name(), "jobs");
+    /// // Without a store there is nothing to build on.
+    /// let none = tenure::Election::builder("jobs").build().await;
+    /// assert!(matches!(none, Err(tenure::Error::Config(_))));
+    /// # Ok(()) }
+    /// ```
     pub async fn build(mut self) -> Result<Election> {
         validate_name("election name", &self.name)?;
         let (timing, id) = self.settings.validate(&self.name)?;
@@ -644,6 +782,14 @@ impl std::fmt::Debug for Election {
 
 impl Election {
     /// Start configuring the election `name`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// assert_eq!(election.name(), "jobs");
+    /// # Ok(()) }
+    /// ```
     pub fn builder(name: impl Into<String>) -> ElectionBuilder {
         ElectionBuilder {
             name: name.into(),
@@ -653,21 +799,56 @@ impl Election {
     }
 
     /// The election's name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("nightly-backup").memory(&store).build().await?;
+    /// assert_eq!(election.name(), "nightly-backup");
+    /// assert_eq!(election.campaign().await?.election(), "nightly-backup");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
     /// This instance's id.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// assert_ne!(a.id(), b.id(), "each instance gets its own id");
+    /// # Ok(()) }
+    /// ```
     pub fn id(&self) -> &str {
         &self.inner.id
     }
 
     /// The lease TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).ttl(Duration::from_secs(9)).build().await?;
+    /// assert_eq!(election.ttl(), Duration::from_secs(9));
+    /// # Ok(()) }
+    /// ```
     pub fn ttl(&self) -> Duration {
         self.inner.timing.ttl
     }
 
     /// The renew interval.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// assert_eq!(election.renew_every(), election.ttl() / 3);
+    /// # Ok(()) }
+    /// ```
     pub fn renew_every(&self) -> Duration {
         self.inner.timing.renew_every
     }
@@ -682,6 +863,16 @@ impl Election {
     /// that nobody renews; the next `campaign` (or `try_campaign`) of this
     /// `Election` retries the same attempt and so adopts it at once. Left
     /// alone, it lapses after one TTL.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let term = election.campaign().await?;
+    /// assert!(term.is_leader());
+    /// assert_eq!(store.holder("jobs").map(|h| h.token), Some(term.token()));
+    /// # Ok(()) }
+    /// ```
     pub async fn campaign(&self) -> Result<Leadership> {
         self.campaign_observed(|_| {}).await
     }
@@ -1224,6 +1415,20 @@ impl Election {
     /// that term's keeper (or that campaign) owns it. So a second campaign,
     /// or a second [`crate::Runner`], that gives up while another one leads
     /// or is being elected does not end that one's term.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// store.set_fault(tenure::Fault::LoseReplies); // the acquire wins, unseen
+    /// let abandoned = tokio::time::timeout(Duration::from_millis(200), election.campaign());
+    /// assert!(abandoned.await.is_err(), "shut down while campaigning");
+    /// store.set_fault(tenure::Fault::None);
+    /// assert!(election.release_if_held().await?);
+    /// assert!(store.holder("jobs").is_none());
+    /// # Ok(()) }
+    /// ```
     pub async fn release_if_held(&self) -> Result<bool> {
         let inner = &self.inner;
         let inspect = inner.backend.inspect();
@@ -1349,6 +1554,15 @@ impl Election {
     }
 
     /// The safety margin.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).ttl(Duration::from_secs(10)).build().await?;
+    /// assert_eq!(election.margin(), Duration::from_secs(1)); // ttl/10
+    /// # Ok(()) }
+    /// ```
     pub fn margin(&self) -> Duration {
         self.inner.timing.margin
     }

@@ -206,11 +206,25 @@ fn within(timeout: &Duration) -> String {
 /// The least a Redis ACL user needs for elections, partition sets,
 /// `tenure status`/`watch` and the `--at-most-every` marker (key and
 /// channel patterns for the default prefix `tenure`).
+///
+/// ```
+/// // An ACL user for tenure (`redis-cli ACL SETUSER tenure on >secret ...`).
+/// let setuser = format!("ACL SETUSER tenure on >secret {}", tenure::MIN_ACL);
+/// assert!(setuser.contains("~tenure:*") && setuser.contains("+evalsha"));
+/// ```
 pub const MIN_ACL: &str = "~tenure:* &tenure:* +ping +evalsha +script|load +subscribe +publish \
      +type +hmget +hlen +hset +pexpire +pttl +get +set +del +time +info +zadd +zrem +zrangebyscore \
      +zremrangebyscore +zcount +scan";
 
 /// The crate's result type.
+///
+/// ```
+/// fn ttl_secs(raw: &str) -> tenure::Result<u64> {
+///     raw.parse().map_err(|_| tenure::Error::Config(format!("bad ttl {raw:?}")))
+/// }
+/// assert_eq!(ttl_secs("15").ok(), Some(15));
+/// assert!(matches!(ttl_secs("soon"), Err(tenure::Error::Config(_))));
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Replace the password of a URL by `***`, for messages and logs: the one

@@ -56,6 +56,12 @@ pub enum FencedWrite {
 
 impl FencedWrite {
     /// Whether the write was applied.
+    ///
+    /// ```
+    /// use tenure::FencedWrite;
+    /// assert!(FencedWrite::Accepted.is_accepted());
+    /// assert!(!FencedWrite::Rejected { highest: 7 }.is_accepted());
+    /// ```
     pub fn is_accepted(&self) -> bool {
         matches!(self, FencedWrite::Accepted)
     }
@@ -85,6 +91,11 @@ pub struct FencedKey {
 
 impl FencedKey {
     /// A fenced value stored at `key`.
+    ///
+    /// ```
+    /// let marker = tenure::FencedKey::new("cleanup:last-run");
+    /// assert_eq!(marker.key(), "cleanup:last-run");
+    /// ```
     pub fn new(key: impl Into<String>) -> Self {
         FencedKey {
             key: key.into(),
@@ -93,11 +104,26 @@ impl FencedKey {
     }
 
     /// The Redis key.
+    ///
+    /// ```
+    /// let marker = tenure::FencedKey::new(tenure::admin::last_run_key("tenure", "digest")?);
+    /// assert_eq!(marker.key(), "tenure:{digest}:last-run");
+    /// # Ok::<(), tenure::Error>(())
+    /// ```
     pub fn key(&self) -> &str {
         &self.key
     }
 
     /// Store `value` if `token` is at least the highest token accepted so far.
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: &mut redis::aio::ConnectionManager) -> tenure::Result<()> {
+    /// let marker = tenure::FencedKey::new("cleanup:last-run");
+    /// assert!(marker.set(conn, 8, "by token 8").await?.is_accepted());
+    /// let late = marker.set(conn, 7, "by token 7").await?; // an older leader, too late
+    /// assert_eq!(late, tenure::FencedWrite::Rejected { highest: 8 });
+    /// # Ok(()) }
+    /// ```
     pub async fn set<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,
@@ -129,6 +155,14 @@ impl FencedKey {
     }
 
     /// Read the value and the token that wrote it (`None` if never written).
+    ///
+    /// ```no_run
+    /// # async fn demo(conn: &mut redis::aio::ConnectionManager) -> tenure::Result<()> {
+    /// let marker = tenure::FencedKey::new("cleanup:last-run");
+    /// marker.set(conn, 8, "2026-11-29").await?;
+    /// assert_eq!(marker.get(conn).await?, Some((8, b"2026-11-29".to_vec())));
+    /// # Ok(()) }
+    /// ```
     pub async fn get<C: ConnectionLike + Send>(
         &self,
         conn: &mut C,

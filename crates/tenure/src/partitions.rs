@@ -104,6 +104,15 @@ impl PartitionSetBuilder {
     }
 
     /// Use Redis at `url` (see [`crate::ElectionBuilder::redis`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .redis("redis+cluster://10.0.0.1:6379,10.0.0.2:6379")
+    ///     .build()
+    ///     .await?;
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.store = Some(StoreSpec::Redis(url.into()));
         self
@@ -129,12 +138,33 @@ impl PartitionSetBuilder {
 
     /// Use a store shared with elections and other partition sets of this
     /// process (see [`crate::Store`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::Store::memory(&tenure::MemoryStore::new());
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0"]).store(&store).build().await?;
+    /// let reports = tenure::Election::builder("reports").store(&store).build().await?;
+    /// let _term = reports.campaign().await?; // one store, one connection, for both
+    /// assert_eq!(store.leader_of("tenure", "reports").await?.map(|l| l.id), Some(reports.id().into()));
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn store(mut self, store: &crate::Store) -> Self {
         self.store = Some(StoreSpec::Shared(store.clone()));
         self
     }
 
     /// Lease ttl of every partition, and the heartbeat ttl of members.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let builder = || tenure::PartitionSet::builder("orders", ["p0"]).memory(&tenure::MemoryStore::new());
+    /// let set = builder().ttl(Duration::from_secs(5)).build().await?;
+    /// // A ttl that is not a whole number of milliseconds is refused.
+    /// let refused = builder().ttl(Duration::from_micros(5_000_500)).build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.settings.ttl = ttl;
         self
@@ -164,36 +194,98 @@ impl PartitionSetBuilder {
     }
 
     /// How often the set runs a cycle (heartbeat, renewals, hand-overs).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let builder = || tenure::PartitionSet::builder("orders", ["p0"]).memory(&tenure::MemoryStore::new());
+    /// let set = builder().renew_every(Duration::from_secs(2)).build().await?;
+    /// // The default ttl is 15 s: a cycle every 15 s would let leases lapse.
+    /// let refused = builder().renew_every(Duration::from_secs(15)).build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.settings.renew_every = Some(every);
         self
     }
 
     /// Safety margin of the local deadlines.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let builder = || tenure::PartitionSet::builder("orders", ["p0"]).memory(&tenure::MemoryStore::new());
+    /// let set = builder().margin(Duration::from_millis(500)).build().await?;
+    /// // Margin plus renew interval (5 s) must leave room in the ttl (15 s).
+    /// let refused = builder().margin(Duration::from_secs(10)).build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn margin(mut self, margin: Duration) -> Self {
         self.settings.margin = Some(margin);
         self
     }
 
     /// Upper bound of one Redis round trip.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let builder = || tenure::PartitionSet::builder("orders", ["p0"]).memory(&tenure::MemoryStore::new());
+    /// let set = builder().call_timeout(Duration::from_millis(500)).build().await?;
+    /// let refused = builder().call_timeout(Duration::ZERO).build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.settings.call_timeout = Some(timeout);
         self
     }
 
     /// This member's id (default: hostname plus 128 random bits).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .id("consumer-7")
+    ///     .build()
+    ///     .await?;
+    /// assert_eq!(set.id(), "consumer-7");
+    /// # Ok(()) }
+    /// ```
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.settings.id = Some(id.into());
         self
     }
 
     /// Key prefix (default `tenure`).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let builder = || tenure::PartitionSet::builder("orders", ["p0"]).memory(&tenure::MemoryStore::new());
+    /// let set = builder().prefix("staging").build().await?;
+    /// let refused = builder().prefix("").build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.prefix = prefix.into();
         self
     }
 
     /// CA certificate for `rediss://` and `etcds://`.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .redis("rediss://redis.internal:6380")
+    ///     .tls_ca_file("/etc/tenure/redis-ca.pem")
+    ///     .build()
+    ///     .await?;
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.settings.tls_ca = Some(path.into());
         self
@@ -201,6 +293,17 @@ impl PartitionSetBuilder {
 
     /// Client certificate and key (PEM files) for an `etcds://` cluster
     /// that requires one (see [`crate::ElectionBuilder::tls_client_cert_file`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .redis("etcds://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
+    ///     .tls_ca_file("/etc/tenure/etcd-ca.pem")
+    ///     .tls_client_cert_file("/etc/tenure/client.pem", "/etc/tenure/client-key.pem")
+    ///     .build()
+    ///     .await?;
+    /// # drop(set); Ok(()) }
+    /// ```
     pub fn tls_client_cert_file(
         mut self,
         cert: impl Into<PathBuf>,
@@ -221,6 +324,17 @@ impl PartitionSetBuilder {
     }
 
     /// Validate and connect.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let set = tenure::PartitionSet::builder("orders", ["p0", "p1"]).memory(&store).build().await?;
+    /// assert!(set.observer().owned().is_empty(), "nothing is owned before `run`");
+    /// let empty: [&str; 0] = [];
+    /// let refused = tenure::PartitionSet::builder("orders", empty).memory(&store).build().await;
+    /// assert!(matches!(refused, Err(tenure::Error::Config(_))));
+    /// # Ok(()) }
+    /// ```
     pub async fn build(mut self) -> Result<PartitionSet> {
         validate_name("group name", &self.group)?;
         if self.partitions.is_empty() {
@@ -335,6 +449,25 @@ pub struct PartitionObserver {
 
 impl PartitionObserver {
     /// Partitions this member owns now, in the order they were given.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .ttl(Duration::from_millis(300))
+    ///     .build()
+    ///     .await?;
+    /// let observer = set.observer();
+    /// let owns_both = async move {
+    ///     while observer.owned().len() < 2 {
+    ///         tokio::time::sleep(Duration::from_millis(10)).await;
+    ///     }
+    ///     assert_eq!(observer.owned(), ["orders-0", "orders-1"]);
+    /// };
+    /// set.run(|_partition, term| async move { term.lost().await; }, owns_both).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn owned(&self) -> Vec<String> {
         let owned = self
             .observed
@@ -349,6 +482,25 @@ impl PartitionObserver {
 
     /// How many partitions this member owns now (cheaper than
     /// [`PartitionObserver::owned`] for large sets).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let partitions: Vec<String> = (0..100).map(|i| format!("p{i}")).collect();
+    /// let set = tenure::PartitionSet::builder("orders", partitions)
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .ttl(Duration::from_millis(300))
+    ///     .build()
+    ///     .await?;
+    /// let observer = set.observer();
+    /// let owns_all = async move {
+    ///     while observer.owned_count() < 100 {
+    ///         tokio::time::sleep(Duration::from_millis(10)).await;
+    ///     }
+    /// };
+    /// set.run(|_partition, term| async move { term.lost().await; }, owns_all).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn owned_count(&self) -> usize {
         self.observed
             .owned
@@ -358,6 +510,26 @@ impl PartitionObserver {
     }
 
     /// Live members as of the last heartbeat (sorted).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let set = tenure::PartitionSet::builder("orders", ["p0", "p1"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .id("member-a")
+    ///     .ttl(Duration::from_millis(300))
+    ///     .build()
+    ///     .await?;
+    /// let observer = set.observer();
+    /// let joined = async move {
+    ///     while observer.members().is_empty() {
+    ///         tokio::time::sleep(Duration::from_millis(10)).await;
+    ///     }
+    ///     assert_eq!(observer.members(), ["member-a"]);
+    /// };
+    /// set.run(|_partition, term| async move { term.lost().await; }, joined).await?;
+    /// # Ok(()) }
+    /// ```
     pub fn members(&self) -> Vec<String> {
         self.observed
             .members
@@ -369,12 +541,43 @@ impl PartitionObserver {
     /// Round trips to the store made so far: pipelines and single calls,
     /// one per node a batch goes to (on a Redis Cluster, one per primary
     /// that holds some of the batch's keys).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let set = tenure::PartitionSet::builder("orders", ["p0", "p1", "p2"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .ttl(Duration::from_millis(300))
+    ///     .build()
+    ///     .await?;
+    /// let observer = set.observer();
+    /// let stop = tokio::time::sleep(Duration::from_millis(500));
+    /// set.run(|_partition, term| async move { term.lost().await; }, stop).await?;
+    /// // Batched: far fewer round trips than one per partition and cycle.
+    /// assert!(observer.round_trips() < 3 * observer.cycles());
+    /// # Ok(()) }
+    /// ```
     pub fn round_trips(&self) -> u64 {
         self.observed.round_trips.load(Ordering::Relaxed)
     }
 
     /// Renewal cycles (heartbeat and renewals, one per renew interval)
     /// begun so far.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let set = tenure::PartitionSet::builder("orders", ["p0"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .renew_every(Duration::from_secs(1))
+    ///     .build()
+    ///     .await?;
+    /// let observer = set.observer();
+    /// let stop = tokio::time::sleep(Duration::from_millis(10_500));
+    /// set.run(|_partition, term| async move { term.lost().await; }, stop).await?;
+    /// assert!((10..=12).contains(&observer.cycles()), "about one a second");
+    /// # Ok(()) }
+    /// ```
     pub fn cycles(&self) -> u64 {
         self.observed.cycles.load(Ordering::Relaxed)
     }
@@ -491,6 +694,17 @@ struct Acquired {
 
 impl PartitionSet {
     /// Start configuring the partition set `group` over `partitions`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let partitions = (0..16).map(|i| format!("orders-{i}"));
+    /// let set = tenure::PartitionSet::builder("orders", partitions)
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .build()
+    ///     .await?;
+    /// assert!(!set.id().is_empty());
+    /// # Ok(()) }
+    /// ```
     pub fn builder<I, S>(group: impl Into<String>, partitions: I) -> PartitionSetBuilder
     where
         I: IntoIterator<Item = S>,
@@ -506,11 +720,31 @@ impl PartitionSet {
     }
 
     /// This member's id.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::PartitionSet::builder("orders", ["p0"]).memory(&store).build().await?;
+    /// let b = tenure::PartitionSet::builder("orders", ["p0"]).memory(&store).build().await?;
+    /// assert_ne!(a.id(), b.id(), "each member gets its own id");
+    /// # Ok(()) }
+    /// ```
     pub fn id(&self) -> &str {
         &self.id
     }
 
     /// A view of what this set owns while it runs.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let set = tenure::PartitionSet::builder("orders", ["p0", "p1"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .build()
+    ///     .await?;
+    /// let observer = set.observer(); // stays usable while `set.run` consumes the set
+    /// assert_eq!(observer.owned_count(), 0);
+    /// # Ok(()) }
+    /// ```
     pub fn observer(&self) -> PartitionObserver {
         PartitionObserver {
             observed: self.observed.clone(),
@@ -532,6 +766,28 @@ impl PartitionSet {
     /// Not cancel safe: dropping it leaves the work tasks to stop at their
     /// deadlines and the leases to lapse after one ttl. Complete `shutdown`
     /// to stop the work, release everything and leave the group.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .memory(&tenure::MemoryStore::new())
+    ///     .ttl(Duration::from_millis(300))
+    ///     .build()
+    ///     .await?;
+    /// let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    /// let work = move |partition: String, term: tenure::Leadership| {
+    ///     let _ = started.send(partition);
+    ///     async move { term.lost().await; }
+    /// };
+    /// let both_started = async move {
+    ///     let mut seen = vec![starts.recv().await.unwrap(), starts.recv().await.unwrap()];
+    ///     seen.sort();
+    ///     assert_eq!(seen, ["orders-0", "orders-1"]);
+    /// };
+    /// set.run(work, both_started).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn run<F, Fut>(self, mut work: F, shutdown: impl Future<Output = ()>) -> Result<()>
     where
         F: FnMut(String, Leadership) -> Fut,

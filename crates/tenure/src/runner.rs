@@ -123,6 +123,19 @@ enum TermEnd {
 impl Election {
     /// A runner for the callback style: campaign, run work while leader,
     /// campaign again after losing, resign on shutdown.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// election
+    ///     .runner()
+    ///     .lead(|term| async move { assert!(term.is_leader()) }) // once, then resign
+    ///     .run_until(std::future::pending())
+    ///     .await?;
+    /// assert!(store.holder("jobs").is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn runner(&self) -> Runner {
         Runner::new(self.clone())
     }
@@ -141,18 +154,64 @@ impl Runner {
     }
 
     /// Called when this instance becomes leader, before the work starts.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let (tokens, mut elected) = tokio::sync::mpsc::unbounded_channel();
+    /// election
+    ///     .runner()
+    ///     .on_elected(move |term| tokens.send(term.token()).unwrap())
+    ///     .lead(|_term| async {})
+    ///     .run_until(std::future::pending())
+    ///     .await?;
+    /// assert_eq!(elected.recv().await, Some(1));
+    /// # Ok(()) }
+    /// ```
     pub fn on_elected(mut self, f: impl FnMut(&Leadership) + Send + 'static) -> Self {
         self.on_elected = Some(Box::new(f));
         self
     }
 
     /// Called when a term ends, after the work has stopped.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let (reasons, mut revoked) = tokio::sync::mpsc::unbounded_channel();
+    /// election
+    ///     .runner()
+    ///     .on_revoked(move |reason| reasons.send(reason.clone()).unwrap())
+    ///     .lead(|_term| async {}) // the job is done: resign
+    ///     .run_until(std::future::pending())
+    ///     .await?;
+    /// assert_eq!(revoked.recv().await, Some(tenure::LostReason::Resigned));
+    /// # Ok(()) }
+    /// ```
     pub fn on_revoked(mut self, f: impl FnMut(&LostReason) + Send + 'static) -> Self {
         self.on_revoked = Some(Box::new(f));
         self
     }
 
     /// Called when another instance is seen leading a new term.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&store).id("b").build().await?;
+    /// let _term = a.campaign().await?;
+    /// let (leaders, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    /// b.runner()
+    ///     .on_follower(move |leader| leaders.send(leader.id.clone()).unwrap())
+    ///     .run_until(tokio::time::sleep(Duration::from_secs(1)))
+    ///     .await?;
+    /// assert_eq!(seen.recv().await.as_deref(), Some("a"));
+    /// # Ok(()) }
+    /// ```
     pub fn on_follower(mut self, f: impl FnMut(&LeaderInfo) + Send + 'static) -> Self {
         self.on_follower = Some(Box::new(f));
         self
@@ -227,6 +286,23 @@ impl Runner {
     /// [`LostReason::Shutdown`] and the work gets the grace period to return.
     /// If it returns by itself, the runner resigns and [`Runner::run_until`]
     /// returns: the job is done.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("migrate").memory(&store).build().await?;
+    /// let (done, mut finished) = tokio::sync::mpsc::unbounded_channel();
+    /// election
+    ///     .runner()
+    ///     .lead(move |term| {
+    ///         let done = done.clone();
+    ///         async move { done.send(term.token()).unwrap() }
+    ///     })
+    ///     .run_until(std::future::pending()) // returns once the work has
+    ///     .await?;
+    /// assert_eq!(finished.try_recv(), Ok(1));
+    /// # Ok(()) }
+    /// ```
     pub fn lead<F, Fut>(mut self, mut work: F) -> Self
     where
         F: FnMut(Leadership) -> Fut + Send + 'static,
@@ -238,12 +314,43 @@ impl Runner {
 
     /// How long shutdown waits for the work to stop before releasing the
     /// lease anyway (default: the ttl).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let started = tokio::time::Instant::now();
+    /// election
+    ///     .runner()
+    ///     .lead(|_term| std::future::pending()) // ignores the shutdown
+    ///     .shutdown_grace(Duration::from_secs(1))
+    ///     .run_until(tokio::time::sleep(Duration::from_secs(5)))
+    ///     .await?;
+    /// assert!(started.elapsed() < Duration::from_secs(7), "gave up on the work after 1 s");
+    /// assert!(store.holder("jobs").is_none(), "and released the lease");
+    /// # Ok(()) }
+    /// ```
     pub fn shutdown_grace(mut self, grace: Duration) -> Self {
         self.shutdown_grace = Some(grace);
         self
     }
 
     /// [`Runner::run_until`] SIGTERM or SIGINT (Ctrl-C).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let election = tenure::Election::builder("reports")
+    ///     .redis("redis://127.0.0.1:6379")
+    ///     .build()
+    ///     .await?;
+    /// election
+    ///     .runner()
+    ///     .lead(|term| async move { term.lost().await; })
+    ///     .run_until_signal() // systemd's stop, or Ctrl-C
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn run_until_signal(self) -> Result<()> {
         self.run_until(crate::shutdown_signal()).await
     }
@@ -258,6 +365,20 @@ impl Runner {
     /// Not cancel safe: dropping it mid-term drops the work at once and
     /// leaves the release to the keeper (in the background). Complete
     /// `shutdown` instead to stop the work first and then release.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// election
+    ///     .runner()
+    ///     .lead(|term| async move { term.lost().await; }) // works until told to stop
+    ///     .run_until(tokio::time::sleep(Duration::from_secs(60)))
+    ///     .await?;
+    /// assert!(store.holder("jobs").is_none(), "resigned on shutdown");
+    /// # Ok(()) }
+    /// ```
     pub async fn run_until(mut self, shutdown: impl Future<Output = ()>) -> Result<()> {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {

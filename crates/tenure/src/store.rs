@@ -151,6 +151,17 @@ impl Store {
 
     /// Who leads election `name` under `prefix` (`None`: nobody). Reads
     /// only; see [`Store::elections`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::Store::memory(&tenure::MemoryStore::new());
+    /// let election = tenure::Election::builder("jobs").store(&store).id("a").build().await?;
+    /// assert!(store.leader_of("tenure", "jobs").await?.is_none());
+    /// let term = election.campaign().await?;
+    /// let leader = store.leader_of("tenure", "jobs").await?.expect("a leads");
+    /// assert_eq!((leader.id.as_str(), leader.token), ("a", term.token()));
+    /// # Ok(()) }
+    /// ```
     pub async fn leader_of(&self, prefix: &str, name: &str) -> Result<Option<LeaderInfo>> {
         crate::keys::validate_name("key prefix", prefix)?;
         crate::keys::validate_name("election name", name)?;
@@ -207,6 +218,15 @@ pub struct StoreBuilder {
 impl StoreBuilder {
     /// Verify a `rediss://` server against this CA certificate (PEM file)
     /// instead of the system's roots.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::Store::redis("rediss://redis.internal:6380")
+    ///     .tls_ca_file("/etc/tenure/redis-ca.pem")
+    ///     .connect()
+    ///     .await?;
+    /// # drop(store); Ok(()) }
+    /// ```
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls.ca = Some(path.into());
         self
@@ -237,6 +257,19 @@ impl StoreBuilder {
     /// Upper bound of one round trip on the shared connection (default
     /// 2 s). Each election still bounds its own calls by its own call
     /// timeout.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::{Duration, Instant};
+    /// let started = Instant::now();
+    /// let refused = tenure::Store::redis("redis://127.0.0.1:1") // nothing listens there
+    ///     .call_timeout(Duration::from_millis(200))
+    ///     .connect()
+    ///     .await;
+    /// assert!(refused.is_err());
+    /// assert!(started.elapsed() < Duration::from_secs(5));
+    /// # }
+    /// ```
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
@@ -248,6 +281,16 @@ impl StoreBuilder {
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is left behind.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let refused = tenure::Store::redis("redis://127.0.0.1:1").connect().await;
+    /// match refused {
+    ///     Err(err @ tenure::Error::Unreachable { .. }) => assert!(err.is_transient()),
+    ///     other => panic!("expected Unreachable, got {other:?}"),
+    /// }
+    /// # }
+    /// ```
     pub async fn connect(self) -> Result<Store> {
         if crate::backend::is_etcd_url(&self.url) {
             let store = crate::backend::connect_etcd(self.url, self.tls, self.call_timeout).await?;

@@ -266,6 +266,12 @@ impl StoreState {
 
 impl MemoryStore {
     /// An empty store.
+    ///
+    /// ```
+    /// let store = tenure::MemoryStore::new();
+    /// assert!(store.holder("jobs").is_none());
+    /// assert_eq!(store.calls("jobs"), tenure::Calls::default());
+    /// ```
     pub fn new() -> Self {
         Self::default()
     }
@@ -282,6 +288,17 @@ impl MemoryStore {
     /// [`MemoryStore::view`] this is the view's own fault: only calls made
     /// through it are affected (a fault of the whole store, set on the
     /// store itself, applies to views too and takes precedence).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// store.set_fault(tenure::Fault::Fail); // as if Redis refused connections
+    /// assert!(matches!(election.leader().await, Err(tenure::Error::Unavailable)));
+    /// store.set_fault(tenure::Fault::None);
+    /// assert!(election.leader().await?.is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn set_fault(&self, fault: Fault) {
         match &self.view {
             Some(view) => lock(view).fault = fault,
@@ -318,6 +335,23 @@ impl MemoryStore {
 
     /// How announcements reach the elections built on this view from now
     /// on. Only views have their own: on the store itself this does nothing.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let view_b = store.view();
+    /// view_b.set_announcements(tenure::Announcements::Lost); // b hears of no change
+    /// let a = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&view_b).id("b").ttl(Duration::from_millis(300)).build().await?;
+    /// let term = a.campaign().await?;
+    /// let first = term.token();
+    /// let b_campaigns = tokio::spawn(async move { b.campaign().await });
+    /// term.resign().await?;
+    /// let next = b_campaigns.await.unwrap()?; // b found the lease free by polling
+    /// assert!(next.token() > first);
+    /// # Ok(()) }
+    /// ```
     pub fn set_announcements(&self, announcements: Announcements) {
         if let Some(view) = &self.view {
             lock(view).announcements = announcements;
@@ -329,6 +363,18 @@ impl MemoryStore {
     /// every store, the lease's witness stays: no other candidate is
     /// granted the election until the holder has released it (after it
     /// stopped) or it has run out.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("jobs").memory(&store).ttl(Duration::from_millis(300)).build().await?;
+    /// let term = a.campaign().await?;
+    /// store.revoke("jobs");
+    /// assert!(store.holder("jobs").is_none());
+    /// assert_eq!(term.lost().await, tenure::LostReason::Expired); // at its next renewal
+    /// # Ok(()) }
+    /// ```
     pub fn revoke(&self, election: &str) {
         self.lock().leases.remove(election);
     }
@@ -367,6 +413,19 @@ impl MemoryStore {
 
     /// Give an election's lease to `owner` with a new token, as if another
     /// instance took over; returns that token.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("jobs").memory(&store).ttl(Duration::from_millis(300)).build().await?;
+    /// let term = a.campaign().await?;
+    /// let stolen = store.steal("jobs", "intruder", Duration::from_secs(10));
+    /// assert!(stolen > term.token());
+    /// let lost = term.lost().await;
+    /// assert_eq!(lost, tenure::LostReason::Taken { by: "intruder".into(), token: stolen });
+    /// # Ok(()) }
+    /// ```
     pub fn steal(&self, election: &str, owner: &str, ttl: Duration) -> u64 {
         let mut state = self.lock();
         let token = state.next_token(election);
@@ -388,6 +447,18 @@ impl MemoryStore {
     }
 
     /// The leases and token counters as they are now.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// let term = election.campaign().await?;
+    /// let snapshot = store.snapshot(); // a's lease, as a replica saw it
+    /// term.resign().await?;
+    /// store.restore(&snapshot); // a failover to that replica: the lease is back
+    /// assert_eq!(store.holder("jobs").map(|h| h.id), Some("a".to_string()));
+    /// # Ok(()) }
+    /// ```
     pub fn snapshot(&self) -> Snapshot {
         let state = self.lock();
         Snapshot {
@@ -403,6 +474,22 @@ impl MemoryStore {
     /// replica) does: leases expired since are gone, leases granted since
     /// are lost, and, as after [`MemoryStore::wipe`], the start-up hold-off
     /// period applies. Later tokens still rise above all earlier ones.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let ttl = Duration::from_millis(300);
+    /// let a = tenure::Election::builder("jobs").memory(&store).id("a").ttl(ttl).build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&store).id("b").ttl(ttl).build().await?;
+    /// let before = store.snapshot(); // nobody leads
+    /// let term = a.campaign().await?;
+    /// store.restore(&before); // the store rolls back: a's lease is lost
+    /// assert!(store.holder("jobs").is_none());
+    /// let next = b.campaign().await?; // after the hold-off
+    /// assert!(next.token() > term.token(), "tokens still rise");
+    /// # Ok(()) }
+    /// ```
     pub fn restore(&self, snapshot: &Snapshot) {
         let mut state = self.lock();
         state.leases = snapshot.leases.clone();
@@ -417,6 +504,21 @@ impl MemoryStore {
     /// restart without persistence does. Later tokens still rise above earlier ones, and,
     /// as with Redis, no lease is granted until one ttl after an election
     /// is next asked for one (a leader from before may still believe).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// # use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let ttl = Duration::from_millis(300);
+    /// let a = tenure::Election::builder("jobs").memory(&store).id("a").ttl(ttl).build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&store).id("b").ttl(ttl).build().await?;
+    /// let term = a.campaign().await?;
+    /// store.wipe(); // Redis restarted without persistence
+    /// assert!(store.holder("jobs").is_none());
+    /// let next = b.campaign().await?; // after the hold-off
+    /// assert!(next.token() > term.token(), "tokens still rise");
+    /// # Ok(()) }
+    /// ```
     pub fn wipe(&self) {
         let mut state = self.lock();
         state.leases.clear();
@@ -442,6 +544,17 @@ impl MemoryStore {
     }
 
     /// Who holds an election's lease now.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// let term = election.campaign().await?;
+    /// assert_eq!(store.holder("jobs").map(|h| h.id), Some("a".to_string()));
+    /// term.resign().await?;
+    /// assert!(store.holder("jobs").is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn holder(&self, election: &str) -> Option<LeaderInfo> {
         let mut state = self.lock();
         let now = Instant::now();
