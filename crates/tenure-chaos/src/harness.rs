@@ -1473,25 +1473,7 @@ impl Harness {
             .await;
         }
         let lease = format!("{prefix}:{{{ELECTION}}}:lease");
-        let url = match &self.store {
-            Store::Single { redis, .. } => redis.url(),
-            Store::Sentinel(group) => {
-                let group = group.clone();
-                let port =
-                    blocking("the sentinels name a primary", move || group.primary_port()).await?;
-                format!("redis://127.0.0.1:{port}")
-            }
-            Store::Cluster(cluster) => {
-                let cluster = cluster.clone();
-                let slot = redis_process::slot_of(&lease);
-                let port = blocking("the cluster names the lease's primary", move || {
-                    cluster.primary_of_slot(slot)
-                })
-                .await?;
-                format!("redis://127.0.0.1:{port}")
-            }
-            Store::Etcd(_) => unreachable!("handled above"),
-        };
+        let url = self.primary_of(&lease).await?;
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         let mut conn = client
             .get_multiplexed_async_connection()
@@ -1507,27 +1489,39 @@ impl Harness {
             .map_err(|e| e.to_string())
     }
 
-    async fn publish(&self, messages: &[String]) -> Result<(), String> {
-        let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
-        let (url, command) = match &self.store {
-            Store::Single { redis, .. } => (redis.url(), "PUBLISH"),
+    /// The URL of the Redis node that serves `key` now: the single
+    /// server, the primary the sentinels name, or the cluster primary of
+    /// its slot.
+    async fn primary_of(&self, key: &str) -> Result<String, String> {
+        match &self.store {
+            Store::Single { redis, .. } => Ok(redis.url()),
             Store::Sentinel(group) => {
                 let group = group.clone();
                 let port =
                     blocking("the sentinels name a primary", move || group.primary_port()).await?;
-                (format!("redis://127.0.0.1:{port}"), "PUBLISH")
+                Ok(format!("redis://127.0.0.1:{port}"))
             }
             Store::Cluster(cluster) => {
                 let cluster = cluster.clone();
-                let slot = redis_process::slot_of(&channel);
-                let port = blocking("the cluster names the channel's primary", move || {
+                let slot = redis_process::slot_of(key);
+                let port = blocking("the cluster names the slot's primary", move || {
                     cluster.primary_of_slot(slot)
                 })
                 .await?;
-                (format!("redis://127.0.0.1:{port}"), "SPUBLISH")
+                Ok(format!("redis://127.0.0.1:{port}"))
             }
+            Store::Etcd(_) => Err(format!("{key} is not on etcd")),
+        }
+    }
+
+    async fn publish(&self, messages: &[String]) -> Result<(), String> {
+        let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
+        let command = match &self.store {
+            Store::Cluster(_) => "SPUBLISH",
             Store::Etcd(_) => return Err(Topology::Etcd.refusal("forged").unwrap_or_default()),
+            _ => "PUBLISH",
         };
+        let url = self.primary_of(&channel).await?;
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         let mut conn = client
             .get_multiplexed_async_connection()

@@ -1782,23 +1782,30 @@ fn key_dir(key: &str) -> String {
     }
 }
 
-/// Check that `kv` is a witness tenure wrote (on a lease).
-fn decode_witness(key: &str, kv: &KeyValue) -> Result<()> {
+/// The lines of `kv` after its first two, if it is a value tenure wrote
+/// of the kind `tag` (`witness`, `last-run`) on a lease; else an error
+/// naming the key.
+fn tagged<'a>(key: &str, kv: &'a KeyValue, tag: &str) -> Result<std::str::Lines<'a>> {
     let foreign = |detail: &str| Error::ForeignData {
         key: key.to_string(),
         detail: detail.to_string(),
     };
     let text = std::str::from_utf8(kv.value()).map_err(|_| foreign("not UTF-8"))?;
     let mut lines = text.lines();
-    if lines.next() != Some(MAGIC) || lines.next() != Some("witness") {
+    if lines.next() != Some(MAGIC) || lines.next() != Some(tag) {
         return Err(foreign(&format!(
-            "it does not start with {MAGIC:?} and \"witness\""
+            "it does not start with {MAGIC:?} and {tag:?}"
         )));
     }
     if kv.lease() == 0 {
         return Err(foreign("it has no lease"));
     }
-    Ok(())
+    Ok(lines)
+}
+
+/// Check that `kv` is a witness tenure wrote (on a lease).
+fn decode_witness(key: &str, kv: &KeyValue) -> Result<()> {
+    tagged(key, kv, "witness").map(|_| ())
 }
 
 /// The etcd key prefix of a partition set's members, from its Redis-layout
@@ -1818,27 +1825,14 @@ fn last_run_key(keys: &Keys) -> Result<String> {
 /// return the recorder's clock (ms) at the record, if it says (markers
 /// written before it did, do not).
 fn decode_marker(key: &str, kv: &KeyValue) -> Result<Option<u64>> {
-    let foreign = |detail: &str| Error::ForeignData {
-        key: key.to_string(),
-        detail: detail.to_string(),
-    };
-    let text = std::str::from_utf8(kv.value()).map_err(|_| foreign("not UTF-8"))?;
-    let mut lines = text.lines();
-    if lines.next() != Some(MAGIC) || lines.next() != Some("last-run") {
-        return Err(foreign(&format!(
-            "it does not start with {MAGIC:?} and \"last-run\""
-        )));
-    }
-    if kv.lease() == 0 {
-        return Err(foreign("it has no lease"));
-    }
+    let mut lines = tagged(key, kv, "last-run")?;
     let (_token, _owner) = (lines.next(), lines.next());
     match lines.next() {
         None => Ok(None),
-        Some(at) => at
-            .parse()
-            .map(Some)
-            .map_err(|_| foreign("a record time that is not a number")),
+        Some(at) => at.parse().map(Some).map_err(|_| Error::ForeignData {
+            key: key.to_string(),
+            detail: "a record time that is not a number".into(),
+        }),
     }
 }
 
