@@ -556,3 +556,35 @@ async fn a_lease_deleted_by_hand_while_its_holder_hangs_waits_for_its_deadline()
     );
     assert!(next.token() > token);
 }
+
+/// Foreign data where a lease's witness lives is reported and never
+/// written: neither by an acquisition nor by the holder's renewals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_witness_is_reported_and_never_written() {
+    let server = redis();
+    let url = server.url();
+    past_hold_off(&url, "foreign-witness", SECOND).await;
+    let mut conn = raw(&url).await;
+    let _: () = conn
+        .set("tenure:{foreign-witness}:witness", "not mine")
+        .await
+        .unwrap();
+    let e = election(&url, "foreign-witness", "a", SECOND).await;
+    let err = e.try_campaign().await.expect_err("foreign witness");
+    assert!(matches!(err, Error::ForeignData { .. }), "{err}");
+    let value: String = conn.get("tenure:{foreign-witness}:witness").await.unwrap();
+    assert_eq!(value, "not mine");
+
+    // Written while a term holds: its renewal does not overwrite it.
+    let _: () = conn.del("tenure:{foreign-witness}:witness").await.unwrap();
+    let term = campaign(&e).await;
+    let _: () = conn
+        .set("tenure:{foreign-witness}:witness", "not mine")
+        .await
+        .unwrap();
+    // A renewal runs (its refusal does not end the term before its
+    // deadline, so confirm may still answer with the time left).
+    let _ = term.confirm().await;
+    let value: String = conn.get("tenure:{foreign-witness}:witness").await.unwrap();
+    assert_eq!(value, "not mine");
+}
