@@ -22,11 +22,19 @@
 //!   which checks its own deadline before every write.
 //! - Rejected stale writes are counted separately: they are fencing
 //!   working, expected under pauses.
+//! - *Tokens that fall or repeat*: two terms of different instances with
+//!   the same token, or a term elected after another term had ended whose
+//!   token is not larger. Fencing rejects such a term's writes once the
+//!   resource has seen the larger token, so the resource's record alone
+//!   would show nothing; but a resource that never saw it (a second fenced
+//!   resource, or one restored from a backup) could not tell the stale
+//!   leader from the new one.
 //!
 //! **Liveness**: the longest time without any leader outside Redis-wide
 //! faults and etcd outages, when nobody can lead (only the part of a
-//! leaderless gap that no such fault covers counts), and the time from each
-//! fault to the next new term.
+//! leaderless gap that no such fault covers counts), the time from each
+//! fault to the next new term, and the terms lost to faults that must cost
+//! none ([`COSTS_NO_TERM`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -60,6 +68,21 @@ const REDIS_WIDE: [&str; 9] = [
     "cluster-reshard",
 ];
 
+/// Faults that must cost no term at all: a paused minority member of etcd
+/// (the others answer, and a client hedges to them), and a killed primary
+/// of a shard that does not serve the election (with
+/// `cluster-require-full-coverage no`, the other shards keep serving). A
+/// term that ends by its lease or deadline (not by its own resign or exit)
+/// from such a fault's start until a ttl after it ended is counted in
+/// [`Report::terms_lost_to_harmless_faults`], which must be 0 for a run to
+/// be live.
+pub const COSTS_NO_TERM: [&str; 2] = ["pause-minority-member", "kill-shard-primary"];
+
+/// The reasons a term ends that a fault can cause (see
+/// [`tenure::LostReason::label`]); resigns, shutdowns and drops are the
+/// instance's own doing.
+const LOST_TO_THE_STORE: [&str; 3] = ["taken", "expired", "deadline"];
+
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Report {
     pub ttl_ms: u64,
@@ -75,6 +98,12 @@ pub struct Report {
     /// rejected (see the module docs); not safety violations.
     pub fenced_overlaps: u64,
     pub fenced_overlap_ms: f64,
+    /// Terms whose token was not larger than an earlier term's (see the
+    /// module docs); must be 0.
+    pub tokens_not_rising: u64,
+    /// Terms lost to faults that must cost none ([`COSTS_NO_TERM`]); must
+    /// be 0 for the run to be live.
+    pub terms_lost_to_harmless_faults: u64,
     pub longest_gap_ms: f64,
     pub longest_gap_outside_redis_faults_ms: f64,
     pub recovery_ms: BTreeMap<String, Recovery>,
@@ -295,6 +324,9 @@ pub fn check(
         }
     }
 
+    report.tokens_not_rising = tokens_not_rising(&terms);
+    report.terms_lost_to_harmless_faults = lost_to_harmless_faults(events, ttl_ms);
+
     let mut redis_down: Vec<(u64, u64)> = Vec::new();
     let mut faults: Vec<(String, u64)> = Vec::new();
     for event in events {
@@ -365,11 +397,57 @@ pub fn check(
 
     report.safe = report.stale_writes_accepted == 0
         && report.overlaps == 0
+        && report.tokens_not_rising == 0
         && report.crashes.is_empty()
         && report.leaked.is_empty();
     let slack_ms = ttl_ms as f64 * 0.25 + 100.0;
-    report.live = report.longest_gap_outside_redis_faults_ms <= ttl_ms as f64 + slack_ms;
+    report.live = report.longest_gap_outside_redis_faults_ms <= ttl_ms as f64 + slack_ms
+        && report.terms_lost_to_harmless_faults == 0;
     report
+}
+
+/// Terms whose token repeats another instance's or does not exceed the
+/// token of a term that had ended before they were elected. (A term's
+/// `elected` is when its instance logged it, after the store granted it, so
+/// a term elected after another ended was granted after that one began.)
+fn tokens_not_rising(terms: &[Term]) -> u64 {
+    let mut count = 0;
+    for (i, term) in terms.iter().enumerate() {
+        let repeats = terms[..i]
+            .iter()
+            .any(|earlier| earlier.inst != term.inst && earlier.token == term.token);
+        let falls = terms
+            .iter()
+            .any(|ended| ended.end < term.elected && ended.token > term.token);
+        if repeats || falls {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Terms lost by their lease or deadline while a fault of
+/// [`COSTS_NO_TERM`] ran, or within a ttl after it ended.
+fn lost_to_harmless_faults(events: &[Event], ttl_ms: u64) -> u64 {
+    let windows: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Fault { kind, t, until, .. } if COSTS_NO_TERM.contains(&kind.as_str()) => {
+                Some((*t, until.max(t) + ttl_ms * 1_000_000))
+            }
+            _ => None,
+        })
+        .collect();
+    events
+        .iter()
+        .filter(|event| match event {
+            Event::Lost { t, reason, .. } => {
+                LOST_TO_THE_STORE.contains(&reason.as_str())
+                    && windows.iter().any(|(from, to)| (*from..=*to).contains(t))
+            }
+            _ => false,
+        })
+        .count() as u64
 }
 
 /// The longest stretch of `gap` that no window of `down` covers: a gap is
@@ -464,6 +542,16 @@ impl Report {
                 "{} ({:.1} ms)",
                 self.fenced_overlaps, self.fenced_overlap_ms
             ),
+        );
+        row(
+            &mut out,
+            "tokens that fell or repeated (must be 0)",
+            self.tokens_not_rising.to_string(),
+        );
+        row(
+            &mut out,
+            "terms lost to faults that must cost none (must be 0)",
+            self.terms_lost_to_harmless_faults.to_string(),
         );
         row(
             &mut out,
@@ -741,5 +829,77 @@ mod tests {
         // its kind.
         let report = check(&events(Some(false)), "", 1000, vec![], vec![], 0);
         assert!((report.longest_gap_outside_redis_faults_ms - 8900.0).abs() < 0.001);
+    }
+
+    fn lost(inst: &str, token: u64, t: u64, reason: &str) -> Event {
+        Event::Lost {
+            inst: inst.into(),
+            token,
+            t: t * MS,
+            reason: reason.into(),
+        }
+    }
+
+    #[test]
+    fn a_token_that_repeats_or_falls_after_a_term_ended_is_a_violation() {
+        // As after an etcd restore from an older snapshot with tokens taken
+        // from revisions: c's term reuses b's token, d's falls below it.
+        // Fencing rejects their writes, so only the tokens show it.
+        let events = vec![
+            elected("a", 4, 0),
+            lost("a", 4, 100, "resigned"),
+            elected("b", 6, 110),
+            lost("b", 6, 200, "resigned"),
+            elected("c", 6, 1300),
+            write("c", 6, 1310, 2000, false),
+            lost("c", 6, 1400, "resigned"),
+            elected("d", 5, 1500),
+        ];
+        let report = check(&events, "", 1000, vec![], vec![], 0);
+        assert_eq!(report.tokens_not_rising, 2, "{report:?}");
+        assert!(!report.safe);
+        // Rising tokens, and one instance taking up its own term again after
+        // losing it, are fine.
+        let events = vec![
+            elected("a", 4, 0),
+            lost("a", 4, 100, "deadline"),
+            elected("a", 4, 150),
+            lost("a", 4, 200, "resigned"),
+            elected("b", 9, 300),
+        ];
+        let report = check(&events, "", 1000, vec![], vec![], 0);
+        assert_eq!(report.tokens_not_rising, 0, "{report:?}");
+        assert!(report.safe);
+    }
+
+    #[test]
+    fn a_term_lost_to_a_fault_that_must_cost_none_misses_the_liveness_goal() {
+        let pause = Event::Fault {
+            kind: "pause-minority-member".into(),
+            target: String::new(),
+            t: 1000 * MS,
+            until: 3000 * MS,
+            store_down: Some(false),
+        };
+        let run = |reason: &str, at: u64| {
+            vec![
+                elected("a", 1, 0),
+                write("a", 1, 10, 900, true),
+                pause.clone(),
+                lost("a", 1, at, reason),
+                elected("b", 2, at + 5),
+            ]
+        };
+        let report = check(&run("deadline", 2000), "", 1000, vec![], vec![], 0);
+        assert_eq!(report.terms_lost_to_harmless_faults, 1, "{report:?}");
+        assert!(report.safe && !report.live, "{report:?}");
+        // Within a ttl after the fault ended still counts; later, or the
+        // instance's own resign, does not.
+        let report = check(&run("expired", 3900), "", 1000, vec![], vec![], 0);
+        assert_eq!(report.terms_lost_to_harmless_faults, 1, "{report:?}");
+        for (reason, at) in [("deadline", 4100), ("resigned", 2000)] {
+            let report = check(&run(reason, at), "", 1000, vec![], vec![], 0);
+            assert_eq!(report.terms_lost_to_harmless_faults, 0, "{reason}: {report:?}");
+        }
     }
 }
