@@ -62,7 +62,26 @@
 //! - `etcd-restart-all`: kill -9 every member, wait the hold, start them all
 //!   again with their data (a power cut of the whole cluster);
 //! - `etcd-compact`: compact the key-value history to the current revision
-//!   while a leader holds its term.
+//!   while a leader holds its term;
+//! - `pause-minority-member`: SIGSTOP a follower member (never the raft
+//!   leader) for the hold. Two members answer throughout and tenure hedges
+//!   a call the paused one holds to the others, so this must cost no term
+//!   at all: the checker counts any term lost meanwhile
+//!   ([`crate::checker::COSTS_NO_TERM`]). With `--unsafe-bug
+//!   etcd-no-hedges` (every call sent once, to whichever member the
+//!   balanced client picks) it costs about a term a pause. (The milder bug
+//!   issue 22 fixed, hedges that gave up their first send, cost one in five
+//!   to ten pauses in our runs: too rare for a short failing-mode run; the
+//!   library's test `a_paused_follower_member_never_costs_a_term` covers
+//!   it);
+//! - `restore-snapshot`: an operator's backup and restore. Every member is
+//!   stopped and its data copied (a cold backup), the cluster starts
+//!   again, the leader of the moment hands over (SIGTERM) so that later
+//!   terms exist, and after the hold the cluster is restored from the
+//!   backup: keys, leases and revisions roll back. Tokens must keep rising
+//!   (the checker counts tokens that fall or repeat); with `--unsafe-bug
+//!   etcd-tokens-without-clock` (tokens from the rolled-back counter alone,
+//!   as revision tokens were) they repeat.
 //!
 //! A fault of the etcd cluster is recorded as a store outage (like a Redis
 //! restart, see [`crate::checker`]) only when the cluster could not serve:
@@ -89,11 +108,12 @@
 //! counterpart of (see [`Topology::why_not`]):
 //! - `restart` (a Redis restart losing every lease): etcd members keep their
 //!   data across restarts; `etcd-restart-all` is the etcd counterpart.
-//!   Losing an etcd cluster's data means restoring a snapshot (tokens keep
-//!   rising across it: they count up from the candidates' clocks);
+//!   Losing an etcd cluster's data means restoring a backup, which
+//!   `restore-snapshot` does;
 //! - `rollback` (Redis started again from an older `SAVE`d snapshot): an
 //!   etcd member restarts from its own write-ahead log, never from an older
-//!   state;
+//!   state; `restore-snapshot` is the operator's rollback of the whole
+//!   cluster;
 //! - `stall` (`CLIENT PAUSE`, a Redis command): `etcd-pause-member` stalls
 //!   etcd members instead;
 //! - `forged` (announcements forged on Redis pub/sub): etcd's announcements
@@ -159,7 +179,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 27] = [
+pub const FAULT_KINDS: [&str; 29] = [
     "kill",
     "pause",
     "restart",
@@ -187,6 +207,8 @@ pub const FAULT_KINDS: [&str; 27] = [
     "etcd-compact",
     "delete-lease",
     "revoke-lease",
+    "pause-minority-member",
+    "restore-snapshot",
 ];
 
 /// Kinds that need a fault-injecting proxy per instance, which only the
@@ -217,11 +239,13 @@ pub const CLUSTER_ONLY: [&str; 3] = [
 ];
 
 /// Kinds that need `--topology etcd`.
-pub const ETCD_ONLY: [&str; 4] = [
+pub const ETCD_ONLY: [&str; 6] = [
     "etcd-kill-member",
     "etcd-pause-member",
     "etcd-restart-all",
     "etcd-compact",
+    "pause-minority-member",
+    "restore-snapshot",
 ];
 
 /// Kinds of an operator acting on the lease by hand that need etcd:
@@ -275,10 +299,10 @@ impl Topology {
         }
         Some(match kind {
             "restart" => {
-                "a Redis restart loses every lease, while etcd members keep their data across restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means restoring a snapshot, after which tokens keep rising (they count up from the candidates' clocks)"
+                "a Redis restart loses every lease, while etcd members keep their data across restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means restoring a backup (restore-snapshot)"
             }
             "rollback" => {
-                "it restarts Redis from an older SAVEd snapshot, while an etcd member restarts from its own write-ahead log, never from an older state"
+                "it restarts Redis from an older SAVEd snapshot, while an etcd member restarts from its own write-ahead log, never from an older state (restore-snapshot rolls the whole cluster back)"
             }
             "stall" => "CLIENT PAUSE is a Redis command (etcd-pause-member stalls etcd members)",
             "forged" => {
@@ -403,6 +427,9 @@ pub struct RunConfig {
     /// `delete-lease` and `revoke-lease` remove the witness too (unsafe:
     /// the behaviour before witnesses, for the failing-mode test).
     pub witness_too: bool,
+    /// Fixed bugs of the store switched back on in every library-mode
+    /// instance (see [`crate::instance::STORE_BUGS`]).
+    pub store_bugs: Vec<String>,
     pub faults: Vec<String>,
     pub topology: Topology,
     /// Sentinel: configure the data nodes with `min-replicas-to-write` (see
@@ -808,6 +835,9 @@ impl Harness {
                 if config.issue_9_bugs {
                     c.arg("--unsafe-issue-9-bugs");
                 }
+                for bug in &config.store_bugs {
+                    c.args(["--unsafe-bug", bug]);
+                }
                 c
             }
             Some(tenure) => {
@@ -1159,6 +1189,9 @@ impl Harness {
                     how,
                 });
             }
+            ("restore-snapshot", _) => {
+                self.restore_snapshot(hold).await?;
+            }
             (store, _)
                 if SENTINEL_ONLY.contains(&store)
                     || CLUSTER_ONLY.contains(&store)
@@ -1378,6 +1411,30 @@ impl Harness {
                 store_down = Some(true);
                 (t, now_ns())
             }
+            (Store::Etcd(cluster), "pause-minority-member") => {
+                let c = cluster.clone();
+                let member = blocking("an etcd follower", move || {
+                    let c = lock(&c);
+                    let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
+                    let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
+                    followers
+                        .get(pick % followers.len().max(1))
+                        .copied()
+                        .ok_or_else(|| etcd_process::Error::Topology("no follower member".into()))
+                })
+                .await?;
+                let c = cluster.clone();
+                let t = now_ns();
+                blocking("pausing an etcd follower", move || lock(&c).pause(member)).await?;
+                tokio::time::sleep(hold).await;
+                let c = cluster.clone();
+                blocking("the etcd follower runs again", move || {
+                    lock(&c).resume(member)
+                })
+                .await?;
+                store_down = Some(false);
+                (t, now_ns())
+            }
             (Store::Etcd(cluster), "etcd-compact") => {
                 let c = cluster.clone();
                 let t = now_ns();
@@ -1403,6 +1460,68 @@ impl Harness {
             t,
             until,
             store_down,
+        });
+        self.store.settle().await?;
+        for pid in self.store.pids() {
+            if !self.started.contains(&pid) {
+                self.started.push(pid);
+            }
+        }
+        Ok(())
+    }
+
+    /// `restore-snapshot` (see the module docs): a cold backup of every
+    /// member, a hand-over, the hold, and a restore from the backup. One
+    /// store outage from the backup's start until the restored cluster has
+    /// a leader.
+    async fn restore_snapshot(&mut self, hold: Duration) -> Result<(), String> {
+        let Store::Etcd(cluster) = &self.store else {
+            return Err("restore-snapshot needs --topology etcd".into());
+        };
+        let cluster = cluster.clone();
+        self.store.settle().await?;
+        let t = now_ns();
+        let c = cluster.clone();
+        let backup = blocking("backing the etcd cluster up", move || {
+            let mut c = lock(&c);
+            let backup = c.back_up()?;
+            c.wait_for_leader(TOPOLOGY_WAIT)?;
+            Ok::<_, etcd_process::Error>(backup)
+        })
+        .await?;
+        // Terms after the backup, whose tokens the restore must not issue
+        // again: whoever leads hands over, and another is elected.
+        let ttl = self.config.ttl;
+        let deadline = tokio::time::Instant::now() + ttl * 10;
+        let mut leader = self.leader_slot().await;
+        while leader.is_none() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(ttl / 10).await;
+            leader = self.leader_slot().await;
+        }
+        if let Some(i) = leader {
+            if let Some(pid) = self.slots[i].pid() {
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+            self.wait_exit(i, Duration::from_secs(10), "exit").await;
+            let deadline = tokio::time::Instant::now() + ttl * 10;
+            while self.leader_slot().await.is_none() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(ttl / 10).await;
+            }
+        }
+        tokio::time::sleep(hold).await;
+        let c = cluster.clone();
+        blocking("restoring the etcd cluster from the backup", move || {
+            let mut c = lock(&c);
+            c.restore(&backup)?;
+            c.wait_for_leader(TOPOLOGY_WAIT)
+        })
+        .await?;
+        self.log.record(&Event::Fault {
+            kind: "restore-snapshot".to_string(),
+            target: String::new(),
+            t,
+            until: now_ns(),
+            store_down: Some(true),
         });
         self.store.settle().await?;
         for pid in self.store.pids() {

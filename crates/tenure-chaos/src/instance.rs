@@ -77,6 +77,23 @@ pub struct Campaign {
     pub deadline: bool,
     /// Switch back on the bugs issue 9 fixed (failing-mode tests).
     pub issue_9_bugs: bool,
+    /// Fixed bugs of one store switched back on, by name ([`STORE_BUGS`]).
+    pub store_bugs: Vec<String>,
+}
+
+/// Fixed bugs of one store that `--unsafe-bug NAME` switches back on in
+/// every library-mode instance, for failing-mode tests: each is one hidden
+/// `unsafe_*` switch of [`tenure::ElectionBuilder`].
+pub const STORE_BUGS: [&str; 2] = ["etcd-tokens-without-clock", "etcd-no-hedges"];
+
+/// `builder` with the store bug `name` switched back on.
+fn with_store_bug(builder: tenure::ElectionBuilder, name: &str) -> tenure::ElectionBuilder {
+    match name {
+        "etcd-tokens-without-clock" => builder.unsafe_etcd_tokens_without_clock(true),
+        "etcd-no-hedges" => builder.unsafe_etcd_no_hedges(true),
+        // Refused by the harness before any instance starts.
+        _ => builder,
+    }
 }
 
 /// Why an instance stopped acting on a term.
@@ -140,6 +157,9 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
             .unsafe_issue_9_bugs(campaign.issue_9_bugs);
         if let Some(max_ttl) = campaign.max_ttl {
             builder = builder.max_ttl(max_ttl);
+        }
+        for bug in &campaign.store_bugs {
+            builder = with_store_bug(builder, bug);
         }
         // The proxy may be cutting us off right now, or the store failing
         // over; keep trying.

@@ -95,6 +95,12 @@ enum Command {
         /// object: a candidate is elected while the holder still acts).
         #[arg(long)]
         unsafe_lease_by_hand_without_witness: bool,
+        /// Unsafe: a fixed bug of one store switched back on in every
+        /// instance (library mode; repeatable): `etcd-tokens-without-clock`
+        /// (tokens repeat after `restore-snapshot`), `etcd-no-hedges`
+        /// (`pause-minority-member` costs terms).
+        #[arg(long = "unsafe-bug", value_name = "NAME")]
+        unsafe_bugs: Vec<String>,
         /// Exit 1 also when the liveness goal is missed.
         #[arg(long)]
         require_live: bool,
@@ -127,6 +133,8 @@ enum Command {
         unsafe_no_deadline: bool,
         #[arg(long)]
         unsafe_issue_9_bugs: bool,
+        #[arg(long = "unsafe-bug")]
+        unsafe_bugs: Vec<String>,
     },
     /// Internal: the command `tenure run` supervises in CLI mode.
     #[command(hide = true)]
@@ -179,6 +187,7 @@ fn main() {
                 common,
                 unsafe_no_deadline,
                 unsafe_issue_9_bugs,
+                unsafe_bugs,
             } => {
                 let campaign = instance::Campaign {
                     redis_url: redis,
@@ -187,6 +196,7 @@ fn main() {
                     max_ttl,
                     deadline: !unsafe_no_deadline,
                     issue_9_bugs: unsafe_issue_9_bugs,
+                    store_bugs: unsafe_bugs,
                 };
                 report_err(instance::run_instance(settings(inst, common), campaign).await)
             }
@@ -209,6 +219,7 @@ fn main() {
                 unsafe_no_fencing,
                 unsafe_issue_9_bugs,
                 unsafe_lease_by_hand_without_witness,
+                unsafe_bugs,
                 require_live,
             } => {
                 let ttl = ttl.unwrap_or(topology.default_ttl());
@@ -240,6 +251,20 @@ fn main() {
                     eprintln!("tenure-chaos: fault {bad:?} needs library mode (no --cli)");
                     return 2;
                 }
+                if let Some(bad) = unsafe_bugs
+                    .iter()
+                    .find(|b| !instance::STORE_BUGS.contains(&b.as_str()))
+                {
+                    eprintln!(
+                        "tenure-chaos: unknown --unsafe-bug {bad:?}; known: {}",
+                        instance::STORE_BUGS.join(",")
+                    );
+                    return 2;
+                }
+                if cli.is_some() && !unsafe_bugs.is_empty() {
+                    eprintln!("tenure-chaos: --unsafe-bug needs library mode (no --cli)");
+                    return 2;
+                }
                 if let Some(why) = faults.iter().find_map(|f| topology.refusal(f)) {
                     eprintln!("tenure-chaos: {why}");
                     return 2;
@@ -266,6 +291,7 @@ fn main() {
                     fencing: !unsafe_no_fencing,
                     issue_9_bugs: unsafe_issue_9_bugs,
                     witness_too: unsafe_lease_by_hand_without_witness,
+                    store_bugs: unsafe_bugs,
                     faults,
                     topology,
                     sentinel_min_replicas: !sentinel_without_min_replicas,

@@ -138,6 +138,8 @@ pub(crate) struct Bugs {
     /// announced (as before issue 22), so a term that lost its lease
     /// believes until its next renewal.
     pub no_early_renewal: bool,
+    /// etcd's own (see [`crate::backend::EtcdBugs`]).
+    pub etcd: crate::backend::EtcdBugs,
 }
 
 impl Default for Settings {
@@ -513,6 +515,27 @@ impl ElectionBuilder {
         self
     }
 
+    /// **Unsafe; for failing-mode tests only.** On etcd, a term's token is
+    /// the election's token counter plus one, without the candidate's
+    /// clock, so a restore from an older backup issues the tokens of
+    /// earlier terms again (as tokens taken from etcd's revision did before
+    /// issue 22). Nothing else is affected.
+    #[doc(hidden)]
+    pub fn unsafe_etcd_tokens_without_clock(mut self, on: bool) -> Self {
+        self.settings.bugs.etcd.tokens_without_clock = on;
+        self
+    }
+
+    /// **Unsafe; for failing-mode tests only.** On etcd, a call is sent
+    /// once and waits for its answer, never hedged to another member, so a
+    /// paused minority member holds the calls the balanced client gives it
+    /// and costs leaders their terms (tenure's first etcd backend did so).
+    #[doc(hidden)]
+    pub fn unsafe_etcd_no_hedges(mut self, on: bool) -> Self {
+        self.settings.bugs.etcd.no_hedges = on;
+        self
+    }
+
     /// Seed the small random delay (jitter) a candidate adds before
     /// retrying, so that a run under tokio's paused clock replays exactly
     /// (tenure-sim). Without it the jitter comes from the thread's RNG.
@@ -563,7 +586,13 @@ impl ElectionBuilder {
             }
             Some(StoreSpec::Redis(url)) if crate::backend::is_etcd_url(&url) => {
                 let tls = self.settings.tls_files();
-                let store = crate::backend::connect_etcd(url, tls, timing.call_timeout).await?;
+                let store = crate::backend::connect_etcd(
+                    url,
+                    tls,
+                    timing.call_timeout,
+                    self.settings.bugs.etcd,
+                )
+                .await?;
                 #[cfg(feature = "etcd")]
                 {
                     store.election(&self.name, keys, timing.ttl).await?

@@ -293,7 +293,13 @@ impl StoreBuilder {
     /// ```
     pub async fn connect(self) -> Result<Store> {
         if crate::backend::is_etcd_url(&self.url) {
-            let store = crate::backend::connect_etcd(self.url, self.tls, self.call_timeout).await?;
+            let store = crate::backend::connect_etcd(
+                self.url,
+                self.tls,
+                self.call_timeout,
+                crate::backend::EtcdBugs::default(),
+            )
+            .await?;
             #[cfg(feature = "etcd")]
             return Ok(Store {
                 kind: StoreKind::Etcd(store),

@@ -99,7 +99,7 @@ use futures_util::future::{join_all, FutureExt};
 use futures_util::StreamExt;
 use tokio::sync::watch;
 
-use super::{Backend, Notices, Op, Reply, Store};
+use super::{Backend, EtcdBugs, Notices, Op, Reply, Store};
 use crate::error::one_line;
 use crate::keys::Keys;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
@@ -133,6 +133,8 @@ pub(crate) struct EtcdTarget {
     /// A client certificate and its key (PEM), both or neither.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// Fixed bugs switched back on, for failing-mode tests only.
+    pub bugs: EtcdBugs,
 }
 
 /// An etcd URL taken apart.
@@ -295,6 +297,7 @@ pub(crate) struct EtcdStore {
     /// The cluster every answer must come from: an endpoint list that
     /// spans two clusters would let two terms be granted at once.
     cluster_id: u64,
+    bugs: EtcdBugs,
 }
 
 /// A term this store began, for [`EtcdStore::sweep`].
@@ -384,7 +387,7 @@ impl EtcdStore {
         // The first call proves the cluster answers (and has a leader).
         let requests = AtomicU64::new(0);
         let patience = call_timeout / 3;
-        let alone = Clients::of(&client);
+        let alone = Clients::of(&client, target.bugs.no_hedges);
         let status = send(&alone, &requests, patience, |mut c| async move {
             c.status().await
         });
@@ -406,10 +409,10 @@ impl EtcdStore {
         };
         Ok(EtcdStore {
             clients: Clients {
-                balanced: client.clone(),
                 members: Arc::new(members),
-                next: Arc::new(AtomicUsize::new(0)),
+                ..Clients::of(&client, target.bugs.no_hedges)
             },
+            bugs: target.bugs,
             client,
             url,
             call_timeout,
@@ -797,7 +800,11 @@ impl EtcdStore {
         // moved on since this store last saw it.
         for _ in 0..3 {
             let (seen, last) = self.counter(&counter_key);
-            let token = new_token(last);
+            let token = if self.bugs.tokens_without_clock {
+                last.saturating_add(1)
+            } else {
+                new_token(last)
+            };
             let value = encode(request, token);
             let witness_value = witness_value(request.id, token);
             // The key, its witness and the counter are written together,
@@ -1981,15 +1988,18 @@ struct Clients {
     members: Arc<Vec<Client>>,
     /// Which member the next hedged send goes to.
     next: Arc<AtomicUsize>,
+    /// [`EtcdBugs::no_hedges`].
+    no_hedges: bool,
 }
 
 impl Clients {
     /// The balanced client alone (at connect, before the members are known).
-    fn of(client: &Client) -> Clients {
+    fn of(client: &Client, no_hedges: bool) -> Clients {
         Clients {
             balanced: client.clone(),
             members: Arc::new(Vec::new()),
             next: Arc::new(AtomicUsize::new(0)),
+            no_hedges,
         }
     }
 
@@ -2039,7 +2049,7 @@ where
         let hedge = tokio::time::sleep(patience);
         let answer = tokio::select! {
             answer = in_flight.next() => answer,
-            _ = hedge, if sent < SENDS => {
+            _ = hedge, if sent < SENDS && !clients.no_hedges => {
                 sent = start(&mut in_flight);
                 continue;
             }
@@ -2212,6 +2222,7 @@ mod tests {
             tls_ca: None,
             tls_cert: None,
             tls_key: None,
+            bugs: EtcdBugs::default(),
         }
     }
 

@@ -238,7 +238,7 @@ impl Store {
                 }
             },
             StoreSpec::Redis(url) if is_etcd_url(&url) => {
-                let store = connect_etcd(url, tls, call_timeout).await?;
+                let store = connect_etcd(url, tls, call_timeout, EtcdBugs::default()).await?;
                 store.check(group_keys, true, ttl).await?;
                 #[cfg(feature = "etcd")]
                 {
@@ -326,6 +326,23 @@ impl TlsFiles {
     }
 }
 
+/// Fixed bugs of the etcd backend that hidden, **unsafe** builder switches
+/// turn back on (see `ElectionBuilder::unsafe_etcd_tokens_without_clock` and
+/// `unsafe_etcd_no_hedges`), so that tenure-chaos's failing-mode tests can
+/// show its checker catches them. All off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EtcdBugs {
+    /// A term's token is the counter's last value plus one, without the
+    /// candidate's clock: a restore from an older backup rolls the counter
+    /// back and the tokens of earlier terms are issued again, as the
+    /// revision tokens before issue 22 were.
+    pub tokens_without_clock: bool,
+    /// A call is sent once and waits for its answer, never hedged to
+    /// another member: a paused minority member holds the calls the
+    /// balanced client gives it, and costs leaders their terms.
+    pub no_hedges: bool,
+}
+
 /// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).
 pub(crate) fn is_etcd_url(url: &str) -> bool {
     url.starts_with("etcd://") || url.starts_with("etcds://")
@@ -337,12 +354,14 @@ pub(crate) async fn connect_etcd(
     url: String,
     tls: TlsFiles,
     call_timeout: std::time::Duration,
+    bugs: EtcdBugs,
 ) -> Result<Arc<etcd::EtcdStore>> {
     let target = etcd::EtcdTarget {
         url,
         tls_ca: tls.ca,
         tls_cert: tls.cert,
         tls_key: tls.key,
+        bugs,
     };
     let store = Arc::new(etcd::EtcdStore::connect(target, call_timeout).await?);
     // Sweeps the keys of terms that ended without a release, until the
@@ -366,6 +385,7 @@ pub(crate) async fn connect_etcd(
     url: String,
     _tls: TlsFiles,
     _call_timeout: std::time::Duration,
+    _bugs: EtcdBugs,
 ) -> Result<Arc<NoEtcd>> {
     Err(Error::Config(format!(
         "{} is an etcd URL, but this build of tenure has no etcd support (enable the \
