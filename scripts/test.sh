@@ -30,7 +30,7 @@ cargo run --quiet --locked -p tenure-chaos -- run --seed 7 --duration 100s --out
 RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
   cargo run --quiet --locked --release -p tenure-sim -- --budget "${SIM_BUDGET_SECS:-120}"
 RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
-  cargo test --quiet --locked --release -p tenure-sim --test simulation a_seed_replays_identically
+  cargo test --quiet --locked --release -p tenure-sim --test it simulation::a_seed_replays_identically
 cargo test --workspace --locked
 cargo test --locked -p tenure --no-default-features
 cargo check --locked -p tenure --all-features --all-targets

@@ -386,8 +386,8 @@ fn watchdog(
                 eprintln!(
                     "tenure-sim: the schedule of seed {seed} has not finished after {:?} of wall-clock \
                      time: simulated time stopped advancing (a task that never waits?). Its trace as it \
-                     is made: SIM_TRACE_LIVE=1 SEED={seed} cargo test -p tenure-sim --test simulation \
-                     replay -- --exact --nocapture (config: {config:?})",
+                     is made: SIM_TRACE_LIVE=1 SEED={seed} cargo test -p tenure-sim --test it \
+                     simulation::replay -- --exact --nocapture (config: {config:?})",
                     since.elapsed()
                 );
                 std::process::exit(101);

@@ -1,9 +1,8 @@
 //! What tenure says when `--redis` or `--tls-ca` points at the wrong thing:
 //! one line that names the likely mistake, and exit 69.
 
-mod support;
-
-use support::{foreign_server, one_line, tenure_output, tls_files, RedisServer, Scratch};
+use crate::support;
+use crate::support::{foreign_server, one_line, tenure_output, tls_files, RedisServer, Scratch};
 
 /// `run --once`, `status` and `watch` against `url`, each with `extra`.
 fn every_command(url: &str, extra: &[&str]) -> Vec<std::process::Output> {

@@ -1,8 +1,7 @@
 //! `tenure demo --redis` on a Redis shared with real elections.
 
-mod support;
-
-use support::{tenure_output, RedisServer};
+use crate::support;
+use crate::support::{tenure_output, RedisServer};
 
 fn keys(server: &RedisServer) -> Vec<String> {
     let mut keys: Vec<String> = server

@@ -1,8 +1,7 @@
 //! What `tenure run` says about a Redis that cannot keep leases safely.
 
-mod support;
-
-use support::{tenure_output, RedisServer};
+use crate::support;
+use crate::support::{tenure_output, RedisServer};
 
 fn evicting_redis() -> RedisServer {
     RedisServer::builder()

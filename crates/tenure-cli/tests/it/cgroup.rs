@@ -5,13 +5,11 @@
 //! These tests need a writable cgroup v2 (root on a host with the unified
 //! hierarchy, as on CI); elsewhere each says so on stderr and passes.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 
+use crate::support::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use support::*;
 use tenure_procs::cgroup::Cgroup;
 
 /// The directory `tenure run` processes started by this test get their

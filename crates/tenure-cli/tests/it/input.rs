@@ -1,11 +1,10 @@
 //! Input from the command line and from `TENURE_*` variables: every mistake
 //! gets one line that names what the user actually wrote.
 
-mod support;
-
+use crate::support;
 use std::process::Stdio;
 
-use support::{one_line, tenure, tenure_output, RedisServer};
+use crate::support::{one_line, tenure, tenure_output, RedisServer};
 
 fn run_once_with(server: &RedisServer, variables: &[(&str, &str)]) -> std::process::Output {
     let mut command = tenure();

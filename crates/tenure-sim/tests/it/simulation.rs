@@ -24,7 +24,7 @@ fn config() -> Config {
     }
 }
 
-/// `SEED=N [BUG=name] cargo test -p tenure-sim --test simulation replay
+/// `SEED=N [BUG=name] cargo test -p tenure-sim --test it simulation::replay
 /// -- --nocapture` runs that one schedule and prints its violation.
 #[test]
 fn replay() {

@@ -2,11 +2,10 @@
 //! password, and no output shows the password, whether it came in the URL
 //! or from `--password-file`.
 
-mod support;
-
+use crate::support;
 use std::process::Stdio;
 
-use support::{one_line, tenure, RedisServer, Scratch};
+use crate::support::{one_line, tenure, RedisServer, Scratch};
 
 /// A password file holding `password` and a trailing newline.
 fn password_file(scratch: &Scratch, password: &str) -> String {

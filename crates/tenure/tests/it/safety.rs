@@ -5,15 +5,13 @@
 //! permissions, duplicate ids, forged announcements, foreign data) against
 //! a real redis-server, and asserts that it no longer is.
 
-mod support;
-
 use std::time::Duration;
 
 use redis::AsyncCommands;
 use tenure::{Election, Error, FencedKey};
 use tokio::time::{timeout, Instant};
 
-use support::{campaign, election, lua, raw, redis, CrashableInstance, RedisServer, HANG};
+use crate::support::{campaign, election, lua, raw, redis, CrashableInstance, RedisServer, HANG};
 
 const SECOND: Duration = Duration::from_secs(1);
 

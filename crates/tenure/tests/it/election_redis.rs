@@ -1,12 +1,11 @@
 //! The election protocol against real redis-server processes.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
+use crate::support::{campaign, election, lua, raw, redis, CrashableInstance, HANG};
 use futures_util::StreamExt;
 use redis::AsyncCommands;
-use support::{campaign, election, lua, raw, redis, CrashableInstance, HANG};
 use tenure::{Election, LostReason};
 use tokio::time::{timeout, Instant};
 

@@ -1,13 +1,12 @@
 //! `tenure status` and `tenure watch` as building blocks of scripts: a stray
 //! key does not hide the rest, and a closed pipe ends `watch` at once.
 
-mod support;
-
+use crate::support;
 use std::io::BufRead;
 use std::process::Stdio;
 use std::time::Instant;
 
-use support::{eventually, tenure, tenure_output, Instance, Scratch, HANG, LONG_JOB};
+use crate::support::{eventually, tenure, tenure_output, Instance, Scratch, HANG, LONG_JOB};
 
 #[test]
 fn status_lists_every_readable_election_and_reports_stray_entries() {

@@ -6,17 +6,15 @@
 //! and a leader again once the failover is over and one ttl of start-up
 //! hold-off has passed on the promoted replica.
 
-mod support;
-
 use std::time::Duration;
 
 use redis_process::{Node, SentinelGroup};
 use tenure::{Election, Store};
 use tokio::time::timeout;
 
-use support::topo::{self, after_fault, contenders, election, handover, store, until_led};
-use support::topo::{MARGIN, TTL};
-use support::{campaign, init_logs, TermLog, TermRecord, HANG};
+use crate::support::topo::{self, after_fault, contenders, election, handover, store, until_led};
+use crate::support::topo::{MARGIN, TTL};
+use crate::support::{campaign, init_logs, TermLog, TermRecord, HANG};
 
 fn group() -> SentinelGroup {
     init_logs();

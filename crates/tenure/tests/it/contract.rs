@@ -3,13 +3,12 @@
 //! a private redis-server and on a private 3-member etcd cluster. A user
 //! who switches the URL gets the same behaviour.
 
-mod support;
-
+use crate::support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use crate::support::{campaign, election, CrashableInstance, HANG};
 use futures_util::StreamExt;
-use support::{campaign, election, CrashableInstance, HANG};
 use tenure::{Error, LostReason, PartitionSet};
 use tokio::time::{timeout, Instant};
 

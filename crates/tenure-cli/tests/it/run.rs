@@ -1,11 +1,9 @@
 //! End-to-end: real redis-server, several real `tenure run` processes.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use nix::sys::signal::Signal;
-use support::*;
 
 /// Which of the instances' commands is running now, by the PID files.
 fn running_child(scratch: &Scratch, ids: &[&str]) -> Option<(String, i32)> {

@@ -1,12 +1,11 @@
 //! `tenure run` and `tenure status` end to end on Redis Sentinel and Redis
 //! Cluster: `--store URL` with the topology schemes.
 
-mod support;
-
+use crate::support;
 use nix::sys::signal::Signal;
 use redis_process::{slot_of, RedisCluster, SentinelGroup};
 
-use support::{eventually, status, tokens, Instance, Scratch, LONG_JOB};
+use crate::support::{eventually, status, tokens, Instance, Scratch, LONG_JOB};
 
 #[test]
 fn run_hands_over_and_status_reports_through_sentinel() {

@@ -2,13 +2,12 @@
 //! drops old revisions, and a client can be cut off from the quorum while
 //! the others are not. Each test runs a private 3-member cluster.
 
-mod support;
-
+use crate::support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::topo::{after_fault, contenders, election, renewed, store, MARGIN, TTL};
-use support::{campaign, CrashableInstance, TermLog, HANG};
+use crate::support::topo::{after_fault, contenders, election, renewed, store, MARGIN, TTL};
+use crate::support::{campaign, CrashableInstance, TermLog, HANG};
 use tenure::{Election, Error, LostReason};
 use tokio::time::{timeout, Instant};
 

@@ -1,13 +1,11 @@
 //! Partition sets against a real Redis: fair shares, takeover after a
 //! crash, a newcomer getting its share, and clean hand-over on shutdown.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::{redis, HANG};
+use crate::support::{redis, HANG};
 use tenure::{FencedKey, FencedWrite, PartitionObserver, PartitionSet};
 use tokio::time::Instant;
 

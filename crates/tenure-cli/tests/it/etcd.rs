@@ -1,11 +1,9 @@
 //! `tenure run`, `status` and `demo` end to end on a private 3-member etcd
 //! cluster: `--store etcd://…`.
 
-mod support;
-
 use nix::sys::signal::Signal;
 
-use support::{eventually, status, tenure_output, tokens, Instance, Scratch, LONG_JOB};
+use crate::support::{eventually, status, tenure_output, tokens, Instance, Scratch, LONG_JOB};
 
 fn cluster() -> etcd_process::EtcdCluster {
     etcd_process::EtcdCluster::builder()

@@ -1,12 +1,11 @@
 //! What people expect of a Unix command: help with examples and exit codes,
 //! shell completions, a man page, logs a shipper can parse.
 
-mod support;
-
+use crate::support;
 use std::io::Read;
 use std::process::Stdio;
 
-use support::{tenure, tenure_output};
+use crate::support::{tenure, tenure_output};
 
 #[test]
 fn help_explains_tenure_with_examples_and_exit_codes() {

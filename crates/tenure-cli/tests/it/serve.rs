@@ -1,8 +1,6 @@
 //! `tenure serve` end to end: real `serve` processes on a private Redis,
 //! spoken to over HTTP the way a program in any language would.
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::ExitStatusExt;
@@ -10,10 +8,10 @@ use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
-use support::*;
 
 /// A `tenure serve` process, and the address its log says it bound.
 struct Serve {
@@ -628,7 +626,7 @@ fn the_python_worker_acts_on_one_replica_at_a_time() {
 /// The curl one-liner of the book's `tenure serve` page, ready to run
 /// against `serve` with `step`.
 fn readme_one_liner(serve: &Serve, step: &std::path::Path) -> String {
-    let page = include_str!("../../../docs/src/serve.md");
+    let page = include_str!("../../../../docs/src/serve.md");
     let block = page
         .split("# a short step, only on the leader\n")
         .nth(1)
@@ -859,7 +857,7 @@ fn event_streams_cannot_take_every_connection() {
 /// docs/src/openapi.json, the description clients in other languages are
 /// generated from.
 fn openapi() -> Value {
-    serde_json::from_str(include_str!("../../../docs/src/openapi.json"))
+    serde_json::from_str(include_str!("../../../../docs/src/openapi.json"))
         .expect("openapi.json is JSON")
 }
 

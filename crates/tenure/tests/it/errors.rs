@@ -1,12 +1,11 @@
 //! Bad input gets a clear error: configuration, URLs, credentials, TLS,
 //! ACLs, and keys holding data tenure did not write.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
+use crate::support::{raw, redis, RedisServer};
 use redis::AsyncCommands;
-use support::{raw, redis, RedisServer};
 use tenure::{Election, Error};
 
 async fn build_err(builder: tenure::ElectionBuilder) -> Error {

@@ -2,16 +2,17 @@
 //! replicas): routing by slot, batching per node, resharding and shard
 //! failover under a held term.
 
-mod support;
-
+use crate::support;
 use std::time::Duration;
 
 use redis_process::{slot_of, RedisCluster};
 use tenure::{PartitionSet, Store};
 use tokio::time::timeout;
 
-use support::topo::{self, after_fault, contenders, election, renewed, store, until_led, TTL};
-use support::{campaign, init_logs, TermLog, HANG};
+use crate::support::topo::{
+    self, after_fault, contenders, election, renewed, store, until_led, TTL,
+};
+use crate::support::{campaign, init_logs, TermLog, HANG};
 
 fn cluster() -> RedisCluster {
     init_logs();

@@ -11,13 +11,12 @@
 //!   `{public:TEXT}`: the same, readable by every user; `{missing}`: a path
 //!   where there is no file.
 
-mod support;
-
+use crate::support;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 
+use crate::support::{foreign_server, tenure, RedisServer, Scratch, HANG};
 use regex::Regex;
-use support::{foreign_server, tenure, RedisServer, Scratch, HANG};
 
 /// One bad input and what tenure must answer.
 struct Case {

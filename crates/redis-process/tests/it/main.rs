@@ -1,0 +1,6 @@
+//! The integration tests of `redis-process`, in one test binary: each module
+//! below was a binary of its own, and every binary links the whole
+//! dependency tree again (on a 2-core machine, minutes and gigabytes).
+
+mod cluster;
+mod sentinel;

@@ -1,0 +1,20 @@
+//! The integration tests of `tenure`, in one test binary: each module
+//! below was a binary of its own, and every binary links the whole
+//! dependency tree again (on a 2-core machine, minutes and gigabytes).
+//!
+//! `tests/metrics.rs` stays a binary of its own: it sets process-wide state.
+
+mod cluster;
+#[cfg(feature = "etcd")]
+mod contract;
+mod election_redis;
+mod errors;
+#[cfg(feature = "etcd")]
+mod etcd;
+mod partitions;
+mod partitions_memory;
+mod safety;
+mod schedule;
+mod sentinel;
+mod state_machine;
+mod support;
