@@ -77,6 +77,9 @@ pub struct Campaign {
     pub deadline: bool,
     /// Switch back on the bugs issue 9 fixed (failing-mode tests).
     pub issue_9_bugs: bool,
+    /// Sentinel: follow the first sentinel of the URL only, as before
+    /// issue 22 (failing-mode tests).
+    pub first_sentinel_only: bool,
 }
 
 /// Why an instance stopped acting on a term.
@@ -137,7 +140,8 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
             .redis(&campaign.redis_url)
             .ttl(ttl)
             .id(&campaign.id)
-            .unsafe_issue_9_bugs(campaign.issue_9_bugs);
+            .unsafe_issue_9_bugs(campaign.issue_9_bugs)
+            .unsafe_first_sentinel_only(campaign.first_sentinel_only);
         if let Some(max_ttl) = campaign.max_ttl {
             builder = builder.max_ttl(max_ttl);
         }

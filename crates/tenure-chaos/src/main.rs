@@ -60,10 +60,11 @@ enum Command {
         #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
         topology: harness::Topology,
         /// Sentinel: run the group with Redis's defaults (one replica,
-        /// `min-replicas-to-write 0`, down after 1 s) instead of the
-        /// configuration the book's Topologies page requires (two replicas,
-        /// `min-replicas-to-write 1`, `min-replicas-max-lag 1`, down after
-        /// 2 s).
+        /// `min-replicas-to-write 0`, sentinels announcing every 2 s, so an
+        /// old primary is demoted about 8 s after a failover; down after
+        /// 1 s) instead of the configuration the book's Topologies page
+        /// requires (two replicas, `min-replicas-to-write 1`,
+        /// `min-replicas-max-lag 1`, down after 2 s).
         #[arg(long)]
         sentinel_without_min_replicas: bool,
         /// Fault kinds to draw from (comma-separated). Default: every kind
@@ -95,6 +96,13 @@ enum Command {
         /// object: a candidate is elected while the holder still acts).
         #[arg(long)]
         unsafe_lease_by_hand_without_witness: bool,
+        /// Unsafe, Sentinel: instances listen to the first sentinel of
+        /// their URL only and ask only it for the primary, as before issue
+        /// 22 (with `--sentinel-without-min-replicas`, the checker must
+        /// object under `hang-sentinel`: the leader keeps renewing on the
+        /// old primary).
+        #[arg(long, conflicts_with = "cli")]
+        unsafe_first_sentinel_only: bool,
         /// Exit 1 also when the liveness goal is missed.
         #[arg(long)]
         require_live: bool,
@@ -127,6 +135,8 @@ enum Command {
         unsafe_no_deadline: bool,
         #[arg(long)]
         unsafe_issue_9_bugs: bool,
+        #[arg(long)]
+        unsafe_first_sentinel_only: bool,
     },
     /// Internal: the command `tenure run` supervises in CLI mode.
     #[command(hide = true)]
@@ -179,6 +189,7 @@ fn main() {
                 common,
                 unsafe_no_deadline,
                 unsafe_issue_9_bugs,
+                unsafe_first_sentinel_only,
             } => {
                 let campaign = instance::Campaign {
                     redis_url: redis,
@@ -187,6 +198,7 @@ fn main() {
                     max_ttl,
                     deadline: !unsafe_no_deadline,
                     issue_9_bugs: unsafe_issue_9_bugs,
+                    first_sentinel_only: unsafe_first_sentinel_only,
                 };
                 report_err(instance::run_instance(settings(inst, common), campaign).await)
             }
@@ -209,6 +221,7 @@ fn main() {
                 unsafe_no_fencing,
                 unsafe_issue_9_bugs,
                 unsafe_lease_by_hand_without_witness,
+                unsafe_first_sentinel_only,
                 require_live,
             } => {
                 let ttl = ttl.unwrap_or(topology.default_ttl());
@@ -240,6 +253,10 @@ fn main() {
                     eprintln!("tenure-chaos: fault {bad:?} needs library mode (no --cli)");
                     return 2;
                 }
+                if unsafe_first_sentinel_only && topology != harness::Topology::Sentinel {
+                    eprintln!("tenure-chaos: --unsafe-first-sentinel-only needs --topology sentinel");
+                    return 2;
+                }
                 if let Some(why) = faults.iter().find_map(|f| topology.refusal(f)) {
                     eprintln!("tenure-chaos: {why}");
                     return 2;
@@ -266,6 +283,7 @@ fn main() {
                     fencing: !unsafe_no_fencing,
                     issue_9_bugs: unsafe_issue_9_bugs,
                     witness_too: unsafe_lease_by_hand_without_witness,
+                    first_sentinel_only: unsafe_first_sentinel_only,
                     faults,
                     topology,
                     sentinel_min_replicas: !sentinel_without_min_replicas,
