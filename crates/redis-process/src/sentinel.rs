@@ -288,10 +288,17 @@ impl SentinelGroup {
     /// with `:PASSWORD@` before the hosts when the data nodes have a
     /// password and `?sentinel_password=PW` when the sentinels have one.
     pub fn url(&self) -> String {
-        let hosts = self
-            .sentinels
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port()))
+        self.url_from(0)
+    }
+
+    /// [`SentinelGroup::url`], listing the sentinels from the `first`-th
+    /// on (counted modulo three, wrapping around): as a host that names its
+    /// own sentinel first would. A client that follows only the first
+    /// sentinel of its URL follows that one.
+    pub fn url_from(&self, first: usize) -> String {
+        let count = self.sentinels.len();
+        let hosts = (0..count)
+            .map(|i| format!("127.0.0.1:{}", self.sentinels[(first + i) % count].port()))
             .collect::<Vec<_>>()
             .join(",");
         let auth = match &self.password {
@@ -363,12 +370,13 @@ impl SentinelGroup {
         self.node(self.primary_port()?)
     }
 
-    /// Force a failover (`SENTINEL FAILOVER`, no agreement needed) and wait
-    /// until every running sentinel reports the new primary and that node's
-    /// `ROLE` says master. Returns the new primary's port. The old primary
-    /// is demoted to a replica some seconds later (Sentinel waits before
-    /// reconfiguring it); [`SentinelGroup::wait_until_ready`] waits for
-    /// that.
+    /// Force a failover (`SENTINEL FAILOVER`, no agreement needed, sent to
+    /// the first sentinel that runs and is not paused) and wait until every
+    /// such sentinel reports the new primary and that node's `ROLE` says
+    /// master. Returns the new primary's port. The old primary is demoted
+    /// to a replica some seconds later (Sentinel waits four
+    /// [`SentinelBuilder::publish_period`]s before reconfiguring it);
+    /// [`SentinelGroup::wait_until_ready`] waits for that.
     pub fn failover(&self) -> Result<u16, Error> {
         let old = self.primary_port()?;
         // Right after a failover the sentinels may have no replica they
@@ -444,7 +452,9 @@ impl SentinelGroup {
     /// says master) with no failover in progress; every other running data
     /// node replicates from it with `master_link_status:up`; and every
     /// running sentinel, out of TILT mode, lists each of those replicas as
-    /// healthy and each of the other running sentinels.
+    /// healthy and each of the other running sentinels. A paused sentinel
+    /// counts as not running here, as in every wait of this type: with one
+    /// paused, this waits until the others have finished a failover.
     pub fn wait_until_ready(&self, timeout: Duration) -> Result<u16, Error> {
         poll(timeout, "the Sentinel group is ready to fail over", || {
             let primary = self.agreed_primary()?;

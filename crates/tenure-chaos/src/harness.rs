@@ -29,7 +29,12 @@
 //! and the lease operations would bypass it. So those topologies have no
 //! proxies and no per-instance link faults (`cut`, `drop`, `delay`); they
 //! keep the faults of instances (kill, pause, graceful, churn, dup-id,
-//! forged, and the CLI's) and add faults of the store:
+//! forged, and the CLI's) and add faults of the store. On Sentinel, the
+//! instance of slot *i* lists the sentinels from the *i*-th on (wrapping
+//! around), as hosts that each name their own sentinel first would:
+//! tenure follows every sentinel, so the order must not matter, while with
+//! `--unsafe-bug first-sentinel-only` each instance follows the first of its
+//! own list.
 //! - `sentinel-kill-primary`: kill -9 the primary; once the sentinels have
 //!   promoted a replica and after the hold, start the old one again (half
 //!   the time from a snapshot taken just before the kill, so it comes back
@@ -39,6 +44,13 @@
 //!   primary replicates from the new one;
 //! - `sentinel-kill-sentinel`: kill -9 one of the three sentinels, start it
 //!   again after the hold;
+//! - `hang-sentinel`: SIGSTOP the sentinel the leader lists first (with no
+//!   leader, one drawn from the seed), then `SENTINEL FAILOVER` through a
+//!   healthy one; once a replica is promoted, the other two sentinels have
+//!   demoted the old primary, and after the hold, SIGCONT the hung one
+//!   (issue 22: a leader that heard only the hung sentinel kept renewing
+//!   on the old primary, writable until its demotion, while a candidate
+//!   was elected on the new one);
 //! - `cluster-failover`: `CLUSTER FAILOVER` on the replica of the primary
 //!   serving the election's slot;
 //! - `cluster-kill-primary`: kill -9 the primary serving the election's
@@ -179,7 +191,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 29] = [
+pub const FAULT_KINDS: [&str; 30] = [
     "kill",
     "pause",
     "restart",
@@ -198,6 +210,7 @@ pub const FAULT_KINDS: [&str; 29] = [
     "sentinel-kill-primary",
     "sentinel-failover",
     "sentinel-kill-sentinel",
+    "hang-sentinel",
     "cluster-failover",
     "cluster-kill-primary",
     "cluster-reshard",
@@ -225,10 +238,11 @@ pub const SINGLE_ONLY: [&str; 3] = ["restart", "stall", "rollback"];
 pub const REDIS_ONLY: [&str; 1] = ["forged"];
 
 /// Kinds that need `--topology sentinel`.
-pub const SENTINEL_ONLY: [&str; 3] = [
+pub const SENTINEL_ONLY: [&str; 4] = [
     "sentinel-kill-primary",
     "sentinel-failover",
     "sentinel-kill-sentinel",
+    "hang-sentinel",
 ];
 
 /// Kinds that need `--topology cluster`.
@@ -656,10 +670,16 @@ fn etcd_agreed(cluster: &EtcdCluster, deadline: std::time::Instant) -> Result<us
 /// `min-replicas-max-lag 1`), below the sentinels' `down-after` of two
 /// seconds; and two replicas, so that the primary keeps one while another
 /// is killed or resyncing. Without it, Redis's defaults: one replica, writes
-/// always accepted, a primary judged down after one second.
+/// always accepted, a primary judged down after one second, and the
+/// sentinels' announcements at Redis's own pace (every 2 s, not the test
+/// groups' 0.5 s): a primary failed over while it runs is demoted four
+/// announcements later, so it stays writable for about eight seconds, as
+/// in production.
 fn start_sentinel(min_replicas: bool) -> Result<SentinelGroup, redis_process::Error> {
     if !min_replicas {
-        return SentinelGroup::start();
+        return SentinelGroup::builder()
+            .publish_period(Duration::from_secs(2))
+            .start();
     }
     let group = SentinelGroup::builder()
         .replicas(2)
@@ -780,19 +800,22 @@ impl Harness {
         self.slots[index].incarnation += 1;
         let slot = &self.slots[index];
         let (inst, ttl) = (slot.inst(), slot.ttl);
-        let url = self.instance_url(&slot.links);
+        let url = self.instance_url(&slot.links, index);
         let child = self.launch(&inst, None, ttl, &url)?;
         self.slots[index].child = Some(child);
         Ok(())
     }
 
-    /// The URL an instance campaigns through: its proxies', or the store's.
-    fn instance_url(&self, links: &[Proxy]) -> String {
+    /// The URL an instance campaigns through: its proxies', or the store's
+    /// (on Sentinel, listing the sentinels from the `first_sentinel`-th on:
+    /// see the module docs).
+    fn instance_url(&self, links: &[Proxy], first_sentinel: usize) -> String {
         let endpoints: Vec<String> = links
             .iter()
             .map(|proxy| format!("127.0.0.1:{}", proxy.port))
             .collect();
         match (&self.store, links.is_empty()) {
+            (Store::Sentinel(group), true) => group.url_from(first_sentinel),
             (_, true) => self.store.url(),
             (Store::Etcd(_), false) => format!("etcd://{}", endpoints.join(",")),
             (_, false) => format!("redis://{}", endpoints[0]),
@@ -1124,7 +1147,7 @@ impl Harness {
                 self.twins += 1;
                 let twin = format!("dup#{}", self.twins);
                 let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
-                let url = self.instance_url(&self.twin_links);
+                let url = self.instance_url(&self.twin_links, 0);
                 let mut child = self.launch(&twin, Some(&id), ttl, &url)?;
                 tokio::time::sleep(hold).await;
                 let how = stop_child(&mut child, Duration::from_secs(10)).await;
@@ -1179,7 +1202,7 @@ impl Harness {
                 self.twins += 1;
                 let newcomer = format!("new#{}", self.twins);
                 let ttl = self.slots[i].ttl;
-                let url = self.instance_url(&self.twin_links);
+                let url = self.instance_url(&self.twin_links, 0);
                 let mut child = self.launch(&newcomer, None, ttl, &url)?;
                 tokio::time::sleep(hold).await;
                 let how = stop_child(&mut child, Duration::from_secs(10)).await;
@@ -1259,6 +1282,54 @@ impl Harness {
                 let t = now_ns();
                 blocking("SENTINEL FAILOVER", move || g.failover()).await?;
                 (t, now_ns())
+            }
+            (Store::Sentinel(group), "hang-sentinel") => {
+                // The sentinel the leader lists first (see `instance_url`):
+                // the one an instance following a single sentinel hears.
+                let ports = group.sentinel_ports();
+                let first = self
+                    .slots
+                    .iter()
+                    .position(|slot| slot.inst() == target)
+                    .unwrap_or(pick);
+                let hung = ports[first % ports.len()];
+                let t = now_ns();
+                group
+                    .node(hung)
+                    .map_err(|e| e.to_string())?
+                    .pause()
+                    .map_err(|e| e.to_string())?;
+                // `failover` and `wait_until_ready` skip paused sentinels:
+                // the failover goes through a healthy one, and the others
+                // demote the old primary without the hung one.
+                let g = group.clone();
+                let promoted = blocking("SENTINEL FAILOVER while a sentinel hangs", move || {
+                    g.failover()
+                })
+                .await;
+                let until = now_ns();
+                let demoted = match promoted {
+                    Ok(_) => {
+                        let g = group.clone();
+                        blocking("the old primary is demoted", move || {
+                            g.wait_until_ready(TOPOLOGY_WAIT)
+                        })
+                        .await
+                    }
+                    Err(_) => Ok(0),
+                };
+                if promoted.is_ok() && demoted.is_ok() {
+                    tokio::time::sleep(hold).await;
+                }
+                let g = group.clone();
+                let resumed = blocking("the hung sentinel runs again", move || {
+                    g.node(hung)?.unpause()
+                })
+                .await;
+                promoted?;
+                demoted?;
+                resumed?;
+                (t, until)
             }
             (Store::Sentinel(group), "sentinel-kill-sentinel") => {
                 let ports = group.sentinel_ports();

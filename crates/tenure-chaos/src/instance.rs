@@ -84,13 +84,18 @@ pub struct Campaign {
 /// Fixed bugs of one store that `--unsafe-bug NAME` switches back on in
 /// every library-mode instance, for failing-mode tests: each is one hidden
 /// `unsafe_*` switch of [`tenure::ElectionBuilder`].
-pub const STORE_BUGS: [&str; 2] = ["etcd-tokens-without-clock", "etcd-no-hedges"];
+pub const STORE_BUGS: [&str; 3] = [
+    "etcd-tokens-without-clock",
+    "etcd-no-hedges",
+    "first-sentinel-only",
+];
 
 /// `builder` with the store bug `name` switched back on.
 fn with_store_bug(builder: tenure::ElectionBuilder, name: &str) -> tenure::ElectionBuilder {
     match name {
         "etcd-tokens-without-clock" => builder.unsafe_etcd_tokens_without_clock(true),
         "etcd-no-hedges" => builder.unsafe_etcd_no_hedges(true),
+        "first-sentinel-only" => builder.unsafe_first_sentinel_only(true),
         // Refused by the harness before any instance starts.
         _ => builder,
     }

@@ -60,10 +60,11 @@ enum Command {
         #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
         topology: harness::Topology,
         /// Sentinel: run the group with Redis's defaults (one replica,
-        /// `min-replicas-to-write 0`, down after 1 s) instead of the
-        /// configuration the book's Topologies page requires (two replicas,
-        /// `min-replicas-to-write 1`, `min-replicas-max-lag 1`, down after
-        /// 2 s).
+        /// `min-replicas-to-write 0`, sentinels announcing every 2 s, so an
+        /// old primary is demoted about 8 s after a failover; down after
+        /// 1 s) instead of the configuration the book's Topologies page
+        /// requires (two replicas, `min-replicas-to-write 1`,
+        /// `min-replicas-max-lag 1`, down after 2 s).
         #[arg(long)]
         sentinel_without_min_replicas: bool,
         /// Fault kinds to draw from (comma-separated). Default: every kind
@@ -98,7 +99,10 @@ enum Command {
         /// Unsafe: a fixed bug of one store switched back on in every
         /// instance (library mode; repeatable): `etcd-tokens-without-clock`
         /// (tokens repeat after `restore-snapshot`), `etcd-no-hedges`
-        /// (`pause-minority-member` costs terms).
+        /// (`pause-minority-member` costs terms), `first-sentinel-only`
+        /// (instances listen to the first sentinel of their URL only and ask
+        /// only it for the primary: with `--sentinel-without-min-replicas`,
+        /// `hang-sentinel` gives two leaders).
         #[arg(long = "unsafe-bug", value_name = "NAME")]
         unsafe_bugs: Vec<String>,
         /// Exit 1 also when the liveness goal is missed.
@@ -263,6 +267,14 @@ fn main() {
                 }
                 if cli.is_some() && !unsafe_bugs.is_empty() {
                     eprintln!("tenure-chaos: --unsafe-bug needs library mode (no --cli)");
+                    return 2;
+                }
+                if unsafe_bugs.iter().any(|b| b == "first-sentinel-only")
+                    && topology != harness::Topology::Sentinel
+                {
+                    eprintln!(
+                        "tenure-chaos: --unsafe-bug first-sentinel-only needs --topology sentinel"
+                    );
                     return 2;
                 }
                 if let Some(why) = faults.iter().find_map(|f| topology.refusal(f)) {

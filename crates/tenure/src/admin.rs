@@ -12,7 +12,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
 use crate::backend::redis::{classify, is_read_only, parse_inspect, RedisTarget, INSPECT};
-use crate::backend::topology::{slot_of, Node, Topology};
+use crate::backend::topology::{slot_of, Following, Node, Topology};
 use crate::keys::{validate_name, Keys};
 use crate::{LeaderInfo, Result};
 
@@ -258,7 +258,7 @@ pub async fn connect(
         tls_ca: tls_ca.map(Path::to_path_buf),
     };
     Ok(Connection {
-        topology: Topology::connect(target, call_timeout).await?,
+        topology: Topology::connect(target, call_timeout, Following::Every).await?,
     })
 }
 

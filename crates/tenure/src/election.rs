@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use crate::backend::redis::{RedisShared, RedisTarget, StoreChecks};
+use crate::backend::topology::Following;
 use crate::backend::{Backend, Notices};
 use crate::keeper::{Keeper, Report};
 use crate::keys::{validate_name, Keys};
@@ -140,6 +141,20 @@ pub(crate) struct Bugs {
     pub no_early_renewal: bool,
     /// etcd's own (see [`crate::backend::EtcdBugs`]).
     pub etcd: crate::backend::EtcdBugs,
+    /// Sentinel: only the first sentinel of the URL is listened to and
+    /// asked for the primary (issue 22).
+    pub first_sentinel_only: bool,
+}
+
+impl Bugs {
+    /// How a Sentinel store follows its sentinels with these bugs.
+    fn following(self) -> Following {
+        if self.first_sentinel_only {
+            Following::FirstOnly
+        } else {
+            Following::Every
+        }
+    }
 }
 
 impl Default for Settings {
@@ -505,6 +520,21 @@ impl ElectionBuilder {
         self
     }
 
+    /// **Unsafe; for tenure-chaos's failing-mode tests only.** On a
+    /// `redis+sentinel://` URL, listen for `+switch-master` on the first
+    /// sentinel of the URL only and ask only it for the primary, as tenure
+    /// followed one sentinel before issue 22 fixed it. With that sentinel
+    /// hung, a failover through another one never reaches the leader: it
+    /// keeps renewing on the old primary, which stays writable (without
+    /// `min-replicas-to-write`) while candidates that follow a healthy
+    /// sentinel are elected on the new one. Applies to a URL given with
+    /// [`ElectionBuilder::redis`], not to a shared [`crate::Store`].
+    #[doc(hidden)]
+    pub fn unsafe_first_sentinel_only(mut self, on: bool) -> Self {
+        self.settings.bugs.first_sentinel_only = on;
+        self
+    }
+
     /// **Unsafe; for failing-mode tests only.** A successful renewal moves
     /// the local deadline to one ttl (less the margin) after its reply
     /// *arrived* instead of after its request was sent, so a slow reply
@@ -609,7 +639,7 @@ impl ElectionBuilder {
                     partitions: false,
                     allow_eviction: self.settings.allow_eviction,
                 };
-                RedisShared::connect(target, timing.call_timeout)
+                RedisShared::connect(target, timing.call_timeout, self.settings.bugs.following())
                     .await?
                     .election(&self.name, keys, checks)
                     .await?

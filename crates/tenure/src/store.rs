@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::redis::{RedisShared, RedisTarget};
+use crate::backend::topology::Following;
 use crate::backend::TlsFiles;
 use crate::{LeaderInfo, MemoryStore, Result};
 
@@ -312,7 +313,9 @@ impl StoreBuilder {
             url: self.url,
         };
         Ok(Store {
-            kind: StoreKind::Redis(RedisShared::connect(target, self.call_timeout).await?),
+            kind: StoreKind::Redis(
+                RedisShared::connect(target, self.call_timeout, Following::Every).await?,
+            ),
         })
     }
 }

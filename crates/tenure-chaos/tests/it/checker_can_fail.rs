@@ -269,3 +269,41 @@ fn terms_lost_to_a_paused_minority_member_are_reported() {
         "{report}"
     );
 }
+
+/// A planned `SENTINEL FAILOVER` while the sentinel the leader lists first
+/// is hung (issue 22), on a group without `min-replicas-to-write`. With
+/// instances that follow the first sentinel of their URL only, as before
+/// the fix, the leader never hears of the failover and keeps renewing on
+/// the old primary, still writable, while a candidate that follows a
+/// healthy sentinel is elected on the new one: the checker must see it.
+/// The same schedule with every sentinel followed is safe.
+#[test]
+fn a_failover_that_only_a_hung_sentinel_would_announce_is_reported_as_overlapping_leaders() {
+    let hung = Run {
+        name: "hang-sentinel",
+        seed: "3",
+        duration: "25s",
+        faults: "hang-sentinel",
+        ..PAUSES
+    };
+    let sentinel = ["--topology", "sentinel", "--sentinel-without-min-replicas"];
+    let (code, report) = run(
+        hung,
+        &[&sentinel[..], &["--unsafe-bug", "first-sentinel-only"]].concat(),
+    );
+    assert_eq!(code, 1, "the run is judged unsafe: {report}");
+    assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
+    let (code, report) = run(
+        Run {
+            name: "hang-sentinel-safe",
+            ..hung
+        },
+        &sentinel,
+    );
+    assert_eq!(code, 0, "the run is judged safe: {report}");
+    assert_eq!(report["overlaps"], 0, "{report}");
+    assert!(
+        report["faults"]["hang-sentinel"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+}

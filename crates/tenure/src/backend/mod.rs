@@ -252,7 +252,8 @@ impl Store {
                     tls_ca: tls.for_redis(&url)?,
                     url,
                 };
-                let store = redis::RedisStore::connect(target, call_timeout).await?;
+                let following = topology::Following::Every;
+                let store = redis::RedisStore::connect(target, call_timeout, following).await?;
                 store.check(group_keys, checks).await?;
                 Store::Redis(Arc::new(store))
             }

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::connection::{Connection, Endpoint};
-use super::topology::{reply_addr, slot_of, tag_of_slot, Node, Topology};
+use super::topology::{reply_addr, slot_of, tag_of_slot, Following, Node, Topology};
 use super::{Backend, Notices, Op, Reply, Store};
 use crate::keys::Keys;
 use crate::machine::{AcquireReply, RenewReply};
@@ -365,8 +365,12 @@ struct Part {
 
 impl RedisStore {
     /// Find the store's nodes ([`Topology::connect`]).
-    pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Self> {
-        let topology = Topology::connect(target, call_timeout).await?;
+    pub async fn connect(
+        target: RedisTarget,
+        call_timeout: Duration,
+        following: Following,
+    ) -> Result<Self> {
+        let topology = Topology::connect(target, call_timeout, following).await?;
         let sharded = topology.is_cluster();
         let script = |code: &str| Script::new(&for_topology(code, sharded));
         Ok(RedisStore {
@@ -903,8 +907,12 @@ pub(crate) struct RedisShared {
 }
 
 impl RedisShared {
-    pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Arc<Self>> {
-        let store = RedisStore::connect(target, call_timeout).await?;
+    pub async fn connect(
+        target: RedisTarget,
+        call_timeout: Duration,
+        following: Following,
+    ) -> Result<Arc<Self>> {
+        let store = RedisStore::connect(target, call_timeout, following).await?;
         let subscriber = Subscriber::start(store.topology().clone());
         Ok(Arc::new(RedisShared {
             store: Arc::new(store),

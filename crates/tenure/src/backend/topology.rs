@@ -378,11 +378,28 @@ struct State {
     forgotten: u64,
 }
 
+/// Which sentinels of a `redis+sentinel://` URL a store follows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Following {
+    /// Every one (see the module docs).
+    #[default]
+    Every,
+    /// **Unsafe**, for failing-mode tests only: the first of the URL alone,
+    /// both for `+switch-master` and when asking for the primary, as
+    /// before issue 22 (simplified: that code asked every sentinel for the
+    /// primary, and moved its one subscription to the next sentinel after
+    /// a failure). With that sentinel hung, a failover through another one
+    /// never reaches the leader, which keeps renewing on the old primary
+    /// until it is demoted or the subscription's ping fails.
+    FirstOnly,
+}
+
 /// The nodes of one store and the way to each (see the module docs).
 pub(crate) struct Topology {
     target: RedisTarget,
     url: StoreUrl,
     call_timeout: Duration,
+    following: Following,
     state: Mutex<State>,
     /// One discovery (sentinels, `CLUSTER SLOTS`) at a time.
     discovery: tokio::sync::Mutex<()>,
@@ -404,12 +421,17 @@ impl Topology {
     /// Parse the URL and find the nodes: the single server answers a PING,
     /// the sentinels name a primary that says it is one, or a cluster node
     /// answers `CLUSTER SLOTS`.
-    pub async fn connect(target: RedisTarget, call_timeout: Duration) -> Result<Arc<Topology>> {
+    pub async fn connect(
+        target: RedisTarget,
+        call_timeout: Duration,
+        following: Following,
+    ) -> Result<Arc<Topology>> {
         let url = StoreUrl::parse(&target.url)?;
         let stop = CancellationToken::new();
         let topology = Arc::new(Topology {
             url,
             call_timeout,
+            following,
             state: Mutex::new(State::default()),
             discovery: tokio::sync::Mutex::new(()),
             changes: watch::channel(0).0,
@@ -429,15 +451,10 @@ impl Topology {
             }
             Layout::Sentinel { .. } => {
                 topology.discover_primary().await?;
-                if let Layout::Sentinel { sentinels, .. } = &topology.url.layout {
-                    for sentinel in sentinels {
-                        let watch = watch_switches(
-                            Arc::downgrade(&topology),
-                            sentinel.clone(),
-                            stop.clone(),
-                        );
-                        tokio::spawn(watch);
-                    }
+                for sentinel in topology.followed() {
+                    let watch =
+                        watch_switches(Arc::downgrade(&topology), sentinel.clone(), stop.clone());
+                    tokio::spawn(watch);
                 }
             }
             Layout::Cluster { .. } => {
@@ -542,6 +559,18 @@ impl Topology {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The sentinels listened to and asked (see [`Following`]); none
+    /// outside Sentinel.
+    fn followed(&self) -> &[String] {
+        match (&self.url.layout, self.following) {
+            (Layout::Sentinel { sentinels, .. }, Following::Every) => sentinels,
+            (Layout::Sentinel { sentinels, .. }, Following::FirstOnly) => {
+                &sentinels[..sentinels.len().min(1)]
+            }
+            _ => &[],
+        }
     }
 
     pub fn target(&self) -> &RedisTarget {
@@ -786,13 +815,14 @@ impl Topology {
     /// hold up following a failover), or for every sentinel to reply.
     async fn ask_sentinels(&self, all: bool) -> Result<Vec<SentinelAnswer>> {
         let Layout::Sentinel {
-            sentinels,
             service,
             sentinel_userinfo,
+            ..
         } = &self.url.layout
         else {
             return Err(Error::redis("internal: not a Sentinel store"));
         };
+        let sentinels = self.followed();
         let limit = self.call_timeout.max(Duration::from_millis(500)) * 2;
         let asked = sentinels.iter().map(|sentinel| async move {
             let answer = tokio::time::timeout(
