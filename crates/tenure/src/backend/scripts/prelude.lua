@@ -96,3 +96,15 @@ local function read_witness(key)
   end
   return {token = tonumber(token), owner = owner, pttl = pttl}
 end
+
+-- Check a renewal's witness before it is set again: the term's own value
+-- (OWN, "TOKEN:OWNER") costs one GET, the common case on every renewal of
+-- every partition; anything else is judged by read_witness, so that data
+-- tenure did not write is refused, never overwritten. nil, or the error.
+local function check_own_witness(key, own)
+  if redis.pcall('GET', key) == own then
+    return nil
+  end
+  local _, err = read_witness(key)
+  return err
+end

@@ -20,7 +20,7 @@ if not lease then
   return {0}
 end
 if lease.owner == ARGV[1] and lease.token == tonumber(ARGV[2]) then
-  local _, witness_err = read_witness(KEYS[2])
+  local witness_err = check_own_witness(KEYS[2], ARGV[2] .. ':' .. ARGV[1])
   if witness_err then return witness_err end
   call('PEXPIRE', KEYS[1], ARGV[3])
   call('SET', KEYS[2], ARGV[2] .. ':' .. ARGV[1], 'PX', ARGV[3])

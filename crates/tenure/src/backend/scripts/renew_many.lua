@@ -21,8 +21,7 @@ for i = 1, #KEYS / 2 do
   local key = KEYS[2 * i - 1]
   local lease, err = read_lease(key)
   if not err and lease and lease.owner == ARGV[1] then
-    local _, witness_err = read_witness(KEYS[2 * i])
-    err = witness_err
+    err = check_own_witness(KEYS[2 * i], ARGV[2 + i] .. ':' .. ARGV[1])
     if err then key = KEYS[2 * i] end
   end
   if err then
