@@ -899,7 +899,10 @@ mod tests {
         assert_eq!(report.terms_lost_to_harmless_faults, 1, "{report:?}");
         for (reason, at) in [("deadline", 4100), ("resigned", 2000)] {
             let report = check(&run(reason, at), "", 1000, vec![], vec![], 0);
-            assert_eq!(report.terms_lost_to_harmless_faults, 0, "{reason}: {report:?}");
+            assert_eq!(
+                report.terms_lost_to_harmless_faults, 0,
+                "{reason}: {report:?}"
+            );
         }
     }
 }
