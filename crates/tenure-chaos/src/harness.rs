@@ -16,7 +16,9 @@
 //!   book's "Topologies" page requires; with `--sentinel-without-min-replicas`,
 //!   one replica and Redis's defaults), reached through its
 //!   `redis+sentinel://` URL;
-//! - `cluster`: a [`RedisCluster`] (three primaries, three replicas),
+//! - `cluster`: a [`RedisCluster`] (three primaries, three replicas,
+//!   `cluster-require-full-coverage no` as the book's "Topologies" page
+//!   recommends; with `--cluster-full-coverage`, Redis's default `yes`),
 //!   reached through its `redis+cluster://` URL;
 //! - `etcd`: a private three-member [`EtcdCluster`] (election timeout
 //!   500 ms), reached by every instance through three fault-injecting
@@ -56,6 +58,12 @@
 //! - `cluster-kill-primary`: kill -9 the primary serving the election's
 //!   slot; once its replica has taken over and after the hold, start it
 //!   again (empty), and wait until it has rejoined as a replica;
+//! - `kill-shard-primary`: the same for the primary of another shard (one
+//!   that does not serve the election's slot). The election's shard keeps
+//!   serving, so its leader must lose no term (see
+//!   [`crate::checker::COSTS_NO_TERM`]); with `--cluster-full-coverage`
+//!   every node answers `CLUSTERDOWN` until the replica has taken over, and
+//!   a term shorter than that is lost (issue 22);
 //! - `cluster-reshard`: move the election's slot to another primary while
 //!   it is held: `MIGRATING`/`IMPORTING`, a third of the hold, the keys
 //!   moved, another third, the keys written meanwhile moved, then the slot
@@ -191,7 +199,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 30] = [
+pub const FAULT_KINDS: [&str; 31] = [
     "kill",
     "pause",
     "restart",
@@ -214,6 +222,7 @@ pub const FAULT_KINDS: [&str; 30] = [
     "cluster-failover",
     "cluster-kill-primary",
     "cluster-reshard",
+    "kill-shard-primary",
     "etcd-kill-member",
     "etcd-pause-member",
     "etcd-restart-all",
@@ -246,10 +255,11 @@ pub const SENTINEL_ONLY: [&str; 4] = [
 ];
 
 /// Kinds that need `--topology cluster`.
-pub const CLUSTER_ONLY: [&str; 3] = [
+pub const CLUSTER_ONLY: [&str; 4] = [
     "cluster-failover",
     "cluster-kill-primary",
     "cluster-reshard",
+    "kill-shard-primary",
 ];
 
 /// Kinds that need `--topology etcd`.
@@ -449,6 +459,9 @@ pub struct RunConfig {
     /// Sentinel: configure the data nodes with `min-replicas-to-write` (see
     /// [`start_sentinel`]).
     pub sentinel_min_replicas: bool,
+    /// Cluster: `cluster-require-full-coverage yes` (Redis's default)
+    /// instead of `no`, the failing case of `kill-shard-primary`.
+    pub cluster_full_coverage: bool,
 }
 
 impl RunConfig {
@@ -492,8 +505,10 @@ enum Store {
 }
 
 impl Store {
-    async fn start(topology: Topology, min_replicas: bool) -> Result<Store, String> {
-        Ok(match topology {
+    async fn start(config: &RunConfig) -> Result<Store, String> {
+        let (min_replicas, full_coverage) =
+            (config.sentinel_min_replicas, config.cluster_full_coverage);
+        Ok(match config.topology {
             Topology::Single => {
                 let redis = RedisServer::start().map_err(|e| e.to_string())?;
                 let dir = redis
@@ -513,7 +528,10 @@ impl Store {
                 .await?,
             )),
             Topology::Cluster => Store::Cluster(Arc::new(
-                blocking("starting a Redis Cluster", RedisCluster::start).await?,
+                blocking("starting a Redis Cluster", move || {
+                    RedisCluster::builder().full_coverage(full_coverage).start()
+                })
+                .await?,
             )),
             Topology::Etcd => Store::Etcd(Arc::new(Mutex::new(
                 blocking("starting an etcd cluster", || {
@@ -712,6 +730,41 @@ fn election_slot() -> u16 {
     redis_process::slot_of(ELECTION)
 }
 
+/// The primary serving the election's slot, and the other primaries.
+async fn primaries(cluster: &Arc<RedisCluster>) -> Result<(u16, Vec<u16>), String> {
+    let c = cluster.clone();
+    let (own, all) = blocking("the cluster's primaries", move || {
+        Ok::<_, redis_process::Error>((c.primary_of_slot(election_slot())?, c.primary_ports()?))
+    })
+    .await?;
+    Ok((own, all.into_iter().filter(|p| *p != own).collect()))
+}
+
+/// kill -9 the primary on `old`; once its replica has taken over and after
+/// `hold`, start it again (empty) and wait until it has rejoined as a
+/// replica of its successor. Returns the window the fault is recorded
+/// for: from the kill until the replica took over, when the shard serves
+/// again (the rejoin does not stop it).
+async fn kill_and_rejoin(
+    cluster: &Arc<RedisCluster>,
+    old: u16,
+    hold: Duration,
+) -> Result<(u64, u64), String> {
+    let t = now_ns();
+    cluster.kill(old).map_err(|e| e.to_string())?;
+    let c = cluster.clone();
+    let moved = blocking("a replica takes over", move || c.wait_for_failover(old)).await;
+    let until = now_ns();
+    if moved.is_ok() {
+        tokio::time::sleep(hold).await;
+    }
+    let c = cluster.clone();
+    let resumed = blocking("the old primary rejoins", move || c.resume(old)).await;
+    moved?;
+    resumed?;
+    Ok((t, until))
+}
+
 pub struct Harness {
     config: RunConfig,
     rng: StdRng,
@@ -744,7 +797,7 @@ impl Harness {
                 let _ = std::fs::remove_file(path);
             }
         }
-        let store = Store::start(config.topology, config.sentinel_min_replicas).await?;
+        let store = Store::start(&config).await?;
         let resource_redis = RedisServer::start().map_err(|e| e.to_string())?;
         let log = EventLog::create(&config.out.join("harness.jsonl")).map_err(|e| e.to_string())?;
         // Proxies only in front of a single server or etcd's members (see
@@ -1351,35 +1404,21 @@ impl Harness {
                 (t, now_ns())
             }
             (Store::Cluster(cluster), "cluster-kill-primary") => {
-                let c = cluster.clone();
-                let old = blocking("the election's primary", move || {
-                    c.primary_of_slot(election_slot())
-                })
-                .await?;
-                let t = now_ns();
-                cluster.kill(old).map_err(|e| e.to_string())?;
-                let c = cluster.clone();
-                let moved =
-                    blocking("a replica takes over", move || c.wait_for_failover(old)).await;
-                let until = now_ns();
-                if moved.is_ok() {
-                    tokio::time::sleep(hold).await;
-                }
-                // Back empty; it rejoins as a replica of its successor.
-                let c = cluster.clone();
-                let resumed = blocking("the old primary rejoins", move || c.resume(old)).await;
-                moved?;
-                resumed?;
-                (t, until)
+                let (own, _) = primaries(cluster).await?;
+                kill_and_rejoin(cluster, own, hold).await?
+            }
+            // Another shard's primary: the election's shard keeps serving.
+            (Store::Cluster(cluster), "kill-shard-primary") => {
+                let (_, others) = primaries(cluster).await?;
+                let Some(old) = others.get(pick % others.len().max(1)).copied() else {
+                    return Err("the cluster has no primary but the election's to kill".into());
+                };
+                store_down = Some(false);
+                kill_and_rejoin(cluster, old, hold).await?
             }
             (Store::Cluster(cluster), "cluster-reshard") => {
-                let c = cluster.clone();
                 let slot = election_slot();
-                let (from, primaries) = blocking("the cluster's primaries", move || {
-                    Ok::<_, redis_process::Error>((c.primary_of_slot(slot)?, c.primary_ports()?))
-                })
-                .await?;
-                let others: Vec<u16> = primaries.into_iter().filter(|p| *p != from).collect();
+                let (_, others) = primaries(cluster).await?;
                 let Some(to) = others.get(pick % others.len().max(1)).copied() else {
                     return Err("the cluster has no other primary to move the slot to".into());
                 };

@@ -67,6 +67,13 @@ enum Command {
         /// `min-replicas-max-lag 1`, down after 2 s).
         #[arg(long)]
         sentinel_without_min_replicas: bool,
+        /// Cluster: run the nodes with Redis's default
+        /// `cluster-require-full-coverage yes` instead of `no` (the book's
+        /// recommendation). Every node then answers CLUSTERDOWN while any
+        /// shard fails over, and `kill-shard-primary` costs the election
+        /// its term: the failing case of issue 22.
+        #[arg(long)]
+        cluster_full_coverage: bool,
         /// Fault kinds to draw from (comma-separated). Default: every kind
         /// of the mode and topology (library mode: all but
         /// `pause-tenure-only` and `kill-guardian`; CLI mode: all but churn,
@@ -218,6 +225,7 @@ fn main() {
                 escaping_cmd,
                 topology,
                 sentinel_without_min_replicas,
+                cluster_full_coverage,
                 faults,
                 unsafe_no_deadline,
                 unsafe_no_fencing,
@@ -307,6 +315,7 @@ fn main() {
                     faults,
                     topology,
                     sentinel_min_replicas: !sentinel_without_min_replicas,
+                    cluster_full_coverage,
                 };
                 println!(
                     "tenure-chaos: seed {seed}, {} topology, {instances} instances, ttl {}, {} -> {}",

@@ -307,3 +307,45 @@ fn a_failover_that_only_a_hung_sentinel_would_announce_is_reported_as_overlappin
         "{report}"
     );
 }
+
+/// Issue 22: a killed primary of another shard must cost the election's
+/// leader nothing. With Redis's default `cluster-require-full-coverage
+/// yes`, every node answers CLUSTERDOWN until that shard's replica has
+/// taken over, longer than a ttl of 1 s, and the checker must count the
+/// terms lost meanwhile against the liveness goal. With `no`, the harness's
+/// default and the book's recommendation, the same schedule loses none.
+#[test]
+fn terms_lost_to_another_shards_failover_miss_the_liveness_goal() {
+    let killed = Run {
+        name: "kill-shard-primary",
+        seed: "1",
+        duration: "30s",
+        faults: "kill-shard-primary",
+        ..PAUSES
+    };
+    let cluster = ["--topology", "cluster", "--require-live"];
+    let (code, report) = run(
+        killed,
+        &[&cluster[..], &["--cluster-full-coverage"]].concat(),
+    );
+    assert_eq!(code, 1, "the run misses the liveness goal: {report}");
+    assert_eq!(report["safe"], true, "{report}");
+    assert!(
+        report["terms_lost_to_harmless_faults"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let (code, report) = run(
+        Run {
+            name: "kill-shard-primary-partial-coverage",
+            ..killed
+        },
+        &cluster,
+    );
+    assert_eq!(report["safe"], true, "{report}");
+    assert_eq!(report["terms_lost_to_harmless_faults"], 0, "{report}");
+    assert!(
+        report["faults"]["kill-shard-primary"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(code, 0, "the run is safe and live: {report}");
+}
