@@ -52,10 +52,11 @@ const RESUME_SLACK: u64 = 50_000_000;
 /// or the election's data moved to another node (a failover, also one
 /// while a sentinel hangs, a killed primary, a resharded slot), whose
 /// start-up hold-off then lasts one ttl by design. Killing one of three
-/// sentinels is not among them: it should cost no leader at all. A fault that says itself whether the store was
-/// down (`store_down`, written for faults of etcd: a killed or paused raft
-/// leader until another member leads, every member killed until a leader
-/// is back) is taken at its word instead.
+/// sentinels is not among them: it should cost no leader at all. A fault
+/// that says itself whether the store was down (`store_down`: on etcd, a
+/// killed or paused raft leader until another member leads, every member
+/// killed until a leader is back, a backup and restore; on a Cluster, never
+/// for a killed primary of another shard) is taken at its word instead.
 const REDIS_WIDE: [&str; 10] = [
     "restart",
     "stall",

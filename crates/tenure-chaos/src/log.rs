@@ -55,9 +55,10 @@ pub enum Event {
     },
     /// A fault injected by the harness (`target` empty for Redis-wide faults).
     /// `store_down`: whether the election's store could not serve from `t`
-    /// to `until` (written for faults of etcd, whose kinds may or may not
-    /// stop the store: a killed raft leader does, a killed follower does
-    /// not); absent, the checker decides by kind.
+    /// to `until`, written by faults that decide it case by case (on etcd a
+    /// killed raft leader stops the store, a killed follower does not) or
+    /// that must not excuse a gap (`kill-shard-primary`, `delete-lease`);
+    /// absent, the checker decides by kind.
     Fault {
         kind: String,
         target: String,
