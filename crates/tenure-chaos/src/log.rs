@@ -57,8 +57,10 @@ pub enum Event {
     /// `store_down`: whether the election's store could not serve from `t`
     /// to `until`, written by faults that decide it case by case (on etcd a
     /// killed raft leader stops the store, a killed follower does not) or
-    /// that must not excuse a gap (`kill-shard-primary`, `delete-lease`);
-    /// absent, the checker decides by kind.
+    /// whose kind alone does not say it (`delete-lease`: the wait for a
+    /// lease that vanished is by design; `kill-shard-primary`: another
+    /// shard's failover excuses no gap); absent, the checker decides by
+    /// kind.
     Fault {
         kind: String,
         target: String,
