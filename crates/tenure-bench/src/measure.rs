@@ -635,9 +635,11 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
         let _: redis::Value = renew
             .key(keys[0])
             .key(keys[4])
+            .key(keys[3])
             .arg("bench")
             .arg(token)
             .arg(5000)
+            .arg(86_400_000)
             .invoke_async(&mut conn)
             .await
             .map_err(|e| e.to_string())?;

@@ -485,8 +485,15 @@ impl RedisStore {
                 announce,
                 ..
             } => {
-                let mut cmd = evalsha(&self.scripts.renew, &[&keys.lease, &keys.witness]);
-                cmd.arg(id).arg(token).arg(ttl_ms);
+                let prefix_epoch = self.prefix_epoch(keys);
+                let mut cmd = evalsha(
+                    &self.scripts.renew,
+                    &[&keys.lease, &keys.witness, &prefix_epoch],
+                );
+                // The epoch's ttl as an acquire would set it for this ttl.
+                let epoch_ttl_ms =
+                    (crate::machine::AUX_TTL.as_millis() as u64).max(ttl_ms.saturating_mul(10));
+                cmd.arg(id).arg(token).arg(ttl_ms).arg(epoch_ttl_ms);
                 if announce {
                     cmd.arg(&keys.events);
                 }

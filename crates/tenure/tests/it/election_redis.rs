@@ -140,9 +140,11 @@ async fn renew_and_resign_by_a_non_owner_change_nothing() {
         let renewed: redis::Value = renew
             .key("tenure:{owned}:lease")
             .key("tenure:{owned}:witness")
+            .key("tenure:epoch")
             .arg(owner)
             .arg(token)
             .arg(999_999)
+            .arg(86_400_000)
             .invoke_async(&mut conn)
             .await
             .unwrap();

@@ -250,6 +250,48 @@ async fn the_promoted_replica_holds_off_before_its_first_lease() {
     drop(group);
 }
 
+/// A leader that keeps its term through a failover renews on the promoted
+/// replica, which starts that node's start-up hold-off then: a hand-over a
+/// ttl later is not held off again. (Before, the hold-off began only with
+/// the first candidate's acquire there, so the first hand-over after every
+/// failover waited an extra ttl.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_renews_through_a_failover_starts_the_hold_off() {
+    let group = group();
+    let url = group.url();
+    let a = election(&store(&url).await, "through", "a").await;
+    let b = election(&store(&url).await, "through", "b").await;
+    let term = campaign(&a).await;
+    let old = group.primary_port().expect("a primary");
+    let group = tokio::task::spawn_blocking(move || {
+        let new = group.failover().expect("SENTINEL FAILOVER");
+        assert_ne!(new, old);
+        // The old primary demoted, the leader's next renewal can only
+        // reach the new one.
+        group.wait_until_ready(HANG).expect("the group settles");
+        group
+    })
+    .await
+    .expect("joins");
+    timeout(HANG, async {
+        while term.confirm().await.is_err() {
+            assert!(term.is_leader(), "the term survives a planned failover");
+            tokio::time::sleep(TTL / 10).await;
+        }
+    })
+    .await
+    .expect("a renewal reaches the new primary");
+    // The hold-off (one ttl) has run out since that renewal.
+    tokio::time::sleep(TTL + TTL / 2).await;
+    assert!(term.confirm().await.is_ok(), "still the leader");
+    term.resign().await.expect("resigns");
+    assert!(
+        b.try_campaign().await.expect("asks").is_some(),
+        "a released lease on a node the leader has renewed on for a ttl is granted at once"
+    );
+    drop(group);
+}
+
 /// Wait until at least `count` clients of `sentinel` are subscribed to
 /// something (tenure's stores listen for `+switch-master`).
 async fn until_subscribed(sentinel: &Node, count: usize) {

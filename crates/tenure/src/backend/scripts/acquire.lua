@@ -113,8 +113,7 @@ if prefix_err then return prefix_err end
 local now_ms = server_ms()
 -- The process and its replication history: a restart changes the first, a
 -- promotion (failover, failback) the second.
-local run_id = (string.match(call('INFO', 'server'), 'run_id:(%w+)') or '') .. ':' ..
-  (string.match(call('INFO', 'replication'), 'master_replid:(%w+)') or '')
+local run_id = process_epoch()
 
 if lease and not (lease.owner == ARGV[1] and lease.attempt == ARGV[4]) then
   local pttl = call('PTTL', KEYS[1])

@@ -55,6 +55,14 @@ local function server_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- Which Redis process and replication history serves the keys,
+-- "RUN_ID:REPLID": a restart changes the first, a promotion (failover,
+-- failback) the second.
+local function process_epoch()
+  return (string.match(call('INFO', 'server'), 'run_id:(%w+)') or '') .. ':' ..
+    (string.match(call('INFO', 'replication'), 'master_replid:(%w+)') or '')
+end
+
 
 -- Read a last-run marker (the fenced hash of tenure::FencedKey: fields
 -- token, and value = the server's clock in ms when the run was recorded):
