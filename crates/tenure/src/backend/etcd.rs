@@ -611,7 +611,20 @@ impl EtcdStore {
                 .await
             })
             .await?;
+        self.same_cluster(got.header().map(|h| h.cluster_id()))?;
         Ok(got.kvs().to_vec())
+    }
+
+    /// What etcd says of `lease`: its granted ttl and the time it has left
+    /// (-1 when it is gone), from this store's cluster: another cluster's
+    /// word that it is gone would let a run be repeated early (the
+    /// last-run marker), or a candidate try again at once.
+    async fn time_to_live(&self, lease: i64) -> Result<etcd_client::LeaseTimeToLiveResponse> {
+        let answer = self
+            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await?;
+        self.same_cluster(answer.header().map(|h| h.cluster_id()))?;
+        Ok(answer)
     }
 
     /// The session lease of (`id`, `ttl_ms`), granted now if there is none.
@@ -696,6 +709,9 @@ impl EtcdStore {
         let granted = self
             .call(|mut c| async move { c.lease_grant(seconds, None).await })
             .await?;
+        // A grant counts as a keep-alive of the new lease: it must be one
+        // of this cluster's leases.
+        self.same_cluster(granted.header().map(|h| h.cluster_id()))?;
         if !granted.error().is_empty() {
             return Err(Error::Etcd {
                 detail: one_line(granted.error()),
@@ -788,9 +804,7 @@ impl EtcdStore {
     /// time rounded down would ask again and again in the last second. The
     /// watch on the key wakes it as soon as the key is gone anyway.
     async fn ttl_left(&self, lease: i64) -> Result<Option<Duration>> {
-        let answer = self
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
+        let answer = self.time_to_live(lease).await?;
         Ok(u64::try_from(answer.ttl())
             .ok()
             .map(|secs| Duration::from_secs(secs.saturating_add(1))))
@@ -1437,10 +1451,7 @@ impl EtcdStore {
             return Ok(None);
         };
         let recorded_ms = decode_marker(&key, &kv)?;
-        let lease = kv.lease();
-        let answer = self
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
+        let answer = self.time_to_live(kv.lease()).await?;
         let (Ok(left), Ok(granted)) = (
             u64::try_from(answer.ttl()),
             u64::try_from(answer.granted_ttl()),
@@ -2359,6 +2370,26 @@ mod tests {
         })
         .await;
         assert!(matches!(kept, Err(Error::Unsafe { .. })), "{kept:?}");
+    }
+
+    /// Another cluster's lease lookups, grants and key listings are
+    /// refused too: its word that a lease is gone would let a run be
+    /// repeated early (the last-run marker's age), and a lease it granted
+    /// is none of this cluster's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lease_answers_and_listings_from_another_cluster_are_refused() {
+        let (_clusters, _proxy, store, lease) = lease_known_elsewhere().await;
+        let store = Arc::new(store);
+        let left = answered(|| {
+            let store = store.clone();
+            async move { store.ttl_left(lease).await }.boxed()
+        })
+        .await;
+        assert!(matches!(left, Err(Error::Unsafe { .. })), "{left:?}");
+        let granted = store.grant(2_000).await;
+        assert!(matches!(granted, Err(Error::Unsafe { .. })), "{granted:?}");
+        let listed = store.list_elections("tenure").await;
+        assert!(matches!(listed, Err(Error::Unsafe { .. })), "{listed:?}");
     }
 
     /// Against a real cluster: a renewal or resignation that names another
