@@ -15,6 +15,8 @@
 //! proxy.blackhole(); // connections stay open, nothing gets through
 //! proxy.cut(); // every connection is closed, new ones are dropped
 //! proxy.heal(); // new connections work again
+//! let other = etcd_process::EtcdCluster::start()?;
+//! proxy.retarget(other.client_port(0)); // the address now reaches another server
 //! # Ok::<(), etcd_process::Error>(())
 //! ```
 
@@ -49,6 +51,8 @@ enum Mode {
 #[derive(Debug)]
 struct Control {
     mode: Mode,
+    /// The port of 127.0.0.1 that new connections are forwarded to.
+    upstream: u16,
     /// The proxy was dropped: every thread winds down.
     stopped: bool,
 }
@@ -103,13 +107,16 @@ impl Shared {
     }
 
     /// Add a socket to connection `id`: `false` (and the socket shut down)
-    /// when the proxy is cut or dropped, so that no connection escapes a
-    /// cut that began while it was being set up.
-    fn register(&self, id: u64, socket: &TcpStream) -> bool {
+    /// when the proxy is cut or dropped, or (for a socket to `upstream`)
+    /// retargeted, so that no connection escapes a cut or a retarget that
+    /// began while it was being set up.
+    fn register(&self, id: u64, socket: &TcpStream, upstream: Option<u16>) -> bool {
         let mut connections = self.connections();
         let open = {
             let control = self.control();
-            !control.stopped && control.mode != Mode::Cut
+            !control.stopped
+                && control.mode != Mode::Cut
+                && upstream.is_none_or(|port| port == control.upstream)
         };
         match socket.try_clone() {
             Ok(clone) if open => {
@@ -139,12 +146,12 @@ impl Shared {
 /// [`Proxy::cut`] closes every connection and closes new ones as soon as
 /// they are accepted; [`Proxy::blackhole`] keeps connections open (and
 /// accepts new ones) but forwards nothing in either direction;
-/// [`Proxy::heal`] forwards again. Dropping the proxy closes its listener
-/// and every connection.
+/// [`Proxy::heal`] forwards again. [`Proxy::retarget`] sends new
+/// connections to another port and closes the established ones. Dropping
+/// the proxy closes its listener and every connection.
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
-    upstream: u16,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
 }
@@ -163,6 +170,7 @@ impl Proxy {
         let shared = Arc::new(Shared {
             control: Mutex::new(Control {
                 mode: Mode::Forward,
+                upstream: upstream_port,
                 stopped: false,
             }),
             changed: Condvar::new(),
@@ -172,11 +180,10 @@ impl Proxy {
         let accept_shared = Arc::clone(&shared);
         let accept = std::thread::Builder::new()
             .name(format!("proxy-{port}"))
-            .spawn(move || accept_loop(listener, upstream_port, accept_shared))
+            .spawn(move || accept_loop(listener, accept_shared))
             .map_err(io_err("starting the proxy's thread"))?;
         Ok(Proxy {
             port,
-            upstream: upstream_port,
             shared,
             accept: Some(accept),
         })
@@ -187,9 +194,9 @@ impl Proxy {
         self.port
     }
 
-    /// The port connections are forwarded to (127.0.0.1).
+    /// The port new connections are forwarded to (127.0.0.1).
     pub fn upstream_port(&self) -> u16 {
-        self.upstream
+        self.shared.control().upstream
     }
 
     /// How many client connections are open through the proxy now
@@ -221,6 +228,16 @@ impl Proxy {
     pub fn heal(&self) {
         self.shared.set_mode(Mode::Forward);
     }
+
+    /// Forward new connections to `upstream_port` instead, and close every
+    /// established one (as [`Proxy::cut`] does, without refusing new ones),
+    /// so that clients connect again and reach the new upstream: an address
+    /// that another server takes over (a member replaced, an address
+    /// reused). The mode (forwarding, black hole, cut) is unchanged.
+    pub fn retarget(&self, upstream_port: u16) {
+        self.shared.control().upstream = upstream_port;
+        self.shared.close_all();
+    }
 }
 
 impl Drop for Proxy {
@@ -241,7 +258,7 @@ impl Drop for Proxy {
     }
 }
 
-fn accept_loop(listener: TcpListener, upstream: u16, shared: Arc<Shared>) {
+fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     for incoming in listener.incoming() {
         let (stopped, mode) = {
             let control = shared.control();
@@ -263,32 +280,33 @@ fn accept_loop(listener: TcpListener, upstream: u16, shared: Arc<Shared>) {
         // A connection whose thread cannot start is dropped, hence closed.
         let _ = std::thread::Builder::new()
             .name("proxy-connection".into())
-            .spawn(move || serve(client, upstream, &shared));
+            .spawn(move || serve(client, &shared));
     }
 }
 
 /// Forward one client connection until either side closes it or the proxy
 /// cuts it.
-fn serve(client: TcpStream, upstream: u16, shared: &Shared) {
+fn serve(client: TcpStream, shared: &Shared) {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    if shared.register(id, &client) {
-        forward(&client, upstream, id, shared);
+    if shared.register(id, &client, None) {
+        forward(&client, id, shared);
     }
     shared.connections().remove(&id);
 }
 
-fn forward(client: &TcpStream, upstream: u16, id: u64, shared: &Shared) {
+fn forward(client: &TcpStream, id: u64, shared: &Shared) {
     // In a black hole, the connection does not reach the upstream either.
     if !shared.wait_forwarding() {
         let _ = client.shutdown(Shutdown::Both);
         return;
     }
+    let upstream = shared.control().upstream;
     let addr = SocketAddr::from(([127, 0, 0, 1], upstream));
     let Ok(server) = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) else {
         let _ = client.shutdown(Shutdown::Both);
         return;
     };
-    if !shared.register(id, &server) {
+    if !shared.register(id, &server, Some(upstream)) {
         let _ = client.shutdown(Shutdown::Both);
         return;
     }

@@ -29,6 +29,28 @@ fn echo_server() -> u16 {
     port
 }
 
+/// A server on a free port that greets every connection with `name` and
+/// then closes it.
+fn greeter(name: &'static [u8]) -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.write_all(name);
+        }
+    });
+    port
+}
+
+/// What a greeter behind the proxy says to a new connection.
+fn greeting(proxy: &Proxy) -> Vec<u8> {
+    let mut stream = connect(proxy);
+    let mut said = Vec::new();
+    stream.read_to_end(&mut said).unwrap();
+    said
+}
+
 fn connect(proxy: &Proxy) -> TcpStream {
     let stream = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
     stream.set_read_timeout(Some(DEADLINE)).unwrap();
@@ -143,4 +165,29 @@ fn dropping_the_proxy_closes_everything() {
     drop(proxy);
     assert!(is_closed(&mut stream));
     assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
+}
+
+#[test]
+fn retarget_sends_new_connections_elsewhere_and_closes_the_old_ones() {
+    let (first, second) = (echo_server(), greeter(b"second"));
+    let proxy = Proxy::start(first).unwrap();
+    let mut before = connect(&proxy);
+    round_trip(&mut before, b"first");
+
+    proxy.retarget(second);
+    assert_eq!(proxy.upstream_port(), second);
+    assert!(is_closed(&mut before));
+    assert_eq!(greeting(&proxy), b"second");
+    eventually("the proxy has let go of the old connection", || {
+        proxy.connections() == 0
+    });
+
+    // Faults still apply, to the new upstream.
+    proxy.cut();
+    let mut refused = connect(&proxy);
+    assert!(is_closed(&mut refused));
+    proxy.heal();
+    proxy.retarget(first);
+    let mut after = connect(&proxy);
+    round_trip(&mut after, b"back");
 }

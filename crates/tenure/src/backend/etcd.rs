@@ -597,19 +597,7 @@ impl EtcdStore {
     /// to another cluster (a member replaced, an address reused) would
     /// grant a second term beside the first.
     fn same_cluster(&self, answered: Option<u64>) -> Result<()> {
-        match answered {
-            Some(id) if self.cluster_id != 0 && id != 0 && id != self.cluster_id => {
-                Err(Error::Unsafe {
-                    url: self.url.clone(),
-                    detail: format!(
-                        "an endpoint answered for etcd cluster {id:x}, not {:x} as the others \
-                         did: list the members of one cluster only",
-                        self.cluster_id
-                    ),
-                })
-            }
-            _ => Ok(()),
-        }
+        from_cluster(self.cluster_id, answered, &self.url)
     }
 
     /// Every key under `prefix`, without values.
@@ -623,7 +611,20 @@ impl EtcdStore {
                 .await
             })
             .await?;
+        self.same_cluster(got.header().map(|h| h.cluster_id()))?;
         Ok(got.kvs().to_vec())
+    }
+
+    /// What etcd says of `lease`: its granted ttl and the time it has left
+    /// (-1 when it is gone), from this store's cluster: another cluster's
+    /// word that it is gone would let a run be repeated early (the
+    /// last-run marker), or a candidate try again at once.
+    async fn time_to_live(&self, lease: i64) -> Result<etcd_client::LeaseTimeToLiveResponse> {
+        let answer = self
+            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
+            .await?;
+        self.same_cluster(answer.header().map(|h| h.cluster_id()))?;
+        Ok(answer)
     }
 
     /// The session lease of (`id`, `ttl_ms`), granted now if there is none.
@@ -708,6 +709,9 @@ impl EtcdStore {
         let granted = self
             .call(|mut c| async move { c.lease_grant(seconds, None).await })
             .await?;
+        // A grant counts as a keep-alive of the new lease: it must be one
+        // of this cluster's leases.
+        self.same_cluster(granted.header().map(|h| h.cluster_id()))?;
         if !granted.error().is_empty() {
             return Err(Error::Etcd {
                 detail: one_line(granted.error()),
@@ -749,23 +753,42 @@ impl EtcdStore {
     }
 
     /// One keep-alive of `lease`, sent now.
+    ///
+    /// The client reads the first answer of a keep-alive stream itself and
+    /// shows only whether the lease lives, not which cluster answered; so a
+    /// second keep-alive follows on the same stream (to the same member),
+    /// and its answer's cluster is checked. Another cluster can have a
+    /// lease of the same id (a restore of this cluster's snapshot under a
+    /// new cluster token keeps the leases): its keep-alive renews nothing
+    /// here and must not count as a renewal. A lease the first answer finds
+    /// gone counts as gone, whichever cluster said so: that only ends a term.
     fn send_keep_alive(
         &self,
         lease: i64,
     ) -> impl std::future::Future<Output = std::result::Result<KeptAlive, Arc<Error>>> + Send + 'static
     {
-        let (clients, requests, url) = (
+        let (clients, requests, url, cluster_id) = (
             self.clients.clone(),
             self.requests.clone(),
             self.url.clone(),
+            self.cluster_id,
         );
         let patience = self.call_timeout / 3;
         async move {
             let sent = send(&clients, &requests, patience, |mut c| async move {
-                c.lease_keep_alive(lease).await
+                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
+                keeper.keep_alive().await?;
+                answers.message().await
             });
             match sent.await {
-                Ok(_) => Ok(KeptAlive(1)),
+                Ok(Some(answer)) => {
+                    let answered = answer.header().map(|h| h.cluster_id());
+                    from_cluster(cluster_id, answered, &url).map_err(Arc::new)?;
+                    Ok(KeptAlive(answer.ttl().max(0)))
+                }
+                Ok(None) => Err(Arc::new(Error::Etcd {
+                    detail: "the keep-alive stream ended before its second answer".into(),
+                })),
                 Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => {
                     Ok(KeptAlive(0))
                 }
@@ -781,9 +804,7 @@ impl EtcdStore {
     /// time rounded down would ask again and again in the last second. The
     /// watch on the key wakes it as soon as the key is gone anyway.
     async fn ttl_left(&self, lease: i64) -> Result<Option<Duration>> {
-        let answer = self
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
+        let answer = self.time_to_live(lease).await?;
         Ok(u64::try_from(answer.ttl())
             .ok()
             .map(|secs| Duration::from_secs(secs.saturating_add(1))))
@@ -1430,10 +1451,7 @@ impl EtcdStore {
             return Ok(None);
         };
         let recorded_ms = decode_marker(&key, &kv)?;
-        let lease = kv.lease();
-        let answer = self
-            .call(|mut c| async move { c.lease_time_to_live(lease, None).await })
-            .await?;
+        let answer = self.time_to_live(kv.lease()).await?;
         let (Ok(left), Ok(granted)) = (
             u64::try_from(answer.ttl()),
             u64::try_from(answer.granted_ttl()),
@@ -1928,6 +1946,21 @@ fn copy_error(err: &Error) -> Error {
     super::redis::copy_error(err)
 }
 
+/// [`EtcdStore::same_cluster`] for a store first reached on cluster
+/// `expected` at `url`.
+fn from_cluster(expected: u64, answered: Option<u64>, url: &str) -> Result<()> {
+    match answered {
+        Some(id) if expected != 0 && id != 0 && id != expected => Err(Error::Unsafe {
+            url: url.to_string(),
+            detail: format!(
+                "an endpoint answered for etcd cluster {id:x}, not {expected:x} as the others \
+                 did: list the members of one cluster only"
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Ask every endpoint on its own which cluster it belongs to, and refuse a
 /// list that spans two, naming them. An endpoint that does not answer now
 /// is not counted (every later answer is checked: `same_cluster`). Returns
@@ -2270,6 +2303,93 @@ mod tests {
             .await
             .expect("connected");
         (cluster, store)
+    }
+
+    /// A store on one cluster whose only endpoint (a proxy) is then
+    /// pointed at another one-member cluster that has a lease of the same
+    /// id as the store's session lease, as a restore of the first
+    /// cluster's snapshot under a new cluster token does (it keeps the
+    /// leases, and the cluster id changes); and that lease.
+    async fn lease_known_elsewhere() -> (
+        [etcd_process::EtcdCluster; 2],
+        etcd_process::Proxy,
+        EtcdStore,
+        i64,
+    ) {
+        let start = || {
+            etcd_process::EtcdCluster::builder()
+                .members(1)
+                .election_timeout(Duration::from_millis(500))
+                .start()
+                .expect("an etcd member")
+        };
+        let (first, other) = (start(), start());
+        let proxy = etcd_process::Proxy::start(first.client_port(0)).expect("a proxy");
+        let url = format!("etcd://127.0.0.1:{}", proxy.port());
+        let store = EtcdStore::connect(target(&url), Duration::from_secs(2))
+            .await
+            .expect("connected");
+        let (lease, _) = store.session("me", 2_000).await.expect("a session lease");
+        let grant = format!(r#"{{"TTL":"60","ID":"{lease}"}}"#);
+        other
+            .post(0, "/v3/lease/grant", &grant)
+            .expect("the same lease id on the other cluster");
+        proxy.retarget(other.client_port(0));
+        ([first, other], proxy, store, lease)
+    }
+
+    /// `call` until it has an answer that is not a transient error: a call
+    /// in flight when the proxy closed its connection fails.
+    async fn answered<T>(
+        call: impl Fn() -> futures_util::future::BoxFuture<'static, Result<T>>,
+    ) -> Result<T> {
+        tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match call().await {
+                    Err(err) if err.is_transient() => {
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    other => return other,
+                }
+            }
+        })
+        .await
+        .expect("an answer")
+    }
+
+    /// A keep-alive answered by another cluster that has a lease of the
+    /// same id renews nothing here: it is refused, never taken for a
+    /// renewal of this cluster's lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_keep_alive_answered_by_another_cluster_is_refused() {
+        let (_clusters, _proxy, store, lease) = lease_known_elsewhere().await;
+        let store = Arc::new(store);
+        let kept = answered(|| {
+            let store = store.clone();
+            async move { store.keep_alive(lease).await }.boxed()
+        })
+        .await;
+        assert!(matches!(kept, Err(Error::Unsafe { .. })), "{kept:?}");
+    }
+
+    /// Another cluster's lease lookups, grants and key listings are
+    /// refused too: its word that a lease is gone would let a run be
+    /// repeated early (the last-run marker's age), and a lease it granted
+    /// is none of this cluster's.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lease_answers_and_listings_from_another_cluster_are_refused() {
+        let (_clusters, _proxy, store, lease) = lease_known_elsewhere().await;
+        let store = Arc::new(store);
+        let left = answered(|| {
+            let store = store.clone();
+            async move { store.ttl_left(lease).await }.boxed()
+        })
+        .await;
+        assert!(matches!(left, Err(Error::Unsafe { .. })), "{left:?}");
+        let granted = store.grant(2_000).await;
+        assert!(matches!(granted, Err(Error::Unsafe { .. })), "{granted:?}");
+        let listed = store.list_elections("tenure").await;
+        assert!(matches!(listed, Err(Error::Unsafe { .. })), "{listed:?}");
     }
 
     /// Against a real cluster: a renewal or resignation that names another

@@ -666,6 +666,70 @@ async fn an_endpoint_list_spanning_two_clusters_is_refused() {
     campaign(&e).await;
 }
 
+/// An endpoint that later answers for another cluster (its address
+/// reused, its member replaced while tenure runs) is refused as one that
+/// does at connect: every answer's cluster is checked, not only the first
+/// ones. Here a candidate connected to three members of one cluster; then
+/// the first member's address reaches an empty second cluster while the
+/// other two are out of its reach. Taking that cluster's word would grant
+/// the candidate a term there, beside the holder's on the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_later_answers_for_another_cluster_is_refused() {
+    let first = support::etcd();
+    let other = tokio::task::block_in_place(|| {
+        etcd_process::EtcdCluster::builder()
+            .members(1)
+            .election_timeout(Duration::from_millis(500))
+            .start()
+    })
+    .expect("a second cluster");
+    let proxies: Vec<etcd_process::Proxy> = (0..first.members())
+        .map(|member| etcd_process::Proxy::start(first.client_port(member)).expect("a proxy"))
+        .collect();
+    let endpoints: Vec<String> = proxies
+        .iter()
+        .map(|proxy| format!("127.0.0.1:{}", proxy.port()))
+        .collect();
+    let proxied = format!("etcd://{}", endpoints.join(","));
+    let ttl = Duration::from_secs(2);
+    let holder = support::election(&first.url(), "moved", "holder", ttl).await;
+    let term = campaign(&holder).await;
+    // Every endpoint answers for the first cluster: connecting passes.
+    let candidate = support::election(&proxied, "moved", "candidate", ttl).await;
+    let tried = candidate.try_campaign().await.expect("the candidate asks");
+    assert!(tried.is_none(), "the term is held");
+    proxies[0].retarget(other.client_port(0));
+    proxies[1].cut();
+    proxies[2].cut();
+    let err = match timeout(HANG, candidate.campaign()).await {
+        Ok(Ok(second)) => panic!(
+            "two leaders: {} (token {}) on the other cluster beside {} (token {})",
+            second.id(),
+            second.token(),
+            term.id(),
+            term.token()
+        ),
+        Ok(Err(err)) => err,
+        Err(_) => panic!("the candidate neither led nor gave up within {HANG:?}"),
+    };
+    assert!(matches!(err, Error::Unsafe { .. }), "{err}");
+    assert!(!err.is_transient());
+    let text = err.to_string();
+    assert!(text.contains("answered for etcd cluster"), "{text}");
+    assert!(
+        text.contains("list the members of one cluster only"),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    // Nothing was written there, and the holder leads on.
+    let body = format!(r#"{{"key":"{}","range_end":"{}"}}"#, b64("\0"), b64("\0"));
+    let everything = tokio::task::block_in_place(|| other.post(0, "/v3/kv/range", &body))
+        .expect("the other cluster is read");
+    assert!(!everything.contains(r#""kvs""#), "{everything}");
+    assert_eq!(term.lost_reason(), None);
+    renewed(&term).await;
+}
+
 /// A restore from an older backup rolls etcd's revision back (etcd 3.4
 /// cannot bump it): the terms after it must still get tokens above every
 /// earlier one, or a fenced resource could not tell a new leader from a
