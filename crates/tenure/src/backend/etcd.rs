@@ -1953,8 +1953,8 @@ fn from_cluster(expected: u64, answered: Option<u64>, url: &str) -> Result<()> {
         Some(id) if expected != 0 && id != 0 && id != expected => Err(Error::Unsafe {
             url: url.to_string(),
             detail: format!(
-                "an endpoint answered for etcd cluster {id:x}, not {expected:x} as the others \
-                 did: list the members of one cluster only"
+                "an endpoint answered for etcd cluster {id:x}, not {expected:x}, the cluster \
+                 first reached: list the members of one cluster only"
             ),
         }),
         _ => Ok(()),
