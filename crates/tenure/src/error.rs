@@ -71,8 +71,8 @@ pub enum Error {
     /// permission, or a command renamed or disabled in the server's
     /// configuration).
     #[error(
-        "the Redis user may not run {command}: {detail} (grant what the README's least-privilege \
-         ACL lists: {MIN_ACL})"
+        "the Redis user may not run {command}: {detail} (grant the least-privilege ACL of the \
+         book's operator's guide, Credentials and TLS: {MIN_ACL})"
     )]
     NoPermission {
         /// The command refused, as far as the server said (e.g. `PEXPIRE`).

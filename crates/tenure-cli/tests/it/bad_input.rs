@@ -1,5 +1,5 @@
 //! The bad-input suite: one table of mistakes a new user makes, each with
-//! the exit code the README's table gives and the one line that says what
+//! the exit code the book's table (command.md) gives and the one line that says what
 //! is wrong. A flag that `--help` lists but no case uses fails
 //! [`every_flag_has_a_bad_case`]: a new flag lands with its bad cases.
 //!

@@ -509,7 +509,7 @@ impl Topology {
                  over, every node answers CLUSTERDOWN (cluster-node-timeout plus the replicas' \
                  election), and the terms of elections on healthy shards whose ttl is shorter \
                  end; set cluster-require-full-coverage no on every node, or use a ttl above \
-                 that (README: Topologies)"
+                 that (the book's Topologies page, docs/src/stores/topologies.md)"
             );
         }
         if !unknown.is_empty() {
@@ -517,8 +517,8 @@ impl Topology {
                 nodes = %unknown.join("; "),
                 "cannot read cluster-require-full-coverage (CONFIG GET refused or unanswered); \
                  if it is yes (Redis's default), a failover of any shard ends the terms on every \
-                 shard whose ttl is shorter than the failover: make sure it is no (README: \
-                 Topologies)"
+                 shard whose ttl is shorter than the failover: make sure it is no (the book's \
+                 Topologies page, docs/src/stores/topologies.md)"
             );
         }
     }
@@ -892,7 +892,8 @@ impl Topology {
                     "the Sentinel primary accepts writes it cannot replicate (min-replicas-to-write 0): \
                      a leader cut off together with it keeps renewing there after a failover; set \
                      min-replicas-to-write 1 and min-replicas-max-lag below down-after-milliseconds \
-                     (README: Topologies), and fence every write"
+                     (the book's Topologies page, docs/src/stores/topologies.md), and fence every \
+                     write"
                 );
             }
         }
