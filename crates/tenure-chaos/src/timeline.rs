@@ -15,7 +15,8 @@ const TOP: f64 = 40.0;
 /// Fault labels are written out only when there is room for them.
 const MAX_LABELS: usize = 30;
 
-/// Colour of a fault kind, shared by the marks and the legend.
+/// Colour of a fault kind, shared by the marks and the legend (every kind
+/// has one, not the gray of an unknown kind; see the test below).
 fn fault_colour(kind: &str) -> &'static str {
     match kind {
         "kill" => "crimson",
@@ -39,6 +40,16 @@ fn fault_colour(kind: &str) -> &'static str {
         "etcd-compact" => "cadetblue",
         "delete-lease" => "darkorange",
         "revoke-lease" => "darkkhaki",
+        "pause-minority-member" => "sandybrown",
+        "restore-snapshot" => "mediumvioletred",
+        "sentinel-kill-primary" => "maroon",
+        "sentinel-failover" => "royalblue",
+        "sentinel-kill-sentinel" => "rosybrown",
+        "hang-sentinel" => "darkviolet",
+        "cluster-failover" => "navy",
+        "cluster-kill-primary" => "orangered",
+        "cluster-reshard" => "darkcyan",
+        "kill-shard-primary" => "tomato",
         _ => "gray",
     }
 }
@@ -197,4 +208,16 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fault_kind_has_a_colour() {
+        for kind in crate::harness::FAULT_KINDS {
+            assert_ne!(fault_colour(kind), "gray", "{kind} has no colour");
+        }
+    }
 }
