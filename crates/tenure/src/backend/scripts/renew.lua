@@ -33,11 +33,13 @@ end
 -- See above: record `run_id` as first serving the prefix now, unless the
 -- epoch already names it or is not an epoch tenure wrote.
 local function note_first_served(key, run_id)
+  -- The common case, an epoch naming this process, costs one HGET (on
+  -- another type it answers an error, which names no process).
+  if redis.pcall('HGET', key, 'run_id') == run_id then
+    return
+  end
   local key_type = call('TYPE', key).ok
   if key_type == 'hash' then
-    if call('HGET', key, 'run_id') == run_id then
-      return
-    end
     local fields = call('HLEN', key)
     if (fields ~= 2 and fields ~= 3) or not tonumber(call('HGET', key, 'since')) then
       return
