@@ -599,8 +599,8 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
     macro_rules! script {
         ($file:literal) => {
             redis::Script::new(concat!(
-                include_str!("../../tenure/src/backend/scripts/prelude.lua"),
-                include_str!(concat!("../../tenure/src/backend/scripts/", $file))
+                include_str!("../../tenure/src/backend/redis/scripts/prelude.lua"),
+                include_str!(concat!("../../tenure/src/backend/redis/scripts/", $file))
             ))
         };
     }

@@ -11,9 +11,9 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
+use crate::backend::redis::keys::{validate_name, Keys};
+use crate::backend::redis::topology::{slot_of, Following, Node, Topology};
 use crate::backend::redis::{classify, is_read_only, parse_inspect, RedisTarget, INSPECT};
-use crate::backend::topology::{slot_of, Following, Node, Topology};
-use crate::keys::{validate_name, Keys};
 use crate::{LeaderInfo, Result};
 
 /// A connection to a Redis store opened the way elections open theirs
@@ -157,7 +157,7 @@ impl Connection {
             return Err(err);
         };
         let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
-        let addr = crate::backend::topology::reply_addr(addr, &node.addr);
+        let addr = crate::backend::redis::topology::reply_addr(addr, &node.addr);
         let target = if asking {
             self.topology.node_at(&addr)
         } else {

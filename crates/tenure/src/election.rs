@@ -17,11 +17,11 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
+use crate::backend::redis::keys::{validate_name, Keys};
+use crate::backend::redis::topology::Following;
 use crate::backend::redis::{RedisShared, RedisTarget, StoreChecks};
-use crate::backend::topology::Following;
 use crate::backend::{Backend, Notices};
 use crate::keeper::{Keeper, Report};
-use crate::keys::{validate_name, Keys};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep, Timing,

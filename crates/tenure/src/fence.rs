@@ -26,7 +26,7 @@ use crate::backend::redis::classify;
 use crate::{Error, Result};
 
 static FENCED_SET: &str = concat!(
-    include_str!("backend/scripts/prelude.lua"),
+    include_str!("backend/redis/scripts/prelude.lua"),
     include_str!("fence/fenced_set.lua")
 );
 

@@ -160,7 +160,6 @@ mod election;
 mod error;
 pub mod fence;
 mod keeper;
-mod keys;
 mod leadership;
 mod machine;
 mod metrics;

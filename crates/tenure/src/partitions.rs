@@ -42,10 +42,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 
+use crate::backend::redis::keys::{validate_name, Keys};
 use crate::backend::{Op, Reply, Store, RENEW_MANY};
 use crate::election::{Settings, StoreSpec};
 use crate::keeper::{Keeper, Report};
-use crate::keys::{validate_name, Keys};
 use crate::leadership::Command;
 use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderStep, RenewReply, Timing,

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redis::topology::Following;
 use crate::backend::redis::{RedisShared, RedisTarget};
-use crate::backend::topology::Following;
 use crate::backend::TlsFiles;
 use crate::{LeaderInfo, MemoryStore, Result};
 
@@ -103,7 +103,7 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn elections(&self, prefix: &str) -> Result<Vec<String>> {
-        crate::keys::validate_name("key prefix", prefix)?;
+        crate::backend::redis::keys::validate_name("key prefix", prefix)?;
         match &self.kind {
             StoreKind::Redis(shared) => {
                 let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
@@ -135,7 +135,7 @@ impl Store {
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, Result<Vec<String>>)>> {
-        crate::keys::validate_name("key prefix", prefix)?;
+        crate::backend::redis::keys::validate_name("key prefix", prefix)?;
         match &self.kind {
             StoreKind::Redis(shared) => {
                 let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
@@ -164,9 +164,9 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn leader_of(&self, prefix: &str, name: &str) -> Result<Option<LeaderInfo>> {
-        crate::keys::validate_name("key prefix", prefix)?;
-        crate::keys::validate_name("election name", name)?;
-        let keys = crate::keys::Keys::new(prefix, name);
+        crate::backend::redis::keys::validate_name("key prefix", prefix)?;
+        crate::backend::redis::keys::validate_name("election name", name)?;
+        let keys = crate::backend::redis::keys::Keys::new(prefix, name);
         let store = match &self.kind {
             StoreKind::Redis(shared) => crate::backend::Store::Redis(shared.store.clone()),
             #[cfg(feature = "etcd")]

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{Backend, Notices, Op, Reply, Store};
-use crate::keys::Keys;
+use crate::backend::redis::keys::Keys;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::term::LeaderInfo;

@@ -14,23 +14,20 @@
 //! change to the public API (the book's *Architecture* page says what it
 //! takes).
 
-pub(crate) mod connection;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod memory;
 pub(crate) mod redis;
-pub(crate) mod sharded;
-pub(crate) mod topology;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::keys::Keys;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::{Error, Result};
+use redis::keys::Keys;
 
 /// The most terms one [`Op::RenewMany`] carries: large enough that a set
 /// of 100,000 partitions renews in 100 commands, small enough that one
@@ -252,7 +249,7 @@ impl Store {
                     tls_ca: tls.for_redis(&url)?,
                     url,
                 };
-                let following = topology::Following::Every;
+                let following = redis::topology::Following::Every;
                 let store = redis::RedisStore::connect(target, call_timeout, following).await?;
                 store.check(group_keys, checks).await?;
                 Store::Redis(Arc::new(store))

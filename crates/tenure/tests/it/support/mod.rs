@@ -53,7 +53,7 @@ pub async fn campaign(election: &Election) -> Leadership {
 /// One of the library's Lua scripts, as the library sends it (with the
 /// shared prelude), for tests that call a script directly.
 pub fn lua(file: &str) -> redis::Script {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/scripts/");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/redis/scripts/");
     let read = |name: &str| {
         std::fs::read_to_string(format!("{dir}{name}"))
             .unwrap_or_else(|err| panic!("cannot read script {name}: {err}"))

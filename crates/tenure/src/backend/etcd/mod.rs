@@ -100,8 +100,8 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::{Backend, EtcdBugs, Notices, Op, Reply, Store};
+use crate::backend::redis::keys::Keys;
 use crate::error::one_line;
-use crate::keys::Keys;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::{redact_url, Error, Result};

@@ -27,9 +27,9 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::redis::{deliver_payload, unsubscribe, Channels, RedisTarget, SubscriberRequest};
 use super::topology::{reply_addr, slot_of, Topology};
 use super::Notices;
+use super::{deliver_payload, unsubscribe, Channels, RedisTarget, SubscriberRequest};
 use crate::{Error, Result};
 
 /// How long opening a connection or one (un)subscription may take.

@@ -1,4 +1,4 @@
--- Prepended to every tenure script when it is loaded (see backend/redis.rs).
+-- Prepended to every tenure script when it is loaded (see backend/redis/mod.rs).
 --
 -- call(...) runs a command like redis.call, but a failure names the command:
 -- "TENURECMD <COMMAND> <error>". Inside a script Redis reports a missing ACL

@@ -9,6 +9,11 @@
 //! release, so waiting candidates re-check the lease instead of sleeping
 //! through a handover.
 
+pub(crate) mod connection;
+pub(crate) mod keys;
+pub(crate) mod sharded;
+pub(crate) mod topology;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +25,13 @@ use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::connection::{Connection, Endpoint};
-use super::topology::{reply_addr, slot_of, tag_of_slot, Following, Node, Topology};
 use super::{Backend, Notices, Op, Reply, Store};
-use crate::keys::Keys;
 use crate::machine::{AcquireReply, RenewReply};
 use crate::term::Holder;
 use crate::{redact_url, Error, Result};
+use connection::{Connection, Endpoint};
+use keys::Keys;
+use topology::{reply_addr, slot_of, tag_of_slot, Following, Node, Topology};
 
 /// A script as sent to Redis: the shared prelude, then the script itself.
 macro_rules! script {
@@ -280,7 +285,7 @@ pub(crate) async fn check_store(
 
 /// A script as the store runs it: on a cluster (`sharded`), announcements
 /// use sharded pub/sub (`SPUBLISH`), so they stay on the election's shard
-/// (see [`super::sharded`]).
+/// (see [`sharded`]).
 pub(crate) fn for_topology(code: &str, sharded: bool) -> String {
     if sharded {
         code.replace("call('PUBLISH',", "call('SPUBLISH',")
@@ -991,11 +996,7 @@ impl Subscriber {
         let (requests, receiver) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         if topology.is_cluster() {
-            tokio::spawn(super::sharded::sharded_loop(
-                topology,
-                receiver,
-                stop.clone(),
-            ));
+            tokio::spawn(sharded::sharded_loop(topology, receiver, stop.clone()));
         } else {
             tokio::spawn(subscriber_loop(topology, receiver, stop.clone()));
         }
