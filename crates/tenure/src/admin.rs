@@ -11,9 +11,10 @@ use std::time::Duration;
 use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
 
-use crate::backend::redis::keys::{validate_name, Keys};
+use crate::backend::redis::keys::Keys;
 use crate::backend::redis::topology::{slot_of, Following, Node, Topology};
 use crate::backend::redis::{classify, is_read_only, parse_inspect, RedisTarget, INSPECT};
+use crate::backend::validate_name;
 use crate::{LeaderInfo, Result};
 
 /// A connection to a Redis store opened the way elections open theirs

@@ -17,9 +17,9 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
-use crate::backend::redis::keys::{validate_name, Keys};
 use crate::backend::redis::topology::Following;
 use crate::backend::redis::{RedisShared, RedisTarget, StoreChecks};
+use crate::backend::{validate_name, Address};
 use crate::backend::{Backend, Notices};
 use crate::keeper::{Keeper, Report};
 use crate::leadership::{Command, TermShared};
@@ -594,24 +594,25 @@ impl ElectionBuilder {
     pub async fn build(mut self) -> Result<Election> {
         validate_name("election name", &self.name)?;
         let (timing, id) = self.settings.validate(&self.name)?;
-        let keys = Keys::new(&self.settings.prefix, &self.name);
+        let prefix = self.settings.prefix.clone();
+        let at = Address::new(&prefix, &self.name);
         let backend = match self.store {
             None => {
                 return Err(Error::Config(
                     "no store given: call .redis(url) or .memory(&store)".into(),
                 ))
             }
-            Some(StoreSpec::Memory(store)) => store.backend(&self.name, keys),
+            Some(StoreSpec::Memory(store)) => store.backend(at),
             Some(StoreSpec::Shared(store)) => {
                 let checks = StoreChecks {
                     partitions: false,
                     allow_eviction: self.settings.allow_eviction,
                 };
                 match store.kind {
-                    StoreKind::Memory(store) => store.backend(&self.name, keys),
-                    StoreKind::Redis(shared) => shared.election(&self.name, keys, checks).await?,
+                    StoreKind::Memory(store) => store.backend(at),
+                    StoreKind::Redis(shared) => shared.election(at, checks).await?,
                     #[cfg(feature = "etcd")]
-                    StoreKind::Etcd(store) => store.election(&self.name, keys, timing.ttl).await?,
+                    StoreKind::Etcd(store) => store.election(at, timing.ttl).await?,
                 }
             }
             Some(StoreSpec::Redis(url)) if crate::backend::is_etcd_url(&url) => {
@@ -625,7 +626,7 @@ impl ElectionBuilder {
                 .await?;
                 #[cfg(feature = "etcd")]
                 {
-                    store.election(&self.name, keys, timing.ttl).await?
+                    store.election(at, timing.ttl).await?
                 }
                 #[cfg(not(feature = "etcd"))]
                 match *store {}
@@ -641,7 +642,7 @@ impl ElectionBuilder {
                 };
                 RedisShared::connect(target, timing.call_timeout, self.settings.bugs.following())
                     .await?
-                    .election(&self.name, keys, checks)
+                    .election(at, checks)
                     .await?
             }
         };

@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
 
-use crate::backend::redis::keys::{validate_name, Keys};
+use crate::backend::{validate_name, Address};
 use crate::backend::{Op, Reply, Store, RENEW_MANY};
 use crate::election::{Settings, StoreSpec};
 use crate::keeper::{Keeper, Report};
@@ -352,7 +352,6 @@ impl PartitionSetBuilder {
             }
         }
         let (timing, id) = self.settings.validate(&self.group)?;
-        let group_keys = Keys::new(&self.settings.prefix, &self.group);
         let Some(spec) = self.store else {
             return Err(Error::Config(
                 "no store given: call .redis(url) or .memory(&store)".into(),
@@ -361,18 +360,13 @@ impl PartitionSetBuilder {
         let store = Store::for_partition_set(
             spec,
             self.settings.tls_files(),
-            &group_keys,
+            Address::new(&self.settings.prefix, &self.group),
             self.settings.allow_eviction,
             (timing.ttl, timing.call_timeout),
         )
         .await?;
         metrics::describe();
         let hold_off_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
-        let leases = self
-            .partitions
-            .iter()
-            .map(|p| Keys::new(&self.settings.prefix, p).lease)
-            .collect();
         let keys_len = self.partitions.len();
         let mut slots: Vec<u32> = (0..keys_len as u32).collect();
         slots.sort_unstable_by(|a, b| {
@@ -382,9 +376,7 @@ impl PartitionSetBuilder {
         Ok(PartitionSet {
             slots,
             per_partition_metrics: self.per_partition_metrics,
-            leases,
             prefix: self.settings.prefix.clone(),
-            group_keys,
             group: self.group,
             partitions: partitions.clone(),
             id,
@@ -619,13 +611,8 @@ pub struct PartitionSet {
     partitions: Arc<[String]>,
     /// Partition indexes sorted by name, to address commands from handles.
     slots: Vec<u32>,
-    /// Each partition's lease key, for renewals; its other keys are made
-    /// when needed (acquire, resign), so that a large set keeps one string
-    /// per partition, not eight.
-    leases: Vec<String>,
+    /// The key prefix of the group and of every partition.
     prefix: String,
-    /// The group's keys: its member set, and the store checks' probe.
-    group_keys: Keys,
     id: String,
     timing: Timing,
     store: Store,
@@ -860,17 +847,16 @@ impl PartitionSet {
     /// This member's heartbeat (`join`), or its farewell.
     fn heartbeat(&self, join: bool) -> Op<'_> {
         Op::Heartbeat {
-            group: &self.group,
-            keys: &self.group_keys,
+            group: Address::new(&self.prefix, &self.group),
             member: &self.id,
             ttl_ms: self.timing.ttl_ms(),
             join,
         }
     }
 
-    /// All keys of partition `index` (only its lease key is kept).
-    fn keys(&self, index: usize) -> Keys {
-        Keys::new(&self.prefix, &self.partitions[index])
+    /// Where partition `index` lives in the store.
+    fn at(&self, index: usize) -> Address<'_> {
+        Address::new(&self.prefix, &self.partitions[index])
     }
 
     /// The name of the current campaign attempt for partition `index`.
@@ -894,12 +880,9 @@ impl PartitionSet {
             .iter()
             .map(|(index, kept)| (index, kept.state.token))
             .collect();
-        let terms: Vec<(&str, &str, u64)> = held
+        let terms: Vec<(&str, u64)> = held
             .iter()
-            .map(|(index, token)| {
-                let (name, lease) = (&self.partitions[*index], &self.leases[*index]);
-                (name.as_str(), lease.as_str(), *token)
-            })
+            .map(|(index, token)| (self.partitions[*index].as_str(), *token))
             .collect();
         // The heartbeat first, then the renewals, a thousand to an
         // operation. The whole call timeout, whatever the deadlines: a
@@ -910,7 +893,7 @@ impl PartitionSet {
         // one fails only its own.
         let mut members = None;
         let mut failed = false;
-        let round_trips: Vec<&[(&str, &str, u64)]> = if terms.is_empty() {
+        let round_trips: Vec<&[(&str, u64)]> = if terms.is_empty() {
             vec![&[]]
         } else {
             terms.chunks(RENEW_CHUNK).collect()
@@ -923,6 +906,7 @@ impl PartitionSet {
                 ops.push(self.heartbeat(true));
             }
             ops.extend(round_terms.chunks(RENEW_MANY).map(|chunk| Op::RenewMany {
+                prefix: &self.prefix,
                 id: &self.id,
                 ttl_ms: timing.ttl_ms(),
                 terms: chunk,
@@ -938,7 +922,7 @@ impl PartitionSet {
                         let (members, phantoms) = reply.into_members()?;
                         if phantoms > 0 {
                             metrics::phantom_members(&self.group, phantoms);
-                            tracing::warn!(group = %self.group, key = %self.group_keys.members, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
+                            tracing::warn!(group = %self.group, prefix = %self.prefix, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
                         }
                         Some(members)
                     }
@@ -1044,14 +1028,11 @@ impl PartitionSet {
         let attempts: Vec<String> = chunk.iter().map(|i| self.attempt(*i)).collect();
         Some(Box::pin(async move {
             let ttl_ms = self.timing.ttl_ms();
-            let keys: Vec<Keys> = chunk.iter().map(|index| self.keys(*index)).collect();
             let ops: Vec<Op<'_>> = chunk
                 .iter()
                 .zip(&attempts)
-                .zip(&keys)
-                .map(|((index, attempt), keys)| Op::Acquire {
-                    name: &self.partitions[*index],
-                    keys,
+                .map(|(index, attempt)| Op::Acquire {
+                    at: self.at(*index),
                     request: AcquireRequest {
                         id: &self.id,
                         attempt,
@@ -1165,13 +1146,10 @@ impl PartitionSet {
                 Some((*index, kept.state.token))
             })
             .collect();
-        let keys: Vec<Keys> = ended.iter().map(|(index, _)| self.keys(*index)).collect();
         let ops: Vec<Op<'_>> = ended
             .iter()
-            .zip(&keys)
-            .map(|((index, token), keys)| Op::Resign {
-                name: &self.partitions[*index],
-                keys,
+            .map(|(index, token)| Op::Resign {
+                at: self.at(*index),
                 id: &self.id,
                 token: *token,
             })
@@ -1215,11 +1193,13 @@ impl PartitionSet {
             Command::RecordRun { keep, reply, .. } => {
                 // Beside the keeper, so that renewals never wait for it;
                 // the store checks the term anyway.
-                let (store, keys) = (self.store.clone(), self.keys(index));
-                let (name, id) = (self.partitions[index].clone(), self.id.clone());
+                let store = self.store.clone();
+                let (prefix, name) = (self.prefix.clone(), self.partitions[index].clone());
+                let id = self.id.clone();
                 let limit = self.timing.call_timeout;
                 tokio::spawn(async move {
-                    let record = crate::backend::record_run(&store, &name, &keys, &id, token, keep);
+                    let at = Address::new(&prefix, &name);
+                    let record = crate::backend::record_run(&store, at, &id, token, keep);
                     let recorded = match timeout(limit, record).await {
                         Ok(recorded) => recorded,
                         Err(_) => Err(Error::Timeout(limit)),
@@ -1240,12 +1220,9 @@ impl PartitionSet {
         };
         let sent = Instant::now();
         let suspended = crate::clock::suspended();
-        let term = [(
-            self.partitions[index].as_str(),
-            self.leases[index].as_str(),
-            token,
-        )];
+        let term = [(self.partitions[index].as_str(), token)];
         let op = Op::RenewMany {
+            prefix: &self.prefix,
             id: &self.id,
             ttl_ms: self.timing.ttl_ms(),
             terms: &term,

@@ -103,7 +103,7 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn elections(&self, prefix: &str) -> Result<Vec<String>> {
-        crate::backend::redis::keys::validate_name("key prefix", prefix)?;
+        crate::backend::validate_name("key prefix", prefix)?;
         match &self.kind {
             StoreKind::Redis(shared) => {
                 let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
@@ -135,7 +135,7 @@ impl Store {
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, Result<Vec<String>>)>> {
-        crate::backend::redis::keys::validate_name("key prefix", prefix)?;
+        crate::backend::validate_name("key prefix", prefix)?;
         match &self.kind {
             StoreKind::Redis(shared) => {
                 let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
@@ -164,16 +164,17 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn leader_of(&self, prefix: &str, name: &str) -> Result<Option<LeaderInfo>> {
-        crate::backend::redis::keys::validate_name("key prefix", prefix)?;
-        crate::backend::redis::keys::validate_name("election name", name)?;
-        let keys = crate::backend::redis::keys::Keys::new(prefix, name);
+        crate::backend::validate_name("key prefix", prefix)?;
+        crate::backend::validate_name("election name", name)?;
         let store = match &self.kind {
             StoreKind::Redis(shared) => crate::backend::Store::Redis(shared.store.clone()),
             #[cfg(feature = "etcd")]
             StoreKind::Etcd(store) => crate::backend::Store::Etcd(store.clone()),
             StoreKind::Memory(memory) => crate::backend::Store::Memory(memory.clone()),
         };
-        let op = crate::backend::Op::Inspect { name, keys: &keys };
+        let op = crate::backend::Op::Inspect {
+            at: crate::backend::Address::new(prefix, name),
+        };
         Ok(store.one(op).await?.into_inspect()?.map(LeaderInfo::from))
     }
 

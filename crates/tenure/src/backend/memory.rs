@@ -17,8 +17,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Backend, Notices, Op, Reply, Store};
-use crate::backend::redis::keys::Keys;
+use super::{Address, Backend, Notices, Op, Reply, Store};
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::term::LeaderInfo;
@@ -578,7 +577,8 @@ impl MemoryStore {
     }
 
     /// One election's view of this store, as the election's backend.
-    pub(crate) fn backend(&self, election: &str, keys: Keys) -> Backend {
+    pub(crate) fn backend(&self, at: Address<'_>) -> Backend {
+        let election = at.name;
         let mut notices = self
             .lock()
             .notices
@@ -588,13 +588,7 @@ impl MemoryStore {
         if let Some(view) = &self.view {
             notices = relay(notices, view.clone());
         }
-        Backend::new(
-            Store::Memory(self.clone()),
-            election.to_string(),
-            keys,
-            notices,
-            None,
-        )
+        Backend::new(Store::Memory(self.clone()), at, notices, None)
     }
 
     /// Carry out `ops` under one lock, as one round trip: each is counted,
@@ -703,19 +697,19 @@ fn holder_of(lease: &Lease, now: Instant) -> Holder {
 impl StoreState {
     fn count(&mut self, op: &Op<'_>) {
         let (name, count): (&str, fn(&mut Calls)) = match op {
-            Op::Heartbeat { group, .. } => (group, |c| c.heartbeat += 1),
-            Op::Acquire { name, .. } => (name, |c| c.acquire += 1),
-            Op::Renew { name, .. } => (name, |c| c.renew += 1),
+            Op::Heartbeat { group, .. } => (group.name, |c| c.heartbeat += 1),
+            Op::Acquire { at, .. } => (at.name, |c| c.acquire += 1),
+            Op::Renew { at, .. } => (at.name, |c| c.renew += 1),
             Op::RenewMany { terms, .. } => {
-                for (name, _, _) in terms.iter() {
+                for (name, _) in terms.iter() {
                     self.calls.entry(name.to_string()).or_default().renew += 1;
                 }
                 return;
             }
-            Op::Resign { name, .. } => (name, |c| c.resign += 1),
-            Op::Inspect { name, .. } => (name, |c| c.inspect += 1),
-            Op::LastRun { name, .. } => (name, |c| c.last_run += 1),
-            Op::RecordRun { name, .. } => (name, |c| c.record_run += 1),
+            Op::Resign { at, .. } => (at.name, |c| c.resign += 1),
+            Op::Inspect { at, .. } => (at.name, |c| c.inspect += 1),
+            Op::LastRun { at, .. } => (at.name, |c| c.last_run += 1),
+            Op::RecordRun { at, .. } => (at.name, |c| c.record_run += 1),
         };
         count(self.calls.entry(name.to_string()).or_default());
     }
@@ -727,9 +721,8 @@ impl StoreState {
                 member,
                 ttl_ms,
                 join,
-                ..
             } => {
-                let members = self.members.entry(group.to_string()).or_default();
+                let members = self.members.entry(group.name.to_string()).or_default();
                 members.retain(|_, expires| *expires > now);
                 if join {
                     members.insert(member.to_string(), now + Duration::from_millis(ttl_ms));
@@ -741,43 +734,39 @@ impl StoreState {
                     phantoms: 0,
                 }
             }
-            Op::Acquire { name, request, .. } => Reply::Acquire(self.acquire(name, &request, now)),
+            Op::Acquire { at, request } => Reply::Acquire(self.acquire(at.name, &request, now)),
             Op::Renew {
-                name,
+                at,
                 id,
                 token,
                 ttl_ms,
                 announce,
-                ..
-            } => Reply::Renew(self.renew(name, id, token, ttl_ms, announce, now)),
+            } => Reply::Renew(self.renew(at.name, id, token, ttl_ms, announce, now)),
             Op::RenewMany {
                 id, ttl_ms, terms, ..
             } => Reply::RenewMany(
                 terms
                     .iter()
-                    .map(|(name, _, token)| Ok(self.renew(name, id, *token, ttl_ms, false, now)))
+                    .map(|(name, token)| Ok(self.renew(name, id, *token, ttl_ms, false, now)))
                     .collect(),
             ),
-            Op::Resign {
-                name, id, token, ..
-            } => Reply::Resign(self.resign(name, id, token, now)),
-            Op::Inspect { name, .. } => Reply::Inspect(
-                self.live_lease(name, now)
+            Op::Resign { at, id, token } => Reply::Resign(self.resign(at.name, id, token, now)),
+            Op::Inspect { at } => Reply::Inspect(
+                self.live_lease(at.name, now)
                     .map(|lease| holder_of(lease, now)),
             ),
-            Op::LastRun { name, .. } => Reply::LastRun(
+            Op::LastRun { at } => Reply::LastRun(
                 self.runs
-                    .get(name)
+                    .get(at.name)
                     .filter(|run| run.expires > now)
                     .map(|run| now.saturating_duration_since(run.at)),
             ),
             Op::RecordRun {
-                name,
+                at,
                 id,
                 token,
                 keep_ms,
-                ..
-            } => Reply::RecordRun(self.record_run(name, id, token, keep_ms, now)),
+            } => Reply::RecordRun(self.record_run(at.name, id, token, keep_ms, now)),
         }
     }
 

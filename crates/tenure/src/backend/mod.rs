@@ -14,6 +14,7 @@
 //! change to the public API (the book's *Architecture* page says what it
 //! takes).
 
+mod address;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod memory;
@@ -27,7 +28,7 @@ use tokio::sync::watch;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::{Error, Result};
-use redis::keys::Keys;
+pub(crate) use address::{validate_name, Address};
 
 /// The most terms one [`Op::RenewMany`] carries: large enough that a set
 /// of 100,000 partitions renews in 100 commands, small enough that one
@@ -50,66 +51,61 @@ pub(crate) struct Notices {
     pub renewed_ttl_ms: u64,
 }
 
-/// One operation on the store, addressed by election (or group) name and
-/// keys. [`Store::batch`] carries out any number of them in one round trip,
-/// and a single operation is a batch of one, so each operation's layout
-/// (the scripts' KEYS and ARGV) is written exactly once, in the backend.
+/// One operation on the store, addressed by election (or group): an
+/// [`Address`], never a key. [`Store::batch`] carries out any number of
+/// them in one round trip, and a single operation is a batch of one, so
+/// each operation's layout (on Redis, the scripts' KEYS and ARGV) is written
+/// exactly once, in the backend.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Op<'a> {
     /// A partition-set member's heartbeat (`join`), or its farewell; the
     /// reply lists the live members.
     Heartbeat {
-        group: &'a str,
-        keys: &'a Keys,
+        group: Address<'a>,
         member: &'a str,
         ttl_ms: u64,
         join: bool,
     },
     Acquire {
-        name: &'a str,
-        keys: &'a Keys,
+        at: Address<'a>,
         request: AcquireRequest<'a>,
     },
     /// Renew the term (id, token). `announce` publishes `renewed:` so that
     /// followers stay quiet (elections; partition sets have no followers).
     Renew {
-        name: &'a str,
-        keys: &'a Keys,
+        at: Address<'a>,
         id: &'a str,
         token: u64,
         ttl_ms: u64,
         announce: bool,
     },
-    /// Renew many terms of instance `id` at once, each (name, lease key,
-    /// token), without announcements (partition sets): one operation per
-    /// up to [`RENEW_MANY`] terms instead of one per term.
+    /// Renew many terms of instance `id` at once, each (election name,
+    /// token) under `prefix`, without announcements (partition sets): one
+    /// operation per up to [`RENEW_MANY`] terms instead of one per term.
     RenewMany {
+        prefix: &'a str,
         id: &'a str,
         ttl_ms: u64,
-        terms: &'a [(&'a str, &'a str, u64)],
+        terms: &'a [(&'a str, u64)],
     },
     Resign {
-        name: &'a str,
-        keys: &'a Keys,
+        at: Address<'a>,
         id: &'a str,
         token: u64,
     },
     Inspect {
-        name: &'a str,
-        keys: &'a Keys,
+        at: Address<'a>,
     },
     /// How long ago the election's last successful run was recorded, by
     /// the store's own clock (`None`: none is remembered).
     LastRun {
-        name: &'a str,
-        keys: &'a Keys,
+        at: Address<'a>,
     },
     /// Record a successful run now, only if the lease is held by exactly
     /// the term (id, token); remembered for at least `keep_ms`. A record
     /// of any other term (a stale one included) is refused: `false`.
     RecordRun {
-        name: &'a str,
-        keys: &'a Keys,
+        at: Address<'a>,
         id: &'a str,
         token: u64,
         keep_ms: u64,
@@ -210,7 +206,7 @@ impl Store {
     pub async fn for_partition_set(
         spec: crate::election::StoreSpec,
         tls: TlsFiles,
-        group_keys: &Keys,
+        group: Address<'_>,
         allow_eviction: bool,
         (ttl, call_timeout): (std::time::Duration, std::time::Duration),
     ) -> Result<Store> {
@@ -225,18 +221,18 @@ impl Store {
             StoreSpec::Shared(shared) => match shared.kind {
                 StoreKind::Memory(store) => Store::Memory(store),
                 StoreKind::Redis(shared) => {
-                    shared.store.check(group_keys, checks).await?;
+                    shared.store.check(group, checks).await?;
                     Store::Redis(shared.store.clone())
                 }
                 #[cfg(feature = "etcd")]
                 StoreKind::Etcd(store) => {
-                    store.check(group_keys, true, ttl).await?;
+                    store.check(group, true, ttl).await?;
                     Store::Etcd(store)
                 }
             },
             StoreSpec::Redis(url) if is_etcd_url(&url) => {
                 let store = connect_etcd(url, tls, call_timeout, EtcdBugs::default()).await?;
-                store.check(group_keys, true, ttl).await?;
+                store.check(group, true, ttl).await?;
                 #[cfg(feature = "etcd")]
                 {
                     Store::Etcd(store)
@@ -251,7 +247,7 @@ impl Store {
                 };
                 let following = redis::topology::Following::Every;
                 let store = redis::RedisStore::connect(target, call_timeout, following).await?;
-                store.check(group_keys, checks).await?;
+                store.check(group, checks).await?;
                 Store::Redis(Arc::new(store))
             }
         })
@@ -398,7 +394,7 @@ pub(crate) enum NoEtcd {}
 
 #[cfg(not(feature = "etcd"))]
 impl NoEtcd {
-    pub async fn check(&self, _: &Keys, _: bool, _: std::time::Duration) -> Result<()> {
+    pub async fn check(&self, _: Address<'_>, _: bool, _: std::time::Duration) -> Result<()> {
         match *self {}
     }
 }
@@ -409,15 +405,13 @@ pub(crate) const MAX_KEEP_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// [`Op::RecordRun`] on `store` (for elections and partition sets alike).
 pub(crate) async fn record_run(
     store: &Store,
-    name: &str,
-    keys: &Keys,
+    at: Address<'_>,
     id: &str,
     token: u64,
     keep: std::time::Duration,
 ) -> Result<bool> {
     let op = Op::RecordRun {
-        name,
-        keys,
+        at,
         id,
         token,
         // A keep of zero would delete the marker at once on Redis; one past
@@ -430,11 +424,11 @@ pub(crate) async fn record_run(
     store.one(op).await?.into_record_run()
 }
 
-/// One election's storage: its store, its keys, and its announcements.
+/// One election's storage: its store, its address, and its announcements.
 pub(crate) struct Backend {
     store: Store,
+    prefix: String,
     name: String,
-    keys: Keys,
     notices: watch::Receiver<Notices>,
     /// Keeps the subscription to the election's announcements (and what
     /// it needs) alive; dropping it unsubscribes.
@@ -444,24 +438,26 @@ pub(crate) struct Backend {
 impl Backend {
     pub fn new(
         store: Store,
-        name: String,
-        keys: Keys,
+        at: Address<'_>,
         notices: watch::Receiver<Notices>,
         subscription: Option<Box<dyn Send + Sync>>,
     ) -> Self {
         Backend {
             store,
-            name,
-            keys,
+            prefix: at.prefix.to_string(),
+            name: at.name.to_string(),
             notices,
             _subscription: subscription,
         }
     }
 
+    fn at(&self) -> Address<'_> {
+        Address::new(&self.prefix, &self.name)
+    }
+
     pub async fn acquire(&self, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
         let op = Op::Acquire {
-            name: &self.name,
-            keys: &self.keys,
+            at: self.at(),
             request: *request,
         };
         self.store.one(op).await?.into_acquire()
@@ -469,8 +465,7 @@ impl Backend {
 
     pub async fn renew(&self, id: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
         let op = Op::Renew {
-            name: &self.name,
-            keys: &self.keys,
+            at: self.at(),
             id,
             token,
             ttl_ms,
@@ -481,8 +476,7 @@ impl Backend {
 
     pub async fn resign(&self, id: &str, token: u64) -> Result<bool> {
         let op = Op::Resign {
-            name: &self.name,
-            keys: &self.keys,
+            at: self.at(),
             id,
             token,
         };
@@ -490,18 +484,12 @@ impl Backend {
     }
 
     pub async fn inspect(&self) -> Result<Option<Holder>> {
-        let op = Op::Inspect {
-            name: &self.name,
-            keys: &self.keys,
-        };
+        let op = Op::Inspect { at: self.at() };
         self.store.one(op).await?.into_inspect()
     }
 
     pub async fn last_run(&self) -> Result<Option<std::time::Duration>> {
-        let op = Op::LastRun {
-            name: &self.name,
-            keys: &self.keys,
-        };
+        let op = Op::LastRun { at: self.at() };
         self.store.one(op).await?.into_last_run()
     }
 
@@ -511,7 +499,7 @@ impl Backend {
         token: u64,
         keep: std::time::Duration,
     ) -> Result<bool> {
-        record_run(&self.store, &self.name, &self.keys, id, token, keep).await
+        record_run(&self.store, self.at(), id, token, keep).await
     }
 
     /// Drop the current connection for a new one (after a timeout).

@@ -99,12 +99,14 @@ use futures_util::future::{join_all, FutureExt};
 use futures_util::StreamExt;
 use tokio::sync::watch;
 
-use super::{Backend, EtcdBugs, Notices, Op, Reply, Store};
-use crate::backend::redis::keys::Keys;
+use super::{Address, Backend, EtcdBugs, Notices, Op, Reply, Store};
+mod layout;
+
 use crate::error::one_line;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::{redact_url, Error, Result};
+use layout::{counter_key, key_dir, last_run_key, lease_key, members_prefix, witness_key};
 
 /// The first line of every value tenure writes.
 const MAGIC: &str = "tenure/1";
@@ -435,7 +437,7 @@ impl EtcdStore {
     /// that the user may read and write an election's key (or a partition
     /// set's members), without writing anything: etcd checks the
     /// permissions of both branches of a transaction whichever runs.
-    pub async fn check(&self, keys: &Keys, partitions: bool, ttl: Duration) -> Result<()> {
+    pub async fn check(&self, at: Address<'_>, partitions: bool, ttl: Duration) -> Result<()> {
         if ttl.subsec_nanos() != 0 {
             return Err(Error::Config(format!(
                 "ttl must be a whole number of seconds on etcd, whose leases count seconds \
@@ -448,13 +450,9 @@ impl EtcdStore {
             .call(|mut c| async move { c.lease_revoke(probe).await })
             .await;
         let probed = if partitions {
-            vec![members_prefix(keys)?]
+            vec![members_prefix(at)?]
         } else {
-            vec![
-                lease_key(&keys.lease)?,
-                witness_key(keys)?,
-                counter_key(keys)?,
-            ]
+            vec![lease_key(at)?, witness_key(at)?, counter_key(at)?]
         };
         for key in probed {
             let txn = Txn::new()
@@ -471,19 +469,12 @@ impl EtcdStore {
     }
 
     /// An election's storage on this cluster: its key and a watch on it.
-    pub async fn election(
-        self: &Arc<Self>,
-        name: &str,
-        keys: Keys,
-        ttl: Duration,
-    ) -> Result<Backend> {
-        self.check(&keys, false, ttl).await?;
-        let key = lease_key(&keys.lease)?;
-        let (notices, watcher) = self.watch(vec![key, witness_key(&keys)?]);
+    pub async fn election(self: &Arc<Self>, at: Address<'_>, ttl: Duration) -> Result<Backend> {
+        self.check(at, false, ttl).await?;
+        let (notices, watcher) = self.watch(vec![lease_key(at)?, witness_key(at)?]);
         Ok(Backend::new(
             Store::Etcd(self.clone()),
-            name.to_string(),
-            keys,
+            at,
             notices,
             Some(Box::new(watcher)),
         ))
@@ -517,38 +508,37 @@ impl EtcdStore {
         let bounded = tokio::time::timeout(self.call_timeout, async {
             match *op {
                 Op::Heartbeat {
-                    keys,
+                    group,
                     member,
                     ttl_ms,
                     join,
-                    ..
-                } => self.heartbeat(keys, member, ttl_ms, join).await,
-                Op::Acquire { keys, request, .. } => {
-                    self.acquire(keys, &request).await.map(Reply::Acquire)
-                }
+                } => self.heartbeat(group, member, ttl_ms, join).await,
+                Op::Acquire { at, request } => self.acquire(at, &request).await.map(Reply::Acquire),
                 Op::Renew {
-                    keys,
+                    at,
                     id,
                     token,
                     ttl_ms,
                     ..
-                } => self.renew(keys, id, token, ttl_ms).await.map(Reply::Renew),
-                Op::RenewMany { id, ttl_ms, terms } => {
-                    Ok(Reply::RenewMany(self.renew_many(id, ttl_ms, terms).await))
-                }
-                Op::Resign {
-                    keys, id, token, ..
-                } => self.resign(keys, id, token).await.map(Reply::Resign),
-                Op::Inspect { keys, .. } => self.inspect(keys).await.map(Reply::Inspect),
-                Op::LastRun { keys, .. } => self.last_run(keys).await.map(Reply::LastRun),
+                } => self.renew(at, id, token, ttl_ms).await.map(Reply::Renew),
+                Op::RenewMany {
+                    prefix,
+                    id,
+                    ttl_ms,
+                    terms,
+                } => Ok(Reply::RenewMany(
+                    self.renew_many(prefix, id, ttl_ms, terms).await,
+                )),
+                Op::Resign { at, id, token } => self.resign(at, id, token).await.map(Reply::Resign),
+                Op::Inspect { at } => self.inspect(at).await.map(Reply::Inspect),
+                Op::LastRun { at } => self.last_run(at).await.map(Reply::LastRun),
                 Op::RecordRun {
-                    keys,
+                    at,
                     id,
                     token,
                     keep_ms,
-                    ..
                 } => self
-                    .record_run(keys, id, token, keep_ms)
+                    .record_run(at, id, token, keep_ms)
                     .await
                     .map(Reply::RecordRun),
             }
@@ -810,11 +800,11 @@ impl EtcdStore {
             .map(|secs| Duration::from_secs(secs.saturating_add(1))))
     }
 
-    async fn acquire(&self, keys: &Keys, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
+    async fn acquire(&self, at: Address<'_>, request: &AcquireRequest<'_>) -> Result<AcquireReply> {
         let began = tokio::time::Instant::now();
-        let key = lease_key(&keys.lease)?;
-        let witness_key = witness_key(keys)?;
-        let counter_key = counter_key(keys)?;
+        let key = lease_key(at)?;
+        let witness_key = witness_key(at)?;
+        let counter_key = counter_key(at)?;
         // A session lease may have expired since it was last used: then the
         // put fails (or its key goes with the lease) and one more try with
         // a new lease follows; so does a try that found the token counter
@@ -1038,9 +1028,15 @@ impl EtcdStore {
         }))
     }
 
-    async fn renew(&self, keys: &Keys, id: &str, token: u64, ttl_ms: u64) -> Result<RenewReply> {
-        let key = lease_key(&keys.lease)?;
-        let witness_key = witness_key(keys)?;
+    async fn renew(
+        &self,
+        at: Address<'_>,
+        id: &str,
+        token: u64,
+        ttl_ms: u64,
+    ) -> Result<RenewReply> {
+        let key = lease_key(at)?;
+        let witness_key = witness_key(at)?;
         self.renewing(&key, token);
         let witness_id = witness_session(id);
         let lease = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
@@ -1050,7 +1046,7 @@ impl EtcdStore {
             .copied();
         let (Some(lease), Some(witness)) = (lease, witness) else {
             // No session: this store never granted the term.
-            return Ok(RenewReply::NotOwner(self.inspect(keys).await?));
+            return Ok(RenewReply::NotOwner(self.inspect(at).await?));
         };
         let both = Txn::new().and_then([
             TxnOp::get(key.clone(), None),
@@ -1099,9 +1095,10 @@ impl EtcdStore {
     /// is still the one its term created, on that lease.
     async fn renew_many(
         &self,
+        prefix: &str,
         id: &str,
         ttl_ms: u64,
-        terms: &[(&str, &str, u64)],
+        terms: &[(&str, u64)],
     ) -> Vec<Result<RenewReply>> {
         let witness_id = witness_session(id);
         let lease = self.sessions_lock().get(&(id.to_string(), ttl_ms)).copied();
@@ -1117,9 +1114,12 @@ impl EtcdStore {
         };
         let keys: Vec<Result<(String, String)>> = terms
             .iter()
-            .map(|(_, key, _)| Ok((lease_key(key)?, witness_of(key)?)))
+            .map(|(name, _)| {
+                let at = Address::new(prefix, name);
+                Ok((lease_key(at)?, witness_key(at)?))
+            })
             .collect();
-        for ((_, _, token), key) in terms.iter().zip(&keys) {
+        for ((_, token), key) in terms.iter().zip(&keys) {
             if let Ok((key, _)) = key {
                 self.renewing(key, *token);
             }
@@ -1129,7 +1129,7 @@ impl EtcdStore {
             .zip(keys.chunks(TERMS_PER_CHECK))
             .map(|(chunk, keys)| async move {
                 let mut compares = Vec::with_capacity(chunk.len() * 4);
-                for ((_, _, token), key) in chunk.iter().zip(keys) {
+                for ((_, token), key) in chunk.iter().zip(keys) {
                     let Ok((key, witness_key)) = key else {
                         continue;
                     };
@@ -1214,28 +1214,25 @@ impl EtcdStore {
     /// key by key.
     async fn which_are_ours(
         &self,
-        chunk: &[(&str, &str, u64)],
+        chunk: &[(&str, u64)],
         keys: &[Result<(String, String)>],
         lease: i64,
         witness: i64,
     ) -> Result<Vec<bool>> {
-        let gets = chunk
-            .iter()
-            .zip(keys)
-            .map(|((_, _, token), key)| async move {
-                let Ok((key, witness_key)) = key else {
-                    return Ok(false);
-                };
-                let both = Txn::new().and_then([
-                    TxnOp::get(key.clone(), None),
-                    TxnOp::get(witness_key.clone(), None),
-                ]);
-                let got = self.txn(both).await?;
-                Ok(
-                    nth_kv(&got, 0).is_some_and(|kv| is_term(&kv, *token, lease))
-                        && nth_kv(&got, 1).is_some_and(|w| is_witness_of(&w, *token, witness)),
-                )
-            });
+        let gets = chunk.iter().zip(keys).map(|((_, token), key)| async move {
+            let Ok((key, witness_key)) = key else {
+                return Ok(false);
+            };
+            let both = Txn::new().and_then([
+                TxnOp::get(key.clone(), None),
+                TxnOp::get(witness_key.clone(), None),
+            ]);
+            let got = self.txn(both).await?;
+            Ok(
+                nth_kv(&got, 0).is_some_and(|kv| is_term(&kv, *token, lease))
+                    && nth_kv(&got, 1).is_some_and(|w| is_witness_of(&w, *token, witness)),
+            )
+        });
         join_all(gets).await.into_iter().collect()
     }
 
@@ -1246,9 +1243,9 @@ impl EtcdStore {
     /// revoked by hand), the witness is deleted on its own: this is the
     /// holder's release, made after it stopped, which lets the next
     /// candidate in without waiting for the witness to run out.
-    async fn resign(&self, keys: &Keys, id: &str, token: u64) -> Result<bool> {
-        let key = lease_key(&keys.lease)?;
-        let witness_key = witness_key(keys)?;
+    async fn resign(&self, at: Address<'_>, id: &str, token: u64) -> Result<bool> {
+        let key = lease_key(at)?;
+        let witness_key = witness_key(at)?;
         let released = self.delete_term(&key, &witness_key, id, token).await;
         self.released(&key, token);
         let released = released?;
@@ -1435,8 +1432,8 @@ impl EtcdStore {
         }
     }
 
-    async fn inspect(&self, keys: &Keys) -> Result<Option<Holder>> {
-        let key = lease_key(&keys.lease)?;
+    async fn inspect(&self, at: Address<'_>) -> Result<Option<Holder>> {
+        let key = lease_key(at)?;
         match self.get(&key).await? {
             Some(kv) => self.holder(&key, &kv).await,
             None => Ok(None),
@@ -1445,8 +1442,8 @@ impl EtcdStore {
 
     /// The age of the last-run marker (see the module docs), `None` when
     /// there is none or its lease has run out.
-    async fn last_run(&self, keys: &Keys) -> Result<Option<Duration>> {
-        let key = last_run_key(keys)?;
+    async fn last_run(&self, at: Address<'_>) -> Result<Option<Duration>> {
+        let key = last_run_key(at)?;
         let Some(kv) = self.get(&key).await? else {
             return Ok(None);
         };
@@ -1476,9 +1473,15 @@ impl EtcdStore {
     /// Put the last-run marker on a new lease of `keep_ms` (rounded up to
     /// whole seconds), in a transaction that checks the election's key is
     /// still term (`id`, `token`)'s; the previous marker's lease is revoked.
-    async fn record_run(&self, keys: &Keys, id: &str, token: u64, keep_ms: u64) -> Result<bool> {
-        let key = lease_key(&keys.lease)?;
-        let marker = last_run_key(keys)?;
+    async fn record_run(
+        &self,
+        at: Address<'_>,
+        id: &str,
+        token: u64,
+        keep_ms: u64,
+    ) -> Result<bool> {
+        let key = lease_key(at)?;
+        let marker = last_run_key(at)?;
         // The owner is read first; the transaction goes ahead only if the
         // key has not changed since (its mod_revision is still the one that
         // created the term).
@@ -1536,8 +1539,14 @@ impl EtcdStore {
         Ok(true)
     }
 
-    async fn heartbeat(&self, keys: &Keys, member: &str, ttl_ms: u64, join: bool) -> Result<Reply> {
-        let prefix = members_prefix(keys)?;
+    async fn heartbeat(
+        &self,
+        group: Address<'_>,
+        member: &str,
+        ttl_ms: u64,
+        join: bool,
+    ) -> Result<Reply> {
+        let prefix = members_prefix(group)?;
         let key = format!("{prefix}{member}");
         if join {
             // Written when missing or on another lease (one of an earlier
@@ -1773,40 +1782,6 @@ fn token_of(revision: i64, key: &str) -> Result<u64> {
         })
 }
 
-/// The etcd key of an election, from its Redis-layout lease key
-/// `PREFIX:{NAME}:lease`: `PREFIX/NAME`. Prefixes and names cannot contain
-/// braces, so the split is unambiguous.
-pub(crate) fn lease_key(redis_key: &str) -> Result<String> {
-    let (prefix, name) = split_key(redis_key, "}:lease")?;
-    Ok(format!("{prefix}/{name}"))
-}
-
-/// The etcd key of an election's token counter: `PREFIX/{NAME}/token`.
-fn counter_key(keys: &Keys) -> Result<String> {
-    let (prefix, name) = split_key(&keys.lease, "}:lease")?;
-    Ok(format!("{prefix}/{{{name}}}/token"))
-}
-
-/// The etcd key of an election's witness: `PREFIX/{NAME}/witness`.
-fn witness_key(keys: &Keys) -> Result<String> {
-    witness_of(&keys.lease)
-}
-
-/// [`witness_key`] from a Redis-layout lease key.
-fn witness_of(redis_key: &str) -> Result<String> {
-    let (prefix, name) = split_key(redis_key, "}:lease")?;
-    Ok(format!("{prefix}/{{{name}}}/witness"))
-}
-
-/// `PREFIX/{NAME}` of an election's etcd key `PREFIX/NAME`: where its
-/// witness and last-run marker are. Prefixes contain no '/'.
-fn key_dir(key: &str) -> String {
-    match key.split_once('/') {
-        Some((prefix, name)) => format!("{prefix}/{{{name}}}"),
-        None => key.to_string(),
-    }
-}
-
 /// The lines of `kv` after its first two, if it is a value tenure wrote
 /// of the kind `tag` (`witness`, `last-run`) on a lease; else an error
 /// naming the key.
@@ -1833,19 +1808,6 @@ fn decode_witness(key: &str, kv: &KeyValue) -> Result<()> {
     tagged(key, kv, "witness").map(|_| ())
 }
 
-/// The etcd key prefix of a partition set's members, from its Redis-layout
-/// key `PREFIX:{GROUP}:members`: `PREFIX/{GROUP}/members/`.
-fn members_prefix(keys: &Keys) -> Result<String> {
-    let (prefix, group) = split_key(&keys.members, "}:members")?;
-    Ok(format!("{prefix}/{{{group}}}/members/"))
-}
-
-/// The etcd key of an election's last-run marker: `PREFIX/{NAME}/last-run`.
-fn last_run_key(keys: &Keys) -> Result<String> {
-    let (prefix, name) = split_key(&keys.lease, "}:lease")?;
-    Ok(format!("{prefix}/{{{name}}}/last-run"))
-}
-
 /// Check that `kv` is a last-run marker tenure wrote (on a lease), and
 /// return the recorder's clock (ms) at the record, if it says (markers
 /// written before it did, do not).
@@ -1866,23 +1828,6 @@ fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn split_key<'a>(redis_key: &'a str, suffix: &str) -> Result<(&'a str, &'a str)> {
-    let (prefix, name) = redis_key
-        .strip_suffix(suffix)
-        .and_then(|rest| rest.split_once(":{"))
-        .ok_or_else(|| Error::Etcd {
-            detail: format!("internal: {redis_key} is not a key of the layout"),
-        })?;
-    if prefix.contains('/') {
-        // PREFIX/NAME must split one way only: names may contain '/'.
-        return Err(Error::Config(format!(
-            "key prefix {prefix:?} contains '/', which etcd keys use to separate the prefix \
-             from the election name"
-        )));
-    }
-    Ok((prefix, name))
 }
 
 fn encode(request: &AcquireRequest<'_>, token: u64) -> String {
@@ -2397,32 +2342,32 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_non_owner_can_neither_renew_nor_resign() {
         let (_cluster, store) = one_member().await;
-        let keys = Keys::new("tenure", "owned");
+        let at = Address::new("tenure", "owned");
         let request = AcquireRequest {
             id: "owner",
             attempt: "1",
             ttl_ms: 2_000,
             hold_off_ms: 2_000,
         };
-        let AcquireReply::Won { token } = store.acquire(&keys, &request).await.expect("acquire")
+        let AcquireReply::Won { token } = store.acquire(at, &request).await.expect("acquire")
         else {
             panic!("the first candidate wins");
         };
-        let holder = || async { store.inspect(&keys).await.expect("inspect") };
+        let holder = || async { store.inspect(at).await.expect("inspect") };
         let before = holder().await.expect("held");
         for (id, token) in [
             ("intruder", token),
             ("owner", token - 1),
             ("owner", token + 1),
         ] {
-            let renewed = store.renew(&keys, id, token, 2_000).await.expect("renew");
+            let renewed = store.renew(at, id, token, 2_000).await.expect("renew");
             assert!(matches!(renewed, RenewReply::NotOwner(_)), "{id} {token}");
             assert!(
-                !store.resign(&keys, id, token).await.expect("resign"),
+                !store.resign(at, id, token).await.expect("resign"),
                 "{id} {token}"
             );
             let many = store
-                .renew_many(id, 2_000, &[("owned", &keys.lease, token)])
+                .renew_many("tenure", id, 2_000, &[("owned", token)])
                 .await;
             assert!(
                 matches!(many[..], [Ok(RenewReply::NotOwner(_))]),
@@ -2432,21 +2377,18 @@ mod tests {
         let after = holder().await.expect("still held");
         assert_eq!((after.owner.as_str(), after.token), ("owner", before.token));
         assert_eq!(
-            store
-                .renew(&keys, "owner", token, 2_000)
-                .await
-                .expect("renew"),
+            store.renew(at, "owner", token, 2_000).await.expect("renew"),
             RenewReply::Renewed
         );
-        assert!(store.resign(&keys, "owner", token).await.expect("resign"));
+        assert!(store.resign(at, "owner", token).await.expect("resign"));
         assert!(holder().await.is_none());
         // With the key gone by hand, only the owner's release deletes the
         // witness that holds the candidates off.
-        let AcquireReply::Won { token } = store.acquire(&keys, &request).await.expect("acquire")
+        let AcquireReply::Won { token } = store.acquire(at, &request).await.expect("acquire")
         else {
             panic!("free again");
         };
-        let key = lease_key(&keys.lease).expect("a key");
+        let key = lease_key(at).expect("a key");
         store
             .call(|mut c| {
                 let key = key.clone();
@@ -2458,17 +2400,14 @@ mod tests {
             id: "other",
             ..request
         };
-        assert!(!store
-            .resign(&keys, "intruder", token)
-            .await
-            .expect("resign"));
+        assert!(!store.resign(at, "intruder", token).await.expect("resign"));
         assert!(matches!(
-            store.acquire(&keys, &other).await.expect("acquire"),
+            store.acquire(at, &other).await.expect("acquire"),
             AcquireReply::HoldOff { .. }
         ));
-        assert!(!store.resign(&keys, "owner", token).await.expect("resign"));
+        assert!(!store.resign(at, "owner", token).await.expect("resign"));
         assert!(matches!(
-            store.acquire(&keys, &other).await.expect("acquire"),
+            store.acquire(at, &other).await.expect("acquire"),
             AcquireReply::Won { .. }
         ));
     }
@@ -2486,23 +2425,26 @@ mod tests {
             ttl_ms: 1_000,
             hold_off_ms: 1_000,
         };
-        let (dead, live) = (Keys::new("tenure", "dead"), Keys::new("tenure", "live"));
+        let (dead, live) = (
+            Address::new("tenure", "dead"),
+            Address::new("tenure", "live"),
+        );
         let won = |reply| match reply {
             Ok(AcquireReply::Won { token }) => token,
             other => panic!("{other:?}"),
         };
         let began = tokio::time::Instant::now();
-        let _dead_token = won(store.acquire(&dead, &request).await);
-        let live_token = won(store.acquire(&live, &request).await);
+        let _dead_token = won(store.acquire(dead, &request).await);
+        let live_token = won(store.acquire(live, &request).await);
         // Not before a ttl: the term may still be running.
         store.sweep().await;
-        assert!(store.inspect(&dead).await.expect("inspect").is_some());
+        assert!(store.inspect(dead).await.expect("inspect").is_some());
         let swept_at = tokio::time::timeout(Duration::from_secs(30), async {
             loop {
-                let renewed = store.renew(&live, "me", live_token, 1_000).await;
+                let renewed = store.renew(live, "me", live_token, 1_000).await;
                 assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
                 store.sweep().await;
-                if store.inspect(&dead).await.expect("inspect").is_none() {
+                if store.inspect(dead).await.expect("inspect").is_none() {
                     return tokio::time::Instant::now();
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -2511,7 +2453,7 @@ mod tests {
         .await
         .expect("the ended term's key is deleted while the session lives on");
         assert!(swept_at - began >= Duration::from_secs(1));
-        let live = store.inspect(&live).await.expect("inspect").expect("held");
+        let live = store.inspect(live).await.expect("inspect").expect("held");
         assert_eq!(live.token, live_token);
     }
 
@@ -2520,60 +2462,23 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn terms_begun_at_once_share_one_session_lease() {
         let (_cluster, store) = one_member().await;
-        let keys: Vec<Keys> = (0..8)
-            .map(|i| Keys::new("tenure", &format!("p{i}")))
-            .collect();
+        let names: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+        let keys: Vec<Address<'_>> = names.iter().map(|n| Address::new("tenure", n)).collect();
         let request = AcquireRequest {
             id: "me",
             attempt: "1",
             ttl_ms: 2_000,
             hold_off_ms: 2_000,
         };
-        let won = join_all(keys.iter().map(|k| store.acquire(k, &request))).await;
+        let won = join_all(keys.iter().map(|k| store.acquire(*k, &request))).await;
         for (keys, reply) in keys.iter().zip(won) {
             let Ok(AcquireReply::Won { token }) = reply else {
                 panic!("{reply:?}");
             };
-            let renewed = store.renew(keys, "me", token, 2_000).await.expect("renew");
-            assert_eq!(renewed, RenewReply::Renewed, "{}", keys.lease);
+            let renewed = store.renew(*keys, "me", token, 2_000).await.expect("renew");
+            assert_eq!(renewed, RenewReply::Renewed, "{}", keys.name);
         }
         // One session lease and one witness lease.
         assert_eq!(store.sessions_lock().len(), 2);
-    }
-
-    #[test]
-    fn a_prefix_with_a_slash_is_refused_as_ambiguous() {
-        let err = lease_key(&Keys::new("a/b", "c").lease).expect_err("refused");
-        assert!(matches!(err, Error::Config(_)), "{err}");
-        assert_eq!(
-            lease_key(&Keys::new("a", "b/c").lease).expect("fine"),
-            "a/b/c"
-        );
-    }
-
-    #[test]
-    fn keys_follow_the_documented_layout() {
-        let keys = Keys::new("tenure", "reports/daily");
-        assert_eq!(
-            lease_key(&keys.lease).expect("layout"),
-            "tenure/reports/daily"
-        );
-        assert_eq!(
-            members_prefix(&keys).expect("layout"),
-            "tenure/{reports/daily}/members/"
-        );
-        assert_eq!(
-            last_run_key(&keys).expect("layout"),
-            "tenure/{reports/daily}/last-run"
-        );
-        assert_eq!(
-            witness_key(&keys).expect("layout"),
-            "tenure/{reports/daily}/witness"
-        );
-        assert_eq!(
-            counter_key(&keys).expect("layout"),
-            "tenure/{reports/daily}/token"
-        );
-        assert_eq!(key_dir("tenure/reports/daily"), "tenure/{reports/daily}");
     }
 }

@@ -1,4 +1,4 @@
-//! The Redis key layout of an election.
+//! The Redis key layout of an election: what an [`Address`] is on Redis.
 //!
 //! The layout itself, every key and channel with its type and contents, is
 //! documented once, in the book's *Keys* page (`docs/src/key-layout.md`);
@@ -8,10 +8,7 @@
 //! one slot, so each script touches a single node. Names may not contain
 //! braces (they would change the tag), white space or control characters.
 
-use crate::{Error, Result};
-
-/// The longest election name accepted.
-pub(crate) const MAX_NAME_LEN: usize = 200;
+use crate::backend::Address;
 
 /// The keys and channel of one election.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +26,11 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
+    /// Every key of the election (or group) at `at`.
+    pub fn of(at: Address<'_>) -> Self {
+        Keys::new(at.prefix, at.name)
+    }
+
     pub fn new(prefix: &str, name: &str) -> Self {
         Keys {
             lease: format!("{prefix}:{{{name}}}:lease"),
@@ -43,10 +45,15 @@ impl Keys {
         }
     }
 
-    /// The witness key beside a lease key (`PREFIX:{NAME}:lease`).
-    pub fn witness_of_lease(lease: &str) -> String {
-        let stem = lease.strip_suffix(":lease").unwrap_or(lease);
-        format!("{stem}:witness")
+    /// The lease key of the election at `at` alone (renewals of many
+    /// partitions need only it and the witness).
+    pub fn lease_of(at: Address<'_>) -> String {
+        format!("{}:{{{}}}:lease", at.prefix, at.name)
+    }
+
+    /// The witness key of the election at `at` alone.
+    pub fn witness_of(at: Address<'_>) -> String {
+        format!("{}:{{{}}}:witness", at.prefix, at.name)
     }
 
     /// The pattern matching every lease under a prefix, for `status`.
@@ -62,30 +69,6 @@ impl Keys {
     }
 }
 
-/// Check an election name or key prefix: non-empty, bounded, and free of
-/// characters that would break the key layout.
-pub(crate) fn validate_name(what: &str, value: &str) -> Result<()> {
-    if value.is_empty() {
-        return Err(Error::Config(format!("{what} must not be empty")));
-    }
-    if value.len() > MAX_NAME_LEN {
-        return Err(Error::Config(format!(
-            "{what} is {} bytes long; at most {MAX_NAME_LEN} are allowed",
-            value.len()
-        )));
-    }
-    if let Some(bad) = value
-        .chars()
-        .find(|c| *c == '{' || *c == '}' || c.is_whitespace() || c.is_control())
-    {
-        return Err(Error::Config(format!(
-            "{what} {value:?} contains {bad:?}; braces, white space and control characters \
-             are not allowed"
-        )));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +79,10 @@ mod tests {
         assert_eq!(keys.lease, "tenure:{reports}:lease");
         assert_eq!(keys.token, "tenure:{reports}:token");
         assert_eq!(keys.events, "tenure:{reports}:events");
+        let at = Address::new("tenure", "reports");
+        assert_eq!(Keys::of(at), keys);
+        assert_eq!(Keys::lease_of(at), keys.lease);
+        assert_eq!(Keys::witness_of(at), keys.witness);
     }
 
     #[test]
@@ -106,14 +93,5 @@ mod tests {
         );
         assert_eq!(Keys::name_of_lease("tenure", "other:{a}:lease"), None);
         assert_eq!(Keys::name_of_lease("tenure", "tenure:{a}:token"), None);
-    }
-
-    #[test]
-    fn names_that_break_the_layout_are_rejected() {
-        assert!(validate_name("election name", "cron-nightly").is_ok());
-        for bad in ["", "a{b", "a}b", "a b", "a\nb"] {
-            assert!(validate_name("election name", bad).is_err(), "{bad:?}");
-        }
-        assert!(validate_name("election name", &"x".repeat(MAX_NAME_LEN + 1)).is_err());
     }
 }

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{Backend, Notices, Op, Reply, Store};
+use super::{Address, Backend, Notices, Op, Reply, Store};
 use crate::machine::{AcquireReply, RenewReply};
 use crate::term::Holder;
 use crate::{redact_url, Error, Result};
@@ -401,8 +401,9 @@ impl RedisStore {
         &self.topology
     }
 
-    /// [`check_store`] on the node that serves the election `keys` belong to.
-    pub async fn check(&self, keys: &Keys, checks: StoreChecks) -> Result<()> {
+    /// [`check_store`] on the node that serves the election at `at`.
+    pub async fn check(&self, at: Address<'_>, checks: StoreChecks) -> Result<()> {
+        let keys = &Keys::of(at);
         let node = self.topology.node_for(slot_of(&keys.probe)).await?;
         let sharded = self.topology.is_cluster();
         let result = check_store(&mut node.conn(), self.target(), keys, checks, sharded).await;
@@ -450,19 +451,20 @@ impl RedisStore {
         }
         match *op {
             Op::Heartbeat {
-                keys,
+                group,
                 member,
                 ttl_ms,
                 join,
-                ..
             } => {
+                let keys = Keys::of(group);
                 let mut cmd = evalsha(&self.scripts.members, &[&keys.members]);
                 cmd.arg(member)
                     .arg(ttl_ms)
                     .arg(if join { "1" } else { "0" });
                 cmd
             }
-            Op::Acquire { keys, request, .. } => {
+            Op::Acquire { at, request } => {
+                let keys = &Keys::of(at);
                 let prefix_epoch = self.prefix_epoch(keys);
                 let mut cmd = evalsha(
                     &self.scripts.acquire,
@@ -483,13 +485,13 @@ impl RedisStore {
                 cmd
             }
             Op::Renew {
-                keys,
+                at,
                 id,
                 token,
                 ttl_ms,
                 announce,
-                ..
             } => {
+                let keys = &Keys::of(at);
                 let prefix_epoch = self.prefix_epoch(keys);
                 let mut cmd = evalsha(
                     &self.scripts.renew,
@@ -505,43 +507,43 @@ impl RedisStore {
                 cmd
             }
             Op::RenewMany {
+                prefix,
                 id,
                 ttl_ms,
                 terms: all,
-                ..
             } => {
-                let chosen: Vec<&(&str, &str, u64)> = match terms {
+                let chosen: Vec<&(&str, u64)> = match terms {
                     Some(indices) => indices.iter().map(|i| &all[*i]).collect(),
                     None => all.iter().collect(),
                 };
                 let mut cmd = redis::cmd("EVALSHA");
                 cmd.arg(self.scripts.renew_many.get_hash())
                     .arg(chosen.len() * 2);
-                for (_, lease, _) in &chosen {
-                    cmd.arg(lease).arg(Keys::witness_of_lease(lease));
+                for (name, _) in &chosen {
+                    let at = Address::new(prefix, name);
+                    cmd.arg(Keys::lease_of(at)).arg(Keys::witness_of(at));
                 }
                 cmd.arg(id).arg(ttl_ms);
-                for (_, _, token) in &chosen {
+                for (_, token) in &chosen {
                     cmd.arg(token);
                 }
                 cmd
             }
-            Op::Resign {
-                keys, id, token, ..
-            } => {
+            Op::Resign { at, id, token } => {
+                let keys = Keys::of(at);
                 let mut cmd = evalsha(&self.scripts.resign, &[&keys.lease, &keys.witness]);
                 cmd.arg(id).arg(token).arg(&keys.events);
                 cmd
             }
-            Op::Inspect { keys, .. } => evalsha(&self.scripts.inspect, &[&keys.lease]),
-            Op::LastRun { keys, .. } => evalsha(&self.scripts.last_run, &[&keys.last_run]),
+            Op::Inspect { at } => evalsha(&self.scripts.inspect, &[&Keys::lease_of(at)]),
+            Op::LastRun { at } => evalsha(&self.scripts.last_run, &[&Keys::of(at).last_run]),
             Op::RecordRun {
-                keys,
+                at,
                 id,
                 token,
                 keep_ms,
-                ..
             } => {
+                let keys = Keys::of(at);
                 let mut cmd = evalsha(&self.scripts.record_run, &[&keys.lease, &keys.last_run]);
                 cmd.arg(id).arg(token).arg(keep_ms);
                 cmd
@@ -549,17 +551,20 @@ impl RedisStore {
         }
     }
 
-    /// The key an operation is routed by.
-    fn routing_key<'o>(op: &'o Op<'_>) -> &'o str {
-        match op {
-            Op::Heartbeat { keys, .. } => &keys.members,
-            Op::Acquire { keys, .. }
-            | Op::Renew { keys, .. }
-            | Op::Resign { keys, .. }
-            | Op::Inspect { keys, .. }
-            | Op::LastRun { keys, .. }
-            | Op::RecordRun { keys, .. } => &keys.lease,
-            Op::RenewMany { terms, .. } => terms.first().map_or("", |(_, lease, _)| lease),
+    /// The hash slot an operation is routed by: its lease's (a group's
+    /// member set's, for a heartbeat; the first term's, for many).
+    fn routing_slot(op: &Op<'_>) -> u16 {
+        match *op {
+            Op::Heartbeat { group, .. } => slot_of(&Keys::of(group).members),
+            Op::Acquire { at, .. }
+            | Op::Renew { at, .. }
+            | Op::Resign { at, .. }
+            | Op::Inspect { at }
+            | Op::LastRun { at }
+            | Op::RecordRun { at, .. } => slot_of(&Keys::lease_of(at)),
+            Op::RenewMany { prefix, terms, .. } => terms.first().map_or(0, |(name, _)| {
+                slot_of(&Keys::lease_of(Address::new(prefix, name)))
+            }),
         }
     }
 
@@ -602,10 +607,11 @@ impl RedisStore {
         let mut calls = Vec::with_capacity(ops.len());
         for (i, op) in ops.iter().enumerate() {
             match op {
-                Op::RenewMany { terms, .. } if cluster => {
+                Op::RenewMany { prefix, terms, .. } if cluster => {
                     let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
-                    for (t, (_, lease, _)) in terms.iter().enumerate() {
-                        by_slot.entry(slot_of(lease)).or_default().push(t);
+                    for (t, (name, _)) in terms.iter().enumerate() {
+                        let slot = slot_of(&Keys::lease_of(Address::new(prefix, name)));
+                        by_slot.entry(slot).or_default().push(t);
                     }
                     for (slot, indices) in by_slot {
                         calls.push(Call {
@@ -621,11 +627,7 @@ impl RedisStore {
                 _ => {
                     // Outside a cluster there is one node: no slot to compute
                     // on the renewal path.
-                    let slot = if cluster {
-                        slot_of(Self::routing_key(op))
-                    } else {
-                        0
-                    };
+                    let slot = if cluster { Self::routing_slot(op) } else { 0 };
                     calls.push(Call {
                         slot,
                         cmd: self.command(op, None),
@@ -936,16 +938,15 @@ impl RedisShared {
     /// subscribed to its announcements.
     pub async fn election(
         self: &Arc<Self>,
-        name: &str,
-        keys: Keys,
+        at: Address<'_>,
         checks: StoreChecks,
     ) -> Result<Backend> {
-        self.store.check(&keys, checks).await?;
-        let (notices, subscription) = self.subscriber.subscribe(&keys.events).await?;
+        self.store.check(at, checks).await?;
+        let events = Keys::of(at).events;
+        let (notices, subscription) = self.subscriber.subscribe(&events).await?;
         Ok(Backend::new(
             Store::Redis(self.store.clone()),
-            name.to_string(),
-            keys,
+            at,
             notices,
             Some(Box::new((subscription, self.clone()))),
         ))
