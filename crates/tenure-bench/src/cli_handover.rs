@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tenure::admin::Connection;
+use tenure::fence::Connection;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -39,9 +39,11 @@ pub fn default_binary() -> Option<PathBuf> {
 }
 
 pub async fn measure(tenure: &Path, url: &str, rounds: usize) -> Result<CliHandovers> {
-    let mut admin = tenure::admin::connect(url, None, Duration::from_secs(2))
+    let store = tenure::Store::open(url)
+        .connect()
         .await
         .map_err(|e| e.to_string())?;
+    let mut admin = store.redis_connection().ok_or("not a Redis store")?;
     let mut out = CliHandovers {
         handover: Samples::default(),
         floor: Samples::default(),
@@ -49,10 +51,7 @@ pub async fn measure(tenure: &Path, url: &str, rounds: usize) -> Result<CliHando
     for round in 0..rounds {
         let leader_id = format!("a{round}");
         let mut leader = run(tenure, url, &leader_id, &["sleep", "1000"], Stdio::null())?;
-        wait_for(&mut admin, "the leader's election", |id| {
-            id == Some(&leader_id)
-        })
-        .await?;
+        wait_for(&store, "the leader's election", |id| id == Some(&leader_id)).await?;
         let mut follower = run(
             tenure,
             url,
@@ -108,13 +107,14 @@ fn run(tenure: &Path, url: &str, id: &str, command: &[&str], stdout: Stdio) -> R
 
 /// Poll the lease until `holds` says yes about its owner's id.
 async fn wait_for(
-    admin: &mut Connection,
+    store: &tenure::Store,
     what: &str,
     holds: impl Fn(Option<&String>) -> bool,
 ) -> Result<()> {
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let leader = tenure::admin::leader_of(admin, tenure::DEFAULT_PREFIX, ELECTION)
+        let leader = store
+            .leader_of(tenure::DEFAULT_PREFIX, ELECTION)
             .await
             .map_err(|e| e.to_string())?;
         if holds(leader.as_ref().map(|l| &l.id)) {

@@ -842,7 +842,8 @@ impl Crashable {
 pub(crate) async fn takeovers(url: &str, rounds: usize) -> Result<Samples> {
     let ttl = Duration::from_secs(1);
     let mut samples = Samples::default();
-    let mut admin = tenure::admin::connect(url, None, Duration::from_secs(2))
+    let admin = tenure::Store::open(url)
+        .connect()
         .await
         .map_err(|e| e.to_string())?;
     for round in 0..rounds {
@@ -856,7 +857,8 @@ pub(crate) async fn takeovers(url: &str, rounds: usize) -> Result<Samples> {
         tokio::time::sleep(Duration::from_millis(100 + samples_len_jitter(round) % 300)).await;
         crashing.crash();
         let crashed_at = Instant::now();
-        let ttl_left = tenure::admin::leader_of(&mut admin, "tenure", &name)
+        let ttl_left = admin
+            .leader_of("tenure", &name)
             .await
             .map_err(|e| e.to_string())?
             .map_or(Duration::ZERO, |l| l.ttl_left);

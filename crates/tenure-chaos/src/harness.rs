@@ -984,10 +984,13 @@ impl Harness {
             self.etcd_client = Some(client);
             leader?
         } else {
-            let mut conn = tenure::admin::connect(&url, None, Duration::from_secs(1))
+            let store = tenure::Store::open(url)
+                .call_timeout(Duration::from_secs(1))
+                .connect()
                 .await
                 .ok()?;
-            tenure::admin::leader_of(&mut conn, tenure::DEFAULT_PREFIX, ELECTION)
+            store
+                .leader_of(tenure::DEFAULT_PREFIX, ELECTION)
                 .await
                 .ok()??
         };

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis_process::RedisServer;
-use tenure::{admin, Election, FencedKey, FencedWrite};
+use tenure::{fence, Election, FencedKey, FencedWrite};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
 
@@ -242,7 +242,7 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
         drop(candidates);
         return Ok(());
     }
-    let mut conn = admin::connect(url, None, Duration::from_secs(2)).await?;
+    let mut conn = fence::connect(url, None, Duration::from_secs(2)).await?;
     let resource = FencedKey::new(resource_key(name));
     resource
         .set(&mut conn, token3, format!("written by {third}"))
@@ -276,7 +276,7 @@ async fn forget(url: &str, name: &str) {
         format!("{prefix}:{{{name}}}:epoch"),
         resource_key(name),
     ];
-    let deleted = match admin::connect(url, None, Duration::from_secs(2)).await {
+    let deleted = match fence::connect(url, None, Duration::from_secs(2)).await {
         Ok(mut conn) => {
             // One key per DEL: on a Redis Cluster the keys live in two slots.
             let mut result = Ok(());

@@ -65,7 +65,7 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     // A name no election can have is the user's mistake (exit 2), not an
     // unreadable entry in the store (69).
     for name in &args.names {
-        tenure::admin::last_run_key(&args.redis.prefix, name)?;
+        tenure::validate_name(&args.redis.prefix, name)?;
     }
     let store = args.redis.connect().await?;
     let mut unread = Vec::new();
@@ -202,7 +202,7 @@ fn table(rows: &[ElectionStatus]) -> String {
 }
 
 pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
-    tenure::admin::last_run_key(&args.redis.prefix, &args.name)?;
+    tenure::validate_name(&args.redis.prefix, &args.name)?;
     // Watching only reads: an eviction policy is warned about, not refused.
     let mut builder = Election::builder(&args.name)
         .redis(&args.redis.url)

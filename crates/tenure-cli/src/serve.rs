@@ -235,7 +235,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
     }
     for name in &args.elections {
         // The library's own check, before the port is bound.
-        tenure::admin::last_run_key(&args.redis.prefix, name)?;
+        tenure::validate_name(&args.redis.prefix, name)?;
         if name.ends_with("/events") || name.ends_with("/resign") {
             return Err(Failure::new(
                 exit::USAGE,

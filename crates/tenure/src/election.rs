@@ -17,16 +17,12 @@ use rand::{Rng, SeedableRng};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
-use crate::backend::redis::topology::Following;
-use crate::backend::redis::{RedisShared, RedisTarget, StoreChecks};
-use crate::backend::{validate_name, Address};
-use crate::backend::{Backend, Notices};
+use crate::backend::{validate_name, Address, Backend, Needs, Notices, Store, StoreBugs};
 use crate::keeper::{Keeper, Report};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
     after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep, Timing,
 };
-use crate::store::StoreKind;
 use crate::term::{Holder, LeaderInfo, LostReason};
 use crate::{clock, instance_id, metrics, Error, Leadership, MemoryStore, Result};
 
@@ -45,29 +41,57 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
 /// The default key prefix.
 ///
 /// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+/// let store = tenure::Store::memory(&tenure::MemoryStore::new());
+/// let election = tenure::Election::builder("jobs").store(&store).build().await?;
+/// let _term = election.campaign().await?;
 /// // Every key of an election starts with its prefix.
-/// let key = tenure::admin::last_run_key(tenure::DEFAULT_PREFIX, "jobs")?;
-/// assert_eq!(key, "tenure:{jobs}:last-run");
-/// # Ok::<(), tenure::Error>(())
+/// assert_eq!(store.elections(tenure::DEFAULT_PREFIX).await?, ["jobs"]);
+/// # Ok(()) }
 /// ```
 pub const DEFAULT_PREFIX: &str = "tenure";
 
-/// Where leases are to be kept, as a builder was told.
+/// Where leases are to be kept, as a builder was told: a store's URL, or
+/// a store already connected (a shared one, or a memory store).
 pub(crate) enum StoreSpec {
-    Shared(crate::Store),
-    Redis(String),
-    Memory(MemoryStore),
+    Url(String),
+    Store(crate::Store),
 }
 
 impl std::fmt::Debug for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreSpec::Shared(store) => store.fmt(f),
-            StoreSpec::Redis(url) => f
-                .debug_tuple("Redis")
-                .field(&crate::redact_url(url))
-                .finish(),
-            StoreSpec::Memory(store) => store.fmt(f),
+            StoreSpec::Url(url) => f.debug_tuple("Url").field(&crate::redact_url(url)).finish(),
+            StoreSpec::Store(store) => store.fmt(f),
+        }
+    }
+}
+
+impl StoreSpec {
+    /// The store, connected (through [`crate::StoreBuilder`], the one
+    /// connect path) with the builder's TLS files, call timeout and
+    /// failing-mode switches if it is a URL.
+    pub async fn connect(self, settings: &mut Settings, call_timeout: Duration) -> Result<Store> {
+        match self {
+            StoreSpec::Store(store) => Ok(store.inner),
+            StoreSpec::Url(url) => {
+                let builder = crate::Store::open(url).with(
+                    settings.tls_files(),
+                    call_timeout,
+                    settings.bugs.store,
+                );
+                Ok(builder.connect().await?.inner)
+            }
+        }
+    }
+
+    /// What `settings` asks of the store, for an election (or, with
+    /// `partitions`, a partition set) of this `ttl`.
+    pub fn needs(settings: &Settings, partitions: bool, ttl: Duration) -> Needs {
+        Needs {
+            partitions,
+            allow_eviction: settings.allow_eviction,
+            ttl,
         }
     }
 }
@@ -139,22 +163,8 @@ pub(crate) struct Bugs {
     /// announced (as before issue 22), so a term that lost its lease
     /// believes until its next renewal.
     pub no_early_renewal: bool,
-    /// etcd's own (see [`crate::backend::EtcdBugs`]).
-    pub etcd: crate::backend::EtcdBugs,
-    /// Sentinel: only the first sentinel of the URL is listened to and
-    /// asked for the primary (issue 22).
-    pub first_sentinel_only: bool,
-}
-
-impl Bugs {
-    /// How a Sentinel store follows its sentinels with these bugs.
-    fn following(self) -> Following {
-        if self.first_sentinel_only {
-            Following::FirstOnly
-        } else {
-            Following::Every
-        }
-    }
+    /// The stores' own (see [`crate::backend::StoreBugs`]).
+    pub store: StoreBugs,
 }
 
 impl Default for Settings {
@@ -246,7 +256,7 @@ impl ElectionBuilder {
     /// # drop(election); Ok(()) }
     /// ```
     pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.store = Some(StoreSpec::Redis(url.into()));
+        self.store = Some(StoreSpec::Url(url.into()));
         self
     }
 
@@ -263,7 +273,7 @@ impl ElectionBuilder {
     /// # Ok(()) }
     /// ```
     pub fn store(mut self, store: &crate::Store) -> Self {
-        self.store = Some(StoreSpec::Shared(store.clone()));
+        self.store = Some(StoreSpec::Store(store.clone()));
         self
     }
 
@@ -278,7 +288,7 @@ impl ElectionBuilder {
     /// # drop(term); Ok(()) }
     /// ```
     pub fn memory(mut self, store: &MemoryStore) -> Self {
-        self.store = Some(StoreSpec::Memory(store.clone()));
+        self.store = Some(StoreSpec::Store(crate::Store::memory(store)));
         self
     }
 
@@ -531,7 +541,7 @@ impl ElectionBuilder {
     /// [`ElectionBuilder::redis`], not to a shared [`crate::Store`].
     #[doc(hidden)]
     pub fn unsafe_first_sentinel_only(mut self, on: bool) -> Self {
-        self.settings.bugs.first_sentinel_only = on;
+        self.settings.bugs.store.first_sentinel_only = on;
         self
     }
 
@@ -552,7 +562,7 @@ impl ElectionBuilder {
     /// issue 22). Nothing else is affected.
     #[doc(hidden)]
     pub fn unsafe_etcd_tokens_without_clock(mut self, on: bool) -> Self {
-        self.settings.bugs.etcd.tokens_without_clock = on;
+        self.settings.bugs.store.etcd.tokens_without_clock = on;
         self
     }
 
@@ -562,7 +572,7 @@ impl ElectionBuilder {
     /// and costs leaders their terms (tenure's first etcd backend did so).
     #[doc(hidden)]
     pub fn unsafe_etcd_no_hedges(mut self, on: bool) -> Self {
-        self.settings.bugs.etcd.no_hedges = on;
+        self.settings.bugs.store.etcd.no_hedges = on;
         self
     }
 
@@ -596,56 +606,16 @@ impl ElectionBuilder {
         let (timing, id) = self.settings.validate(&self.name)?;
         let prefix = self.settings.prefix.clone();
         let at = Address::new(&prefix, &self.name);
-        let backend = match self.store {
-            None => {
-                return Err(Error::Config(
-                    "no store given: call .redis(url) or .memory(&store)".into(),
-                ))
-            }
-            Some(StoreSpec::Memory(store)) => store.backend(at),
-            Some(StoreSpec::Shared(store)) => {
-                let checks = StoreChecks {
-                    partitions: false,
-                    allow_eviction: self.settings.allow_eviction,
-                };
-                match store.kind {
-                    StoreKind::Memory(store) => store.backend(at),
-                    StoreKind::Redis(shared) => shared.election(at, checks).await?,
-                    #[cfg(feature = "etcd")]
-                    StoreKind::Etcd(store) => store.election(at, timing.ttl).await?,
-                }
-            }
-            Some(StoreSpec::Redis(url)) if crate::backend::is_etcd_url(&url) => {
-                let tls = self.settings.tls_files();
-                let store = crate::backend::connect_etcd(
-                    url,
-                    tls,
-                    timing.call_timeout,
-                    self.settings.bugs.etcd,
-                )
-                .await?;
-                #[cfg(feature = "etcd")]
-                {
-                    store.election(at, timing.ttl).await?
-                }
-                #[cfg(not(feature = "etcd"))]
-                match *store {}
-            }
-            Some(StoreSpec::Redis(url)) => {
-                let target = RedisTarget {
-                    tls_ca: self.settings.tls_files().for_redis(&url)?,
-                    url,
-                };
-                let checks = StoreChecks {
-                    partitions: false,
-                    allow_eviction: self.settings.allow_eviction,
-                };
-                RedisShared::connect(target, timing.call_timeout, self.settings.bugs.following())
-                    .await?
-                    .election(at, checks)
-                    .await?
-            }
+        let Some(spec) = self.store.take() else {
+            return Err(Error::Config(
+                "no store given: call .redis(url) or .memory(&store)".into(),
+            ));
         };
+        let store = spec
+            .connect(&mut self.settings, timing.call_timeout)
+            .await?;
+        let needs = StoreSpec::needs(&self.settings, false, timing.ttl);
+        let backend = store.election(at, needs).await?;
         metrics::describe();
         Ok(Election {
             inner: Arc::new(Inner {

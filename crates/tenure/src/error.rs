@@ -133,6 +133,12 @@ pub enum Error {
     #[error("in-memory store unavailable (simulated fault)")]
     Unavailable,
 
+    /// A bug in tenure: a store answered an operation with a reply of
+    /// another kind, or not at all. Retried as a transient error; please
+    /// report it.
+    #[error("internal error (a bug in tenure; please report it): {0}")]
+    Internal(String),
+
     /// The term is over; the operation needs a current leader.
     #[error("not leader any more: {0}")]
     NotLeader(LostReason),
@@ -156,7 +162,13 @@ impl Error {
                 | Error::Redis { .. }
                 | Error::Etcd { .. }
                 | Error::Unavailable
+                | Error::Internal(_)
         )
+    }
+
+    /// [`Error::Internal`]: `detail` says what tenure did not expect.
+    pub(crate) fn internal(detail: impl Into<String>) -> Error {
+        Error::Internal(one_line(&detail.into()))
     }
 
     /// [`Error::Redis`] without a client error behind it.
@@ -183,6 +195,47 @@ fn store_of(url: &str) -> &'static str {
         "etcd"
     } else {
         "Redis"
+    }
+}
+
+/// The same error again, for each of several operations that failed
+/// together.
+pub(crate) fn copy_error(err: &Error) -> Error {
+    match err {
+        Error::Config(text) => Error::Config(text.clone()),
+        Error::Unreachable { url, detail } => Error::Unreachable {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::NotTheStore { url } => Error::NotTheStore { url: url.clone() },
+        Error::Auth { url, detail } => Error::Auth {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::Tls { url, detail } => Error::Tls {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::NoPermission { command, detail } => Error::NoPermission {
+            command: command.clone(),
+            detail: detail.clone(),
+        },
+        Error::Unsafe { url, detail } => Error::Unsafe {
+            url: url.clone(),
+            detail: detail.clone(),
+        },
+        Error::ForeignData { key, detail } => Error::ForeignData {
+            key: key.clone(),
+            detail: detail.clone(),
+        },
+        Error::Timeout(limit) => Error::Timeout(*limit),
+        Error::Unavailable => Error::Unavailable,
+        Error::Internal(detail) => Error::Internal(detail.clone()),
+        Error::Etcd { detail } => Error::Etcd {
+            detail: detail.clone(),
+        },
+        Error::NotLeader(reason) => Error::NotLeader(reason.clone()),
+        Error::Redis { detail, .. } => Error::redis(detail.clone()),
     }
 }
 

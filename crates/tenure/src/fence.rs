@@ -17,13 +17,38 @@
 //! -- 0 rows updated: a newer leader has written; stop acting.
 //! ```
 //!
+//! Fenced writes go through any Redis connection; [`connect`] opens one
+//! the way elections open theirs (Sentinel and Cluster routing included),
+//! and [`crate::Store::redis_connection`] gives one on a store's own
+//! connections. This module is Redis by design: the one place outside
+//! `backend/redis/` that names it.
+//!
 //! [`Leadership::is_leader`]: crate::Leadership::is_leader
 
 use redis::aio::ConnectionLike;
 use redis::{Script, Value};
 
 use crate::backend::redis::classify;
+pub use crate::backend::redis::routed::{connect, Connection};
 use crate::{Error, Result};
+
+impl crate::Store {
+    /// A connection for fenced writes (and any other command of the
+    /// application's) on this store's own connections: the primary of a
+    /// Sentinel group, each key's node of a Cluster. `None` when the store
+    /// is not Redis.
+    ///
+    /// ```
+    /// let store = tenure::Store::memory(&tenure::MemoryStore::new());
+    /// assert!(store.redis_connection().is_none());
+    /// ```
+    pub fn redis_connection(&self) -> Option<Connection> {
+        match &self.inner {
+            crate::backend::Store::Redis(shared) => Some(shared.connection()),
+            _ => None,
+        }
+    }
+}
 
 static FENCED_SET: &str = concat!(
     include_str!("backend/redis/scripts/prelude.lua"),
@@ -106,9 +131,8 @@ impl FencedKey {
     /// The Redis key.
     ///
     /// ```
-    /// let marker = tenure::FencedKey::new(tenure::admin::last_run_key("tenure", "digest")?);
-    /// assert_eq!(marker.key(), "tenure:{digest}:last-run");
-    /// # Ok::<(), tenure::Error>(())
+    /// let marker = tenure::FencedKey::new("reports:{daily}:marker");
+    /// assert_eq!(marker.key(), "reports:{daily}:marker");
     /// ```
     pub fn key(&self) -> &str {
         &self.key

@@ -153,7 +153,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations)]
 
-pub mod admin;
 mod backend;
 mod clock;
 mod election;
@@ -182,6 +181,20 @@ pub use term::{LeaderInfo, LostReason};
 /// The `redis` crate this version of tenure is built with, for
 /// [`FencedKey`] connections.
 pub use redis;
+
+/// Check an election name (or a partition's, or a group's) and a key
+/// prefix as every builder and [`Store`] query checks them: non-empty, at
+/// most 200 bytes, no braces, white space or control characters.
+///
+/// ```
+/// assert!(tenure::validate_name(tenure::DEFAULT_PREFIX, "nightly-cleanup").is_ok());
+/// assert!(tenure::validate_name(tenure::DEFAULT_PREFIX, "two words").is_err());
+/// assert!(tenure::validate_name("", "jobs").is_err());
+/// ```
+pub fn validate_name(prefix: &str, name: &str) -> Result<()> {
+    backend::validate_name("key prefix", prefix)?;
+    backend::validate_name("election name", name)
+}
 
 /// A fresh instance id: this host's name, a dash, and 128 random bits in hex.
 ///

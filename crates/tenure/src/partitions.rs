@@ -114,7 +114,7 @@ impl PartitionSetBuilder {
     /// # drop(set); Ok(()) }
     /// ```
     pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.store = Some(StoreSpec::Redis(url.into()));
+        self.store = Some(StoreSpec::Url(url.into()));
         self
     }
 
@@ -132,7 +132,7 @@ impl PartitionSetBuilder {
     /// # Ok(()) }
     /// ```
     pub fn memory(mut self, store: &MemoryStore) -> Self {
-        self.store = Some(StoreSpec::Memory(store.clone()));
+        self.store = Some(StoreSpec::Store(crate::Store::memory(store)));
         self
     }
 
@@ -149,7 +149,7 @@ impl PartitionSetBuilder {
     /// # drop(set); Ok(()) }
     /// ```
     pub fn store(mut self, store: &crate::Store) -> Self {
-        self.store = Some(StoreSpec::Shared(store.clone()));
+        self.store = Some(StoreSpec::Store(store.clone()));
         self
     }
 
@@ -357,14 +357,12 @@ impl PartitionSetBuilder {
                 "no store given: call .redis(url) or .memory(&store)".into(),
             ));
         };
-        let store = Store::for_partition_set(
-            spec,
-            self.settings.tls_files(),
-            Address::new(&self.settings.prefix, &self.group),
-            self.settings.allow_eviction,
-            (timing.ttl, timing.call_timeout),
-        )
-        .await?;
+        let store = spec
+            .connect(&mut self.settings, timing.call_timeout)
+            .await?;
+        let needs = StoreSpec::needs(&self.settings, true, timing.ttl);
+        let group = Address::new(&self.settings.prefix, &self.group);
+        store.check_partition_set(group, needs).await?;
         metrics::describe();
         let hold_off_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
         let keys_len = self.partitions.len();

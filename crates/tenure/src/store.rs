@@ -9,12 +9,9 @@
 //! connection, on which each election subscribes to its own channel.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::redis::topology::Following;
-use crate::backend::redis::{RedisShared, RedisTarget};
-use crate::backend::TlsFiles;
+use crate::backend::{self, validate_name, Address, Connect, Op, StoreBugs, TlsFiles};
 use crate::{LeaderInfo, MemoryStore, Result};
 
 /// Where leases are kept, shared by any number of elections and partition
@@ -29,26 +26,14 @@ use crate::{LeaderInfo, MemoryStore, Result};
 /// ```
 #[derive(Clone)]
 pub struct Store {
-    pub(crate) kind: StoreKind,
-}
-
-#[derive(Clone)]
-pub(crate) enum StoreKind {
-    Redis(Arc<RedisShared>),
-    #[cfg(feature = "etcd")]
-    Etcd(Arc<crate::backend::etcd::EtcdStore>),
-    Memory(MemoryStore),
+    pub(crate) inner: backend::Store,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match &self.kind {
-            StoreKind::Redis(shared) => shared.store.target().redacted(),
-            #[cfg(feature = "etcd")]
-            StoreKind::Etcd(store) => store.url().to_string(),
-            StoreKind::Memory(_) => "memory".to_string(),
-        };
-        f.debug_struct("Store").field("at", &kind).finish()
+        f.debug_struct("Store")
+            .field("at", &self.inner.describe())
+            .finish()
     }
 }
 
@@ -65,11 +50,7 @@ impl Store {
     /// # drop(reports); Ok(()) }
     /// ```
     pub fn redis(url: impl Into<String>) -> StoreBuilder {
-        StoreBuilder {
-            url: url.into(),
-            tls: TlsFiles::default(),
-            call_timeout: Duration::from_secs(2),
-        }
+        Store::open(url)
     }
 
     /// The store at `url`, whichever kind it names: Redis (the forms of
@@ -85,7 +66,12 @@ impl Store {
     /// # drop(reports); Ok(()) }
     /// ```
     pub fn open(url: impl Into<String>) -> StoreBuilder {
-        Store::redis(url)
+        StoreBuilder {
+            url: url.into(),
+            tls: TlsFiles::default(),
+            call_timeout: Duration::from_secs(2),
+            bugs: StoreBugs::default(),
+        }
     }
 
     /// Names of the elections that have a lease under `prefix` now,
@@ -103,16 +89,8 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn elections(&self, prefix: &str) -> Result<Vec<String>> {
-        crate::backend::validate_name("key prefix", prefix)?;
-        match &self.kind {
-            StoreKind::Redis(shared) => {
-                let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
-                crate::admin::list_elections(&mut conn, prefix).await
-            }
-            #[cfg(feature = "etcd")]
-            StoreKind::Etcd(store) => store.list_elections(prefix).await,
-            StoreKind::Memory(memory) => Ok(memory.elections()),
-        }
+        validate_name("key prefix", prefix)?;
+        self.inner.elections(prefix).await
     }
 
     /// [`Store::elections`], node by node: each primary of a Redis store
@@ -135,19 +113,8 @@ impl Store {
         &self,
         prefix: &str,
     ) -> Result<Vec<(String, Result<Vec<String>>)>> {
-        crate::backend::validate_name("key prefix", prefix)?;
-        match &self.kind {
-            StoreKind::Redis(shared) => {
-                let mut conn = crate::admin::Connection::on(shared.store.topology().clone());
-                crate::admin::list_elections_by_node(&mut conn, prefix).await
-            }
-            #[cfg(feature = "etcd")]
-            StoreKind::Etcd(store) => Ok(vec![(
-                "etcd".to_string(),
-                store.list_elections(prefix).await,
-            )]),
-            StoreKind::Memory(memory) => Ok(vec![("memory".to_string(), Ok(memory.elections()))]),
-        }
+        validate_name("key prefix", prefix)?;
+        self.inner.elections_by_node(prefix).await
     }
 
     /// Who leads election `name` under `prefix` (`None`: nobody). Reads
@@ -164,18 +131,17 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub async fn leader_of(&self, prefix: &str, name: &str) -> Result<Option<LeaderInfo>> {
-        crate::backend::validate_name("key prefix", prefix)?;
-        crate::backend::validate_name("election name", name)?;
-        let store = match &self.kind {
-            StoreKind::Redis(shared) => crate::backend::Store::Redis(shared.store.clone()),
-            #[cfg(feature = "etcd")]
-            StoreKind::Etcd(store) => crate::backend::Store::Etcd(store.clone()),
-            StoreKind::Memory(memory) => crate::backend::Store::Memory(memory.clone()),
+        validate_name("key prefix", prefix)?;
+        validate_name("election name", name)?;
+        let op = Op::Inspect {
+            at: Address::new(prefix, name),
         };
-        let op = crate::backend::Op::Inspect {
-            at: crate::backend::Address::new(prefix, name),
-        };
-        Ok(store.one(op).await?.into_inspect()?.map(LeaderInfo::from))
+        Ok(self
+            .inner
+            .one(op)
+            .await?
+            .into_inspect()?
+            .map(LeaderInfo::from))
     }
 
     /// An in-memory store (tests).
@@ -191,7 +157,7 @@ impl Store {
     /// ```
     pub fn memory(store: &MemoryStore) -> Store {
         Store {
-            kind: StoreKind::Memory(store.clone()),
+            inner: backend::Store::Memory(store.clone()),
         }
     }
 }
@@ -215,6 +181,7 @@ pub struct StoreBuilder {
     url: String,
     tls: TlsFiles,
     call_timeout: Duration,
+    bugs: StoreBugs,
 }
 
 impl StoreBuilder {
@@ -294,29 +261,23 @@ impl StoreBuilder {
     /// # }
     /// ```
     pub async fn connect(self) -> Result<Store> {
-        if crate::backend::is_etcd_url(&self.url) {
-            let store = crate::backend::connect_etcd(
-                self.url,
-                self.tls,
-                self.call_timeout,
-                crate::backend::EtcdBugs::default(),
-            )
-            .await?;
-            #[cfg(feature = "etcd")]
-            return Ok(Store {
-                kind: StoreKind::Etcd(store),
-            });
-            #[cfg(not(feature = "etcd"))]
-            match *store {}
-        }
-        let target = RedisTarget {
-            tls_ca: self.tls.for_redis(&self.url)?,
+        let spec = Connect {
             url: self.url,
+            tls: self.tls,
+            call_timeout: self.call_timeout,
+            bugs: self.bugs,
         };
         Ok(Store {
-            kind: StoreKind::Redis(
-                RedisShared::connect(target, self.call_timeout, Following::Every).await?,
-            ),
+            inner: backend::Store::connect(spec).await?,
         })
+    }
+
+    /// The files, timeout and failing-mode switches of an election's or a
+    /// partition set's own settings (their builders connect through here).
+    pub(crate) fn with(mut self, tls: TlsFiles, call_timeout: Duration, bugs: StoreBugs) -> Self {
+        self.tls = tls;
+        self.call_timeout = call_timeout;
+        self.bugs = bugs;
+        self
     }
 }

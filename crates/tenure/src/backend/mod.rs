@@ -131,7 +131,7 @@ pub(crate) enum Reply {
 
 impl Reply {
     fn mismatch(self) -> Error {
-        Error::redis(format!("internal: unexpected reply {self:?}"))
+        Error::internal(format!("unexpected reply {self:?}"))
     }
 
     pub fn into_members(self) -> Result<(Vec<String>, u64)> {
@@ -191,66 +191,132 @@ impl Reply {
     }
 }
 
-/// A store: where any number of elections keep their leases.
+/// A store: where any number of elections keep their leases. Cheap to
+/// clone: clones share the connections.
 #[derive(Clone)]
 pub(crate) enum Store {
-    Redis(Arc<redis::RedisStore>),
+    Redis(Arc<redis::RedisShared>),
     #[cfg(feature = "etcd")]
     Etcd(Arc<etcd::EtcdStore>),
     Memory(memory::MemoryStore),
 }
 
+/// How to reach a store, as a builder was told: every store of every kind
+/// is connected by [`Store::connect`] from one of these.
+#[derive(Debug)]
+pub(crate) struct Connect {
+    pub url: String,
+    pub tls: TlsFiles,
+    /// The bound of one round trip.
+    pub call_timeout: std::time::Duration,
+    pub bugs: StoreBugs,
+}
+
+/// Fixed bugs of the stores that hidden, **unsafe** builder switches turn
+/// back on, so that tenure-chaos's failing-mode tests can show its checker
+/// catches them. All off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StoreBugs {
+    pub etcd: EtcdBugs,
+    /// Sentinel: only the first sentinel of the URL is listened to and
+    /// asked for the primary (issue 22).
+    pub first_sentinel_only: bool,
+}
+
+/// What an election or a partition set needs of its store, checked once
+/// when it is built.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Needs {
+    /// A partition set: the group's member set too.
+    pub partitions: bool,
+    /// Accept a store that may evict leases (Redis' eviction policies).
+    pub allow_eviction: bool,
+    /// The ttl the leases will have (etcd counts whole seconds).
+    pub ttl: std::time::Duration,
+}
+
 impl Store {
-    /// The store a partition set was given (`spec`), connected and checked
-    /// for partition sets (the group's member set included).
-    pub async fn for_partition_set(
-        spec: crate::election::StoreSpec,
-        tls: TlsFiles,
-        group: Address<'_>,
-        allow_eviction: bool,
-        (ttl, call_timeout): (std::time::Duration, std::time::Duration),
-    ) -> Result<Store> {
-        use crate::election::StoreSpec;
-        use crate::store::StoreKind;
-        let checks = redis::StoreChecks {
-            partitions: true,
-            allow_eviction,
+    /// Connect to the store `spec` names, whichever kind its URL's scheme
+    /// says: the one connect path of every builder.
+    pub async fn connect(spec: Connect) -> Result<Store> {
+        if is_etcd_url(&spec.url) {
+            let store = connect_etcd(spec.url, spec.tls, spec.call_timeout, spec.bugs.etcd).await?;
+            #[cfg(feature = "etcd")]
+            return Ok(Store::Etcd(store));
+            #[cfg(not(feature = "etcd"))]
+            match *store {}
+        }
+        let target = redis::RedisTarget {
+            tls_ca: spec.tls.for_redis(&spec.url)?,
+            url: spec.url,
         };
-        Ok(match spec {
-            StoreSpec::Memory(store) => Store::Memory(store),
-            StoreSpec::Shared(shared) => match shared.kind {
-                StoreKind::Memory(store) => Store::Memory(store),
-                StoreKind::Redis(shared) => {
-                    shared.store.check(group, checks).await?;
-                    Store::Redis(shared.store.clone())
-                }
-                #[cfg(feature = "etcd")]
-                StoreKind::Etcd(store) => {
-                    store.check(group, true, ttl).await?;
-                    Store::Etcd(store)
-                }
-            },
-            StoreSpec::Redis(url) if is_etcd_url(&url) => {
-                let store = connect_etcd(url, tls, call_timeout, EtcdBugs::default()).await?;
-                store.check(group, true, ttl).await?;
-                #[cfg(feature = "etcd")]
-                {
-                    Store::Etcd(store)
-                }
-                #[cfg(not(feature = "etcd"))]
-                match *store {}
-            }
-            StoreSpec::Redis(url) => {
-                let target = redis::RedisTarget {
-                    tls_ca: tls.for_redis(&url)?,
-                    url,
-                };
-                let following = redis::topology::Following::Every;
-                let store = redis::RedisStore::connect(target, call_timeout, following).await?;
-                store.check(group, checks).await?;
-                Store::Redis(Arc::new(store))
-            }
-        })
+        let following = if spec.bugs.first_sentinel_only {
+            redis::topology::Following::FirstOnly
+        } else {
+            redis::topology::Following::Every
+        };
+        Ok(Store::Redis(
+            redis::RedisShared::connect(target, spec.call_timeout, following).await?,
+        ))
+    }
+
+    /// The election at `at` on this store: checked for what it `needs`, and
+    /// listening to its announcements.
+    pub async fn election(&self, at: Address<'_>, needs: Needs) -> Result<Backend> {
+        match self {
+            Store::Redis(shared) => shared.election(at, needs.into()).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(store) => store.election(at, needs.ttl).await,
+            Store::Memory(memory) => Ok(memory.backend(at)),
+        }
+    }
+
+    /// Check this store for the partition set whose group is at `group`
+    /// (its member set included).
+    pub async fn check_partition_set(&self, group: Address<'_>, needs: Needs) -> Result<()> {
+        match self {
+            Store::Redis(shared) => shared.store.check(group, needs.into()).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(store) => store.check(group, true, needs.ttl).await,
+            Store::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Names of the elections that have a lease under `prefix` now, sorted.
+    pub async fn elections(&self, prefix: &str) -> Result<Vec<String>> {
+        match self {
+            Store::Redis(shared) => shared.elections(prefix).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(store) => store.list_elections(prefix).await,
+            Store::Memory(memory) => Ok(memory.elections()),
+        }
+    }
+
+    /// [`Store::elections`] node by node (a Redis Cluster's primaries; any
+    /// other store is one entry).
+    pub async fn elections_by_node(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, Result<Vec<String>>)>> {
+        match self {
+            Store::Redis(shared) => shared.elections_by_node(prefix).await,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(store) => Ok(vec![(
+                "etcd".to_string(),
+                store.list_elections(prefix).await,
+            )]),
+            Store::Memory(memory) => Ok(vec![("memory".to_string(), Ok(memory.elections()))]),
+        }
+    }
+
+    /// Where this store is, for messages (never with a password).
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Redis(shared) => shared.store.target().redacted(),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(store) => store.url().to_string(),
+            Store::Memory(_) => "memory".to_string(),
+        }
     }
 
     /// Carry out `ops` in one round trip: one pipeline on Redis, one lock
@@ -270,7 +336,7 @@ impl Store {
         round_trips: &AtomicU64,
     ) -> Result<Vec<Result<Reply>>> {
         match self {
-            Store::Redis(store) => store.batch(ops, round_trips).await,
+            Store::Redis(shared) => shared.store.batch(ops, round_trips).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => store.batch(ops, round_trips).await,
             Store::Memory(store) => {
@@ -285,14 +351,14 @@ impl Store {
         let mut replies = self.batch(&[op]).await?;
         replies
             .pop()
-            .unwrap_or_else(|| Err(Error::redis("internal: a batch of one had no reply")))
+            .unwrap_or_else(|| Err(Error::internal("a batch of one had no reply")))
     }
 
     /// Drop the current connection for a new one (after a timeout: the call
     /// may have run, and the connection may be dead).
     pub fn reset(&self) {
-        if let Store::Redis(store) = self {
-            store.reset();
+        if let Store::Redis(shared) = self {
+            shared.store.reset();
         }
     }
 }

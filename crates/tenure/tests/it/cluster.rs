@@ -55,10 +55,13 @@ async fn elections_spread_over_every_shard_work() {
         assert_eq!(owner, "worker", "{name}");
     }
     assert_eq!(shards.len(), 3, "64 names land on every shard");
-    let mut admin = tenure::admin::connect(&url, None, Duration::from_secs(2))
+    let store = tenure::Store::open(&url)
+        .connect()
         .await
-        .expect("admin connection");
-    let mut listed = tenure::admin::list_elections(&mut admin, "tenure")
+        .expect("store connection");
+    let mut admin = store.redis_connection().expect("a Redis store");
+    let mut listed = store
+        .elections("tenure")
         .await
         .expect("scans every primary");
     listed.sort();
@@ -68,8 +71,7 @@ async fn elections_spread_over_every_shard_work() {
     // Fenced writes through the same connection land on each key's shard
     // (the script is loaded on every primary first).
     for (e, term) in terms.iter().take(8) {
-        let marker =
-            tenure::FencedKey::new(tenure::admin::last_run_key("tenure", e.name()).expect("key"));
+        let marker = tenure::FencedKey::new(format!("tenure:{{{}}}:last-run", e.name()));
         let written = marker
             .set(&mut admin, term.token(), "done")
             .await
@@ -82,7 +84,8 @@ async fn elections_spread_over_every_shard_work() {
         assert!(!stale.is_accepted());
     }
     for (e, term) in &terms {
-        let leader = tenure::admin::leader_of(&mut admin, "tenure", e.name())
+        let leader = store
+            .leader_of("tenure", e.name())
             .await
             .expect("inspect")
             .expect("led");

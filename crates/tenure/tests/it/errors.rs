@@ -172,10 +172,13 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     let term = e.campaign().await.unwrap();
     assert!(term.is_leader());
     // The admin connection and the pub/sub connection use TLS too.
-    let mut admin = tenure::admin::connect(&url, Some(&files.ca), Duration::from_secs(2))
+    let store = tenure::Store::open(&url)
+        .tls_ca_file(&files.ca)
+        .connect()
         .await
         .unwrap();
-    let leader = tenure::admin::leader_of(&mut admin, "tenure", "tls")
+    let leader = store
+        .leader_of("tenure", "tls")
         .await
         .unwrap()
         .expect("a leader");
@@ -230,7 +233,7 @@ async fn a_tls_connection_is_opened_again_after_the_server_restarts() {
     let files = make_certs(&dir);
     let mut server = RedisServer::builder().tls(files.clone()).start().unwrap();
     let url = format!("rediss://127.0.0.1:{}", server.port());
-    let mut conn = tenure::admin::connect(&url, Some(&files.ca), Duration::from_secs(2))
+    let mut conn = tenure::fence::connect(&url, Some(&files.ca), Duration::from_secs(2))
         .await
         .unwrap();
     server.restart().unwrap();

@@ -125,15 +125,10 @@ impl Drop for Member {
 
 /// Owner of every partition, read from Redis.
 async fn owners(url: &str) -> BTreeMap<String, String> {
-    let mut conn = tenure::admin::connect(url, None, Duration::from_secs(2))
-        .await
-        .unwrap();
+    let store = tenure::Store::open(url).connect().await.unwrap();
     let mut owners = BTreeMap::new();
     for partition in partitions() {
-        if let Some(leader) = tenure::admin::leader_of(&mut conn, "tenure", &partition)
-            .await
-            .unwrap()
-        {
+        if let Some(leader) = store.leader_of("tenure", &partition).await.unwrap() {
             owners.insert(partition, leader.id);
         }
     }

@@ -197,15 +197,17 @@ async fn every_operation(url: &str) -> tenure::Result<()> {
         "the last-run marker is written"
     );
     assert!(e.since_last_run().await?.is_some());
-    let mut conn = tenure::admin::connect(url, None, SECOND).await?;
+    let mut conn = tenure::fence::connect(url, None, SECOND).await?;
     let marker = FencedKey::new("tenure:{acl}:last-run");
     marker.set(&mut conn, term.token(), "1").await?;
     marker.get(&mut conn).await?;
     term.resign().await?;
-    let mut admin = tenure::admin::connect(url, None, SECOND).await?;
-    tenure::admin::list_elections(&mut admin, "tenure").await?;
-    tenure::admin::leader_of(&mut admin, "tenure", "acl").await?;
-    tenure::admin::server_time_ms(&mut admin).await?;
+    let store = tenure::Store::open(url)
+        .call_timeout(SECOND)
+        .connect()
+        .await?;
+    store.elections("tenure").await?;
+    store.leader_of("tenure", "acl").await?;
     tenure::PartitionSet::builder("acl-group", ["p0"])
         .redis(url)
         .ttl(SECOND)
@@ -421,11 +423,8 @@ async fn phantom_members_do_not_hold_partitions_unowned() {
     let server = redis();
     let url = server.url();
     let mut conn = raw(&url).await;
-    let now_ms = tenure::admin::server_time_ms(
-        &mut tenure::admin::connect(&url, None, SECOND).await.unwrap(),
-    )
-    .await
-    .unwrap();
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
     // A member entry that no heartbeat wrote: it "expires" in an hour.
     let _: () = conn
         .zadd("tenure:{ghosts}:members", "phantom", now_ms + 3_600_000)

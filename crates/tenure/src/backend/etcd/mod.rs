@@ -1888,7 +1888,7 @@ fn lease_not_found(err: &Error) -> bool {
 }
 
 fn copy_error(err: &Error) -> Error {
-    super::redis::copy_error(err)
+    crate::error::copy_error(err)
 }
 
 /// [`EtcdStore::same_cluster`] for a store first reached on cluster

@@ -157,7 +157,7 @@ fn tls_scheme(url: &str) -> Option<String> {
 
 /// A connection to one Redis node: every call bounded by a timeout, and a
 /// new connection after the old one drops. Cheap to clone (clones share
-/// the connection). [`crate::admin::Connection`] routes over these.
+/// the connection). [`super::routed::Connection`] routes over these.
 #[derive(Clone)]
 pub(crate) struct Connection {
     inner: Inner,

@@ -11,6 +11,7 @@
 
 pub(crate) mod connection;
 pub(crate) mod keys;
+pub(crate) mod routed;
 pub(crate) mod sharded;
 pub(crate) mod topology;
 
@@ -26,6 +27,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::{Address, Backend, Notices, Op, Reply, Store};
+use crate::error::copy_error;
 use crate::machine::{AcquireReply, RenewReply};
 use crate::term::Holder;
 use crate::{redact_url, Error, Result};
@@ -869,46 +871,6 @@ impl RedisStore {
     }
 }
 
-/// The same error again, for each of several operations that failed
-/// together.
-pub(crate) fn copy_error(err: &Error) -> Error {
-    match err {
-        Error::Config(text) => Error::Config(text.clone()),
-        Error::Unreachable { url, detail } => Error::Unreachable {
-            url: url.clone(),
-            detail: detail.clone(),
-        },
-        Error::NotTheStore { url } => Error::NotTheStore { url: url.clone() },
-        Error::Auth { url, detail } => Error::Auth {
-            url: url.clone(),
-            detail: detail.clone(),
-        },
-        Error::Tls { url, detail } => Error::Tls {
-            url: url.clone(),
-            detail: detail.clone(),
-        },
-        Error::NoPermission { command, detail } => Error::NoPermission {
-            command: command.clone(),
-            detail: detail.clone(),
-        },
-        Error::Unsafe { url, detail } => Error::Unsafe {
-            url: url.clone(),
-            detail: detail.clone(),
-        },
-        Error::ForeignData { key, detail } => Error::ForeignData {
-            key: key.clone(),
-            detail: detail.clone(),
-        },
-        Error::Timeout(limit) => Error::Timeout(*limit),
-        Error::Unavailable => Error::Unavailable,
-        Error::Etcd { detail } => Error::Etcd {
-            detail: detail.clone(),
-        },
-        Error::NotLeader(reason) => Error::NotLeader(reason.clone()),
-        Error::Redis { detail, .. } => Error::redis(detail.clone()),
-    }
-}
-
 fn is_noscript(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
@@ -917,7 +879,18 @@ fn is_noscript(err: &RedisError) -> bool {
 /// sets on one Redis share.
 pub(crate) struct RedisShared {
     pub store: Arc<RedisStore>,
-    pub subscriber: Subscriber,
+    /// Started by the first election (partition sets have no followers to
+    /// wake, and open no pub/sub connection).
+    subscriber: std::sync::OnceLock<Subscriber>,
+}
+
+impl From<super::Needs> for StoreChecks {
+    fn from(needs: super::Needs) -> Self {
+        StoreChecks {
+            partitions: needs.partitions,
+            allow_eviction: needs.allow_eviction,
+        }
+    }
 }
 
 impl RedisShared {
@@ -927,10 +900,9 @@ impl RedisShared {
         following: Following,
     ) -> Result<Arc<Self>> {
         let store = RedisStore::connect(target, call_timeout, following).await?;
-        let subscriber = Subscriber::start(store.topology().clone());
         Ok(Arc::new(RedisShared {
             store: Arc::new(store),
-            subscriber,
+            subscriber: std::sync::OnceLock::new(),
         }))
     }
 
@@ -943,13 +915,55 @@ impl RedisShared {
     ) -> Result<Backend> {
         self.store.check(at, checks).await?;
         let events = Keys::of(at).events;
-        let (notices, subscription) = self.subscriber.subscribe(&events).await?;
+        let subscriber = self
+            .subscriber
+            .get_or_init(|| Subscriber::start(self.store.topology().clone()));
+        let (notices, subscription) = subscriber.subscribe(&events).await?;
         Ok(Backend::new(
-            Store::Redis(self.store.clone()),
+            Store::Redis(self.clone()),
             at,
             notices,
             Some(Box::new((subscription, self.clone()))),
         ))
+    }
+
+    /// A connection for the application's own commands, on this store's
+    /// topology (shared with its elections).
+    pub fn connection(&self) -> routed::Connection {
+        routed::Connection::on(self.store.topology().clone())
+    }
+
+    /// Every primary with the elections it holds under `prefix`.
+    pub async fn elections_by_node(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, Result<Vec<String>>)>> {
+        routed::list_elections_by_node(&self.connection(), prefix).await
+    }
+
+    /// Names of all elections with a live lease under `prefix`, sorted, read
+    /// with `SCAN` (never `KEYS`) on every primary. Fails when any primary
+    /// cannot be read, naming it; [`RedisShared::elections_by_node`] lists
+    /// what can be.
+    pub async fn elections(&self, prefix: &str) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        for (node, listed) in self.elections_by_node(prefix).await? {
+            match listed {
+                Ok(found) => names.extend(found),
+                // A person must act on these (a missing ACL permission,
+                // foreign data): they are returned as they are.
+                Err(err) if !err.is_transient() => return Err(err),
+                Err(err) => {
+                    return Err(Error::Unreachable {
+                        url: node,
+                        detail: format!("cannot list its elections: {err}"),
+                    })
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        Ok(names)
     }
 }
 

@@ -1,21 +1,22 @@
-//! Operator queries: who leads which election, without campaigning.
+//! A routed connection to a Redis store, for the application's own
+//! commands: what [`crate::FencedKey`] writes through, and what `tenure
+//! status` lists elections with.
 //!
-//! These are what `tenure status` is built on. They use a plain connection
-//! of the caller's ([`connect`] makes one with the same URL, TLS and error
-//! handling as an election) and never modify a lease.
+//! It is opened the way elections open theirs (same URL forms, TLS, error
+//! handling and topology following), so a fenced write on a Sentinel group
+//! or a Cluster goes where the election's own scripts go.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 
-use crate::backend::redis::keys::Keys;
-use crate::backend::redis::topology::{slot_of, Following, Node, Topology};
-use crate::backend::redis::{classify, is_read_only, parse_inspect, RedisTarget, INSPECT};
-use crate::backend::validate_name;
-use crate::{LeaderInfo, Result};
+use super::keys::Keys;
+use super::topology::{reply_addr, slot_of, Following, Node, Topology};
+use super::{classify, is_read_only, RedisTarget};
+use crate::Result;
 
 /// A connection to a Redis store opened the way elections open theirs
 /// (see [`connect`]): a single server, the primary Redis Sentinel names,
@@ -29,13 +30,13 @@ use crate::{LeaderInfo, Result};
 /// command goes); a command without keys goes to the primary (on a
 /// cluster, to any primary), except `SCRIPT LOAD`, which goes to every
 /// primary (a script runs where its keys are). On a cluster a `MOVED` or
-/// `ASK` reply is followed once. `SCAN` sees one node only: [`list_elections`] scans every
-/// primary.
+/// `ASK` reply is followed once. `SCAN` sees one node only:
+/// [`crate::Store::elections`] scans every primary.
 ///
 /// ```no_run
 /// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
+/// let mut conn = tenure::fence::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
 /// let pong: String = tenure::redis::cmd("PING").query_async(&mut conn).await?;
 /// assert_eq!(pong, "PONG");
 /// # Ok(()) }
@@ -158,7 +159,7 @@ impl Connection {
             return Err(err);
         };
         let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
-        let addr = crate::backend::redis::topology::reply_addr(addr, &node.addr);
+        let addr = reply_addr(addr, &node.addr);
         let target = if asking {
             self.topology.node_at(&addr)
         } else {
@@ -243,10 +244,9 @@ impl ConnectionLike for Connection {
 /// ```no_run
 /// # #[tokio::main] async fn main() -> tenure::Result<()> {
 /// use std::time::Duration;
-/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
-/// for name in tenure::admin::list_elections(&mut conn, "tenure").await? {
-///     println!("{name}: {:?}", tenure::admin::leader_of(&mut conn, "tenure", &name).await?);
-/// }
+/// let mut conn = tenure::fence::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
+/// let marker = tenure::FencedKey::new("reports:{daily}:marker");
+/// marker.set(&mut conn, 7, "done").await?;
 /// # Ok(()) }
 /// ```
 pub async fn connect(
@@ -263,64 +263,16 @@ pub async fn connect(
     })
 }
 
-/// Names of all elections with a live lease under `prefix`, sorted, read
-/// with `SCAN` (never `KEYS`) on every primary. Fails when any primary
-/// cannot be read, naming it; [`list_elections_by_node`] lists what can be.
-///
-/// ```no_run
-/// # #[tokio::main] async fn main() -> tenure::Result<()> {
-/// use std::time::Duration;
-/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
-/// let names = tenure::admin::list_elections(&mut conn, "tenure").await?;
-/// assert!(names.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
-/// # Ok(()) }
-/// ```
-pub async fn list_elections(conn: &mut Connection, prefix: &str) -> Result<Vec<String>> {
-    let mut names = Vec::new();
-    for (node, listed) in list_elections_by_node(conn, prefix).await? {
-        match listed {
-            Ok(found) => names.extend(found),
-            // A person must act on these (a missing ACL permission,
-            // foreign data): they are returned as they are.
-            Err(err) if !err.is_transient() => return Err(err),
-            Err(err) => {
-                return Err(crate::Error::Unreachable {
-                    url: node,
-                    detail: format!("cannot list its elections: {err}"),
-                })
-            }
-        }
-    }
-    names.sort();
-    names.dedup();
-    Ok(names)
-}
-
 /// Every primary (`host:port`; the single server, the sentinels' primary,
 /// or each cluster node that serves a slot) with the names of the
 /// elections it holds under `prefix`, sorted, or why they could not be read.
 /// The primaries are scanned at once, so a silent node costs one call
 /// timeout and hides nothing of the others.
 ///
-/// ```no_run
-/// # #[tokio::main] async fn main() -> tenure::Result<()> {
-/// use std::time::Duration;
-/// let url = "redis+cluster://10.0.0.1:6379,10.0.0.2:6379";
-/// let mut conn = tenure::admin::connect(url, None, Duration::from_secs(2)).await?;
-/// for (node, listed) in tenure::admin::list_elections_by_node(&mut conn, "tenure").await? {
-///     match listed {
-///         Ok(names) => println!("{node}: {}", names.join(", ")),
-///         Err(err) => eprintln!("{node}: cannot list: {err}"),
-///     }
-/// }
-/// # Ok(()) }
-/// ```
-pub async fn list_elections_by_node(
-    conn: &mut Connection,
+pub(crate) async fn list_elections_by_node(
+    conn: &Connection,
     prefix: &str,
 ) -> Result<Vec<(String, Result<Vec<String>>)>> {
-    validate_name("key prefix", prefix)?;
-    let conn = &*conn;
     let scans = conn
         .topology
         .primaries()
@@ -366,66 +318,4 @@ async fn scan_node(conn: &Connection, node: &Arc<Node>, prefix: &str) -> Result<
     names.sort();
     names.dedup();
     Ok(names)
-}
-
-/// Who leads the election `name` under `prefix` (`None` when nobody does).
-///
-/// ```no_run
-/// # #[tokio::main] async fn main() -> tenure::Result<()> {
-/// use std::time::Duration;
-/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
-/// match tenure::admin::leader_of(&mut conn, "tenure", "reports").await? {
-///     Some(leader) => println!("{} leads with token {}", leader.id, leader.token),
-///     None => println!("nobody leads"),
-/// }
-/// # Ok(()) }
-/// ```
-pub async fn leader_of(
-    conn: &mut Connection,
-    prefix: &str,
-    name: &str,
-) -> Result<Option<LeaderInfo>> {
-    validate_name("key prefix", prefix)?;
-    validate_name("election name", name)?;
-    let keys = Keys::new(prefix, name);
-    let reply: Value = Script::new(INSPECT)
-        .key(&keys.lease)
-        .invoke_async(conn)
-        .await
-        .map_err(|e| classify(e, "redis"))?;
-    Ok(parse_inspect(reply, "redis")?.map(LeaderInfo::from))
-}
-
-/// The key of the fenced "last run" marker of an election (used by
-/// `tenure run --at-most-every`).
-///
-/// ```
-/// assert_eq!(tenure::admin::last_run_key("tenure", "digest")?, "tenure:{digest}:last-run");
-/// // Names are checked as elections check them.
-/// assert!(tenure::admin::last_run_key("tenure", "").is_err());
-/// # Ok::<(), tenure::Error>(())
-/// ```
-pub fn last_run_key(prefix: &str, name: &str) -> Result<String> {
-    validate_name("key prefix", prefix)?;
-    validate_name("election name", name)?;
-    Ok(Keys::new(prefix, name).last_run)
-}
-
-/// The Redis server's clock, in milliseconds since the Unix epoch: one clock
-/// for every host, for "when did this last run" questions.
-///
-/// ```no_run
-/// # #[tokio::main] async fn main() -> tenure::Result<()> {
-/// use std::time::Duration;
-/// let mut conn = tenure::admin::connect("redis://127.0.0.1:6379", None, Duration::from_secs(2)).await?;
-/// let now_ms = tenure::admin::server_time_ms(&mut conn).await?;
-/// assert!(now_ms > 1_700_000_000_000, "milliseconds since 1970");
-/// # Ok(()) }
-/// ```
-pub async fn server_time_ms(conn: &mut Connection) -> Result<u64> {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-        .query_async(conn)
-        .await
-        .map_err(|e| classify(e, "redis"))?;
-    Ok(secs * 1000 + micros / 1000)
 }
