@@ -21,10 +21,11 @@ use crate::backend::{validate_name, Address, Backend, Needs, Notices, Store, Sto
 use crate::keeper::{Keeper, Report};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
-    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep, Timing,
+    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, LeaderStep, Reading,
+    Timing,
 };
 use crate::term::{Holder, LeaderInfo, LostReason};
-use crate::{clock, instance_id, metrics, Error, Leadership, MemoryStore, Result};
+use crate::{instance_id, metrics, Error, Leadership, MemoryStore, Result};
 
 /// The default lease TTL.
 ///
@@ -922,8 +923,8 @@ impl Election {
         let mut pace = Pace::default();
         loop {
             let seen = *notices.borrow_and_update();
-            let sent = Instant::now();
-            let suspended = clock::suspended();
+            let sent_at = Reading::take();
+            let sent = sent_at.now;
             let reply = match self.acquire_once(&attempt.name).await {
                 Ok(reply) => {
                     failures = 0;
@@ -940,11 +941,11 @@ impl Election {
                     None
                 }
             };
-            let now = Instant::now();
-            match after_acquire(timing, sent, now, reply, self.jitter(), failures) {
+            let now_at = Reading::take();
+            match after_acquire(timing, sent_at, now_at, reply, self.jitter(), failures) {
                 CandidateStep::Elected(state) => {
                     attempt.won();
-                    return Ok(self.start_term(state, suspended));
+                    return Ok(self.start_term(state));
                 }
                 CandidateStep::Follow { until, holder } => {
                     if last_seen_token != Some(holder.token) {
@@ -1054,12 +1055,11 @@ impl Election {
         Duration::from_micros(us)
     }
 
-    /// Start the term that an acquire sent when the suspend time read
-    /// `suspended` won, with a keeper of its own.
-    fn start_term(&self, state: LeaderState, suspended: Duration) -> Leadership {
+    /// Start the term that an acquire won, with a keeper of its own.
+    fn start_term(&self, state: LeaderState) -> Leadership {
         let (commands_tx, commands_rx) = mpsc::channel(8);
         let mut keeper = Keeper::new(&self.inner.id, &commands_tx, Report::PerTerm, true);
-        let term = keeper.begin(TERM, &self.inner.name, state, suspended, ());
+        let term = keeper.begin(TERM, &self.inner.name, state, ());
         // From now on the term's handles hold the only senders: the keeper
         // hears when the last one is dropped.
         drop(commands_tx);
@@ -1400,14 +1400,17 @@ async fn renew_once(election: &Election, keeper: &mut Keeper<()>) -> LeaderStep 
     let Some(kept) = keeper.get(TERM) else {
         return LeaderStep::Lost(LostReason::Resigned);
     };
-    let (token, deadline) = (kept.state.token, kept.shared.deadline());
-    let sent = Instant::now();
-    let suspended = clock::suspended();
-    // The shared deadline also counts time the host spent suspended.
-    if sent >= deadline {
-        keeper.end(TERM, LostReason::DeadlinePassed);
-        return LeaderStep::Lost(LostReason::DeadlinePassed);
-    }
+    let token = kept.state.token;
+    let sent_at = Reading::take();
+    let sent = sent_at.now;
+    // The machine's deadline, which counts time the host spent suspended.
+    let deadline = match kept.state.deadline_as_of(sent_at.slept) {
+        Some(deadline) if kept.state.is_current(sent_at) => deadline,
+        _ => {
+            keeper.end(TERM, LostReason::DeadlinePassed);
+            return LeaderStep::Lost(LostReason::DeadlinePassed);
+        }
+    };
     let renew = inner.backend.renew(&inner.id, token, timing.ttl_ms());
     let limit = timing.call_timeout_before(sent, deadline);
     let reply = match inner.call(limit, renew).await {
@@ -1420,7 +1423,7 @@ async fn renew_once(election: &Election, keeper: &mut Keeper<()>) -> LeaderStep 
         }
     };
     keeper
-        .renewed(TERM, timing, sent, suspended, reply)
+        .renewed(TERM, timing, sent_at, reply)
         .unwrap_or(LeaderStep::Lost(LostReason::Resigned))
 }
 
@@ -1497,13 +1500,19 @@ impl Election {
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
         let timing = &self.inner.timing;
         let mut attempt = self.inner.attempts.begin();
-        let sent = Instant::now();
-        let suspended = clock::suspended();
+        let sent = Reading::take();
         let reply = self.acquire_once(&attempt.name).await?;
-        match after_acquire(timing, sent, Instant::now(), Some(reply), Duration::ZERO, 0) {
+        match after_acquire(
+            timing,
+            sent,
+            Reading::take(),
+            Some(reply),
+            Duration::ZERO,
+            0,
+        ) {
             CandidateStep::Elected(state) => {
                 attempt.won();
-                Ok(Some(self.start_term(state, suspended)))
+                Ok(Some(self.start_term(state)))
             }
             CandidateStep::Follow { holder, .. } => {
                 self.note_holder(&holder);

@@ -159,23 +159,9 @@ impl<T> Keeper<T> {
         }
     }
 
-    /// Begin a term: an acquire sent when the suspend time read `suspended`
-    /// won `state`. Returns its first handle.
-    pub fn begin(
-        &mut self,
-        slot: usize,
-        name: &str,
-        state: LeaderState,
-        suspended: Duration,
-        extra: T,
-    ) -> Leadership {
-        let shared = Arc::new(TermShared::new(
-            name.to_string(),
-            self.id.clone(),
-            state.token,
-            state.deadline,
-            suspended,
-        ));
+    /// Begin a term: an acquire won `state`. Returns its first handle.
+    pub fn begin(&mut self, slot: usize, name: &str, state: LeaderState, extra: T) -> Leadership {
+        let shared = Arc::new(TermShared::new(name.to_string(), self.id.clone(), &state));
         if self.loud {
             tracing::info!(election = %name, id = %self.id, token = state.token, "elected leader");
         } else {
@@ -223,7 +209,7 @@ impl<T> Keeper<T> {
     /// recorded before), take away its right to act now, and tell its
     /// handles. Returns it, for the owner to release its lease.
     pub fn end(&mut self, slot: usize, reason: LostReason) -> Option<Kept<T>> {
-        let kept = self.terms.remove(&slot)?;
+        let mut kept = self.terms.remove(&slot)?;
         self.generation += 1;
         self.watchdog
             .watched()
@@ -232,7 +218,8 @@ impl<T> Keeper<T> {
         let shared = &kept.shared;
         shared.mark_lost(reason.clone());
         // No clone of a handle may believe in the term any more.
-        shared.clamp_deadline();
+        kept.state.end(Reading::take());
+        shared.mirror(&kept.state);
         shared.mark_ended();
         let reason = shared.lost_reason().unwrap_or(reason);
         let name = &shared.election;
@@ -254,20 +241,19 @@ impl<T> Keeper<T> {
         Some(kept)
     }
 
-    /// Apply the reply to a renewal of `slot`'s term sent at `sent` (when
-    /// the suspend time read `suspended`): `None` when it failed or timed
-    /// out. A renewal that keeps the term moves its deadline; one that ends
-    /// it (or leaves it past its deadline) ends it here.
+    /// Apply the reply to a renewal of `slot`'s term sent at `sent`: `None`
+    /// when it failed or timed out. The state machine moves the deadline
+    /// (or ends the term), and its verdict is applied here: the term's
+    /// handles see its deadline, and a term it ends ends here.
     pub fn renewed(
         &mut self,
         slot: usize,
         timing: &Timing,
-        sent: Instant,
-        suspended: Duration,
+        sent: Reading,
         reply: Option<RenewReply>,
     ) -> Option<LeaderStep> {
         let slept = crate::clock::suspended();
-        self.renewed_as_of(slot, timing, (sent, suspended), reply, slept)
+        self.renewed_as_of(slot, timing, sent, reply, slept)
     }
 
     /// [`Keeper::renewed`] with the host's suspend time read as `slept`,
@@ -278,7 +264,7 @@ impl<T> Keeper<T> {
         &mut self,
         slot: usize,
         timing: &Timing,
-        (sent, suspended): (Instant, Duration),
+        sent: Reading,
         reply: Option<RenewReply>,
         slept: Duration,
     ) -> Option<LeaderStep> {
@@ -286,21 +272,13 @@ impl<T> Keeper<T> {
         let at = Reading { now, slept };
         let kept = self.terms.get_mut(&slot)?;
         match (&self.report, reply.is_some()) {
-            (Report::PerTerm, true) => metrics::renewed(&kept.shared.election, now - sent),
+            (Report::PerTerm, true) => metrics::renewed(&kept.shared.election, now - sent.now),
             (Report::PerTerm, false) => metrics::renewal_failed(&kept.shared.election),
             // A set reports its batches, not every term in them.
             (Report::Group(_), _) => {}
         }
-        let step = kept.state.after_renew(timing, sent, now, reply);
-        kept.shared
-            .set_deadline_as_of(kept.state.deadline, suspended, at);
-        let step = match step {
-            // The shared deadline also counts time the host was suspended.
-            LeaderStep::RenewAt(_) if now >= kept.shared.deadline_as_of(at.slept) => {
-                LeaderStep::Lost(LostReason::DeadlinePassed)
-            }
-            step => step,
-        };
+        let step = kept.state.after_renew(timing, sent, at, reply);
+        kept.shared.mirror(&kept.state);
         if let LeaderStep::Lost(reason) = &step {
             self.end(slot, reason.clone());
         }
@@ -378,11 +356,20 @@ mod tests {
         Timing::new(Duration::from_secs(3), None, None, None).expect("valid timing")
     }
 
+    /// `now` on a host that was never suspended.
+    fn never_suspended(now: Instant) -> Reading {
+        Reading {
+            now,
+            slept: Duration::ZERO,
+        }
+    }
+
     fn state(token: u64) -> LeaderState {
         let now = Instant::now();
         LeaderState {
             token,
             deadline: now + Duration::from_secs(2),
+            suspended: Duration::ZERO,
             next_renewal: now + Duration::from_secs(1),
         }
     }
@@ -391,10 +378,10 @@ mod tests {
     async fn a_command_from_an_ended_term_never_reaches_a_later_term_of_the_name() {
         let (tx, _rx) = mpsc::channel(1);
         let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::PerTerm, false);
-        let first = keeper.begin(3, "p", state(10), Duration::ZERO, ());
+        let first = keeper.begin(3, "p", state(10), ());
         keeper.end(3, LostReason::Resigned);
         assert!(!first.is_leader());
-        let second = keeper.begin(3, "p", state(11), Duration::ZERO, ());
+        let second = keeper.begin(3, "p", state(11), ());
         assert_eq!(keeper.slot_of(Some(3), first.token()), None);
         assert_eq!(keeper.slot_of(Some(3), second.token()), Some(3));
         assert!(second.is_leader());
@@ -405,12 +392,12 @@ mod tests {
         let (tx, _rx) = mpsc::channel(1);
         let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::PerTerm, false);
         let start = Instant::now();
-        let term = keeper.begin(0, "e", state(1), Duration::ZERO, ());
+        let term = keeper.begin(0, "e", state(1), ());
         let reason = term.lost().await;
         assert_eq!(reason, LostReason::DeadlinePassed);
         assert_eq!(Instant::now() - start, Duration::from_secs(2));
         // Even with the keeper gone: the watchdog outlives it.
-        let second = keeper.begin(1, "f", state(2), Duration::ZERO, ());
+        let second = keeper.begin(1, "f", state(2), ());
         drop(keeper);
         assert_eq!(second.lost().await, LostReason::DeadlinePassed);
         assert_eq!(Instant::now() - start, Duration::from_secs(4));
@@ -420,7 +407,7 @@ mod tests {
     async fn a_batch_handled_after_a_deadline_does_not_revive_the_term() {
         let (tx, _rx) = mpsc::channel(1);
         let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::Group("g".into()), false);
-        let term = keeper.begin(0, "p", state(1), Duration::ZERO, ());
+        let term = keeper.begin(0, "p", state(1), ());
         // The batch's clocks were read just before the deadline (2 s), its
         // replies are handled just after it.
         let sent = Instant::now() + Duration::from_millis(1_900);
@@ -430,7 +417,10 @@ mod tests {
         let step = keeper.renewed_as_of(
             0,
             &timing(),
-            (sent, Duration::ZERO),
+            Reading {
+                now: sent,
+                slept: Duration::ZERO,
+            },
             Some(RenewReply::Renewed),
             slept,
         );
@@ -442,7 +432,7 @@ mod tests {
     async fn a_term_ends_once_with_its_first_reason() {
         let (tx, _rx) = mpsc::channel(1);
         let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::Group("g".into()), true);
-        let term = keeper.begin(0, "e", state(1), Duration::ZERO, ());
+        let term = keeper.begin(0, "e", state(1), ());
         term.shared().mark_lost(LostReason::Shutdown);
         assert!(keeper.end(0, LostReason::DeadlinePassed).is_some());
         assert!(keeper.end(0, LostReason::Resigned).is_none());
@@ -454,21 +444,20 @@ mod tests {
     async fn a_failed_renewal_never_moves_the_deadline_and_a_late_one_ends_the_term() {
         let (tx, _rx) = mpsc::channel(1);
         let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::PerTerm, false);
-        let term = keeper.begin(0, "e", state(1), Duration::ZERO, ());
+        let term = keeper.begin(0, "e", state(1), ());
         let deadline = term.deadline();
-        let step = keeper.renewed(0, &timing(), Instant::now(), Duration::ZERO, None);
+        let step = keeper.renewed(0, &timing(), never_suspended(Instant::now()), None);
         assert!(matches!(step, Some(LeaderStep::RenewAt(_))));
         assert_eq!(term.deadline(), deadline);
         // A term past its deadline is over, whatever a reply says: even a
         // success sent just now does not revive it.
         let mut late = state(2);
         late.deadline = Instant::now() - Duration::from_millis(1);
-        let term = keeper.begin(1, "f", late, Duration::ZERO, ());
+        let term = keeper.begin(1, "f", late, ());
         let step = keeper.renewed(
             1,
             &timing(),
-            Instant::now(),
-            Duration::ZERO,
+            never_suspended(Instant::now()),
             Some(RenewReply::Renewed),
         );
         assert_eq!(step, Some(LeaderStep::Lost(LostReason::DeadlinePassed)));

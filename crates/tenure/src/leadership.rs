@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::clock::Reading;
+use crate::machine::{effective, LeaderState};
 use crate::term::LostReason;
 use crate::{Error, Result};
 
@@ -45,20 +45,13 @@ struct Ends {
 }
 
 impl TermShared {
-    /// A term whose deadline is `deadline` by the monotonic clock, set from
-    /// a request sent when the host's suspend time read `suspended`.
-    pub fn new(
-        election: String,
-        id: Arc<str>,
-        token: u64,
-        deadline: Instant,
-        suspended: Duration,
-    ) -> Self {
+    /// A term as the state machine began it (its token and deadline).
+    pub fn new(election: String, id: Arc<str>, state: &LeaderState) -> Self {
         TermShared {
             election,
             id,
-            token,
-            deadline: Mutex::new((deadline, suspended)),
+            token: state.token,
+            deadline: Mutex::new((state.deadline, state.suspended)),
             ends: Mutex::new(Ends::default()),
             changed: Notify::new(),
         }
@@ -77,33 +70,16 @@ impl TermShared {
     /// [`TermShared::deadline`] with the suspend time read as `slept`.
     pub fn deadline_as_of(&self, slept: Duration) -> Instant {
         let (deadline, suspended) = *self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        effective(deadline, suspended, slept)
+        // Before any instant the clock can name: long past.
+        effective(deadline, suspended, slept).unwrap_or_else(Instant::now)
     }
 
-    /// Move the deadline to `deadline`, set by a request sent when the
-    /// suspend time read `suspended`. A deadline that has passed stays
-    /// passed: nothing (a late reply, a renewal of another term) revives a
-    /// term.
-    pub fn set_deadline(&self, deadline: Instant, suspended: Duration) {
-        self.set_deadline_as_of(deadline, suspended, Reading::take());
-    }
-
-    /// [`TermShared::set_deadline`], with the clocks read as `at`.
-    pub fn set_deadline_as_of(&self, deadline: Instant, suspended: Duration, at: Reading) {
-        let mut current = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        let now_effective = effective(current.0, current.1, at.slept);
-        if at.now < now_effective || effective(deadline, suspended, at.slept) < now_effective {
-            *current = (deadline, suspended);
-        }
-    }
-
-    /// End the term's right to act now: the deadline becomes the present
-    /// instant, unless it is already earlier.
-    pub fn clamp_deadline(&self) {
-        let now = Instant::now();
-        if self.deadline() > now {
-            self.set_deadline(now, crate::clock::suspended());
-        }
+    /// Mirror the deadline the state machine keeps for this term (see
+    /// [`crate::machine`]: its verdict is final, and it never moves a
+    /// passed deadline or revives a term).
+    pub fn mirror(&self, state: &LeaderState) {
+        *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) =
+            (state.deadline, state.suspended);
     }
 
     /// Record why the term is over; the first reason wins. Returns whether
@@ -167,13 +143,6 @@ impl TermShared {
     pub async fn lost(&self) -> LostReason {
         self.until(|ends| ends.lost.clone()).await
     }
-}
-
-/// `deadline` moved earlier by the suspend time since `suspended` was read.
-/// (`slept`: the suspend time now.)
-fn effective(deadline: Instant, suspended: Duration, slept: Duration) -> Instant {
-    let slept = slept.saturating_sub(suspended);
-    deadline.checked_sub(slept).unwrap_or_else(Instant::now)
 }
 
 /// Requests from handles to the keeper task, addressed by the term:
@@ -467,7 +436,8 @@ mod tests {
     use tokio::time::Instant;
 
     use super::TermShared;
-    use crate::clock;
+    use crate::clock::{self, Reading};
+    use crate::machine::{LeaderState, RenewReply, Timing};
 
     #[test]
     fn time_the_host_spent_suspended_ends_the_term() {
@@ -478,13 +448,13 @@ mod tests {
             .build()
             .expect("runtime");
         runtime.block_on(async {
-            let shared = TermShared::new(
-                "jobs".into(),
-                "a".into(),
-                1,
-                Instant::now() + Duration::from_secs(60),
-                clock::suspended(),
-            );
+            let mut state = LeaderState {
+                token: 1,
+                deadline: Instant::now() + Duration::from_secs(60),
+                suspended: clock::suspended(),
+                next_renewal: Instant::now(),
+            };
+            let shared = TermShared::new("jobs".into(), "a".into(), &state);
             assert!(shared.deadline() > Instant::now() + Duration::from_secs(59));
             // The host sleeps for two minutes: the monotonic clock did not
             // count them, the lease on the server did.
@@ -495,8 +465,19 @@ mod tests {
             );
             // A renewal sent before the suspend, answered after it, does not
             // revive the term.
-            let before = clock::suspended() - Duration::from_secs(120);
-            shared.set_deadline(Instant::now() + Duration::from_secs(60), before);
+            let timing = Timing::new(
+                Duration::from_secs(61),
+                None,
+                Some(Duration::from_secs(1)),
+                None,
+            )
+            .expect("timing");
+            let before = Reading {
+                now: Instant::now(),
+                slept: clock::suspended() - Duration::from_secs(120),
+            };
+            state.after_renew(&timing, before, Reading::take(), Some(RenewReply::Renewed));
+            shared.mirror(&state);
             assert!(shared.deadline() <= Instant::now());
         });
     }

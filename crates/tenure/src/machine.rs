@@ -20,12 +20,23 @@
 //! A renewal that fails or times out is retried every `retry_every` until the
 //! deadline; a timed-out renewal may have run on the server, but its outcome
 //! is unknown, so it never moves the deadline. Past the deadline, the term is
-//! over whether or not Redis answers.
+//! over whether or not the store answers.
+//!
+//! # One owner of the deadline
+//!
+//! The deadline is kept here and nowhere else: [`LeaderState`] holds it,
+//! every instant this module is given is a [`Reading`] (the monotonic clock
+//! and the host's suspend time, read together), and a deadline passes
+//! earlier by any time the host spent suspended after the request that set
+//! it was sent. The machine's verdict is final: the keeper applies it, and
+//! a term's shared state only mirrors the deadline for its handles, which
+//! judge it against the clocks when asked.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub(crate) use crate::clock::Reading;
 use crate::term::{Holder, LostReason};
 use crate::{Error, Result};
 
@@ -217,16 +228,18 @@ pub(crate) enum CandidateStep {
 /// attempts for the backoff.
 pub(crate) fn after_acquire(
     timing: &Timing,
-    sent_at: Instant,
-    now: Instant,
+    sent_at: Reading,
+    now: Reading,
     reply: Option<AcquireReply>,
     jitter: Duration,
     failures: u32,
 ) -> CandidateStep {
+    let now_at = now;
+    let now = now.now;
     match reply {
         Some(AcquireReply::Won { token }) => {
             let state = LeaderState::elected(timing, token, sent_at);
-            if state.is_current(now) {
+            if state.is_current(now_at) {
                 CandidateStep::Elected(state)
             } else {
                 // The reply came so late that the term it started may
@@ -257,11 +270,15 @@ pub(crate) fn after_acquire(
     }
 }
 
-/// The leader's side of a term.
+/// The leader's side of a term, and the one owner of its deadline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LeaderState {
     pub token: u64,
+    /// The local deadline as the monotonic clock counts it...
     pub deadline: Instant,
+    /// ...and the host's suspend time when the request that set it was
+    /// sent: the deadline passes earlier by any suspend since.
+    pub suspended: Duration,
     pub next_renewal: Instant,
 }
 
@@ -274,18 +291,38 @@ pub(crate) enum LeaderStep {
     Lost(LostReason),
 }
 
+/// `deadline`, set by a request sent when the suspend time read
+/// `suspended`, moved earlier by the suspend time since (`slept`: the
+/// suspend time now); `None` when that is before any instant the clock can
+/// name (a suspend longer than the host's uptime: long past).
+pub(crate) fn effective(
+    deadline: Instant,
+    suspended: Duration,
+    slept: Duration,
+) -> Option<Instant> {
+    deadline.checked_sub(slept.saturating_sub(suspended))
+}
+
 impl LeaderState {
-    fn elected(timing: &Timing, token: u64, sent_at: Instant) -> Self {
+    fn elected(timing: &Timing, token: u64, sent_at: Reading) -> Self {
         LeaderState {
             token,
-            deadline: timing.deadline(sent_at),
-            next_renewal: sent_at + timing.renew_every,
+            deadline: timing.deadline(sent_at.now),
+            suspended: sent_at.slept,
+            next_renewal: sent_at.now + timing.renew_every,
         }
     }
 
+    /// The deadline with the host's suspend time read as `slept` (`None`:
+    /// long past).
+    pub fn deadline_as_of(&self, slept: Duration) -> Option<Instant> {
+        effective(self.deadline, self.suspended, slept)
+    }
+
     /// Whether this term still allows acting at `now`.
-    pub fn is_current(&self, now: Instant) -> bool {
-        now < self.deadline
+    pub fn is_current(&self, now: Reading) -> bool {
+        self.deadline_as_of(now.slept)
+            .is_some_and(|deadline| now.now < deadline)
     }
 
     /// Apply the outcome of a renewal sent at `sent_at`; `None` means no
@@ -293,40 +330,53 @@ impl LeaderState {
     pub fn after_renew(
         &mut self,
         timing: &Timing,
-        sent_at: Instant,
-        now: Instant,
+        sent_at: Reading,
+        now: Reading,
         reply: Option<RenewReply>,
     ) -> LeaderStep {
-        if now >= self.deadline {
+        if !self.is_current(now) {
             // Whatever the reply says, the term ended at its deadline: a
             // late answer never revives it.
             return LeaderStep::Lost(LostReason::DeadlinePassed);
         }
         match reply {
             Some(RenewReply::Renewed) => {
-                // A late reply to an old request must not pull the deadline back.
                 let from = if timing.late_renewal_bug {
                     now
                 } else {
                     sent_at
                 };
-                self.deadline = self.deadline.max(timing.deadline(from));
-                self.next_renewal = sent_at + timing.renew_every;
-                if now >= self.deadline {
+                // A late reply to an old request must not pull the deadline back.
+                let renewed = timing.deadline(from.now);
+                if effective(renewed, from.slept, now.slept) > self.deadline_as_of(now.slept) {
+                    // (`None`, long past, is less than any instant.)
+                    (self.deadline, self.suspended) = (renewed, from.slept);
+                }
+                self.next_renewal = sent_at.now + timing.renew_every;
+                if !self.is_current(now) {
                     return LeaderStep::Lost(LostReason::DeadlinePassed);
                 }
-                LeaderStep::RenewAt(self.next_renewal.max(now))
+                LeaderStep::RenewAt(self.next_renewal.max(now.now))
             }
             Some(RenewReply::NotOwner(None)) => LeaderStep::Lost(LostReason::Expired),
             Some(RenewReply::NotOwner(Some(holder))) => LeaderStep::Lost(LostReason::Taken {
                 by: holder.owner,
                 token: holder.token,
             }),
-            None if now >= self.deadline => LeaderStep::Lost(LostReason::DeadlinePassed),
             None => {
-                self.next_renewal = (now + timing.retry_every).min(self.deadline);
+                // Current (checked above), so the deadline is an instant.
+                let deadline = self.deadline_as_of(now.slept).unwrap_or(now.now);
+                self.next_renewal = (now.now + timing.retry_every).min(deadline);
                 LeaderStep::RenewAt(self.next_renewal)
             }
+        }
+    }
+
+    /// End the term's right to act at `now` (it resigned or was lost): the
+    /// deadline becomes the present instant, unless it is already earlier.
+    pub fn end(&mut self, now: Reading) {
+        if self.deadline_as_of(now.slept) > Some(now.now) {
+            (self.deadline, self.suspended) = (now.now, now.slept);
         }
     }
 }
@@ -337,6 +387,14 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// An instant on a host that is never suspended.
+    fn at(now: Instant) -> Reading {
+        Reading {
+            now,
+            slept: Duration::ZERO,
+        }
     }
 
     fn timing() -> Timing {
@@ -384,8 +442,8 @@ mod tests {
         let sent = Instant::now();
         let step = after_acquire(
             &t,
-            sent,
-            sent + ms(900),
+            at(sent),
+            at(sent + ms(900)),
             Some(AcquireReply::Won { token: 7 }),
             ms(0),
             0,
@@ -401,11 +459,11 @@ mod tests {
     fn unanswered_renewal_never_moves_the_deadline() {
         let t = timing();
         let start = Instant::now();
-        let mut state = LeaderState::elected(&t, 1, start);
-        let step = state.after_renew(&t, start + ms(1000), start + ms(1500), None);
+        let mut state = LeaderState::elected(&t, 1, at(start));
+        let step = state.after_renew(&t, at(start + ms(1000)), at(start + ms(1500)), None);
         assert_eq!(state.deadline, start + ms(2700));
         assert_eq!(step, LeaderStep::RenewAt(start + ms(1500) + t.retry_every));
-        let step = state.after_renew(&t, start + ms(2600), start + ms(2700), None);
+        let step = state.after_renew(&t, at(start + ms(2600)), at(start + ms(2700)), None);
         assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
     }
 
@@ -413,11 +471,11 @@ mod tests {
     fn late_renewal_reply_extends_from_its_send_time_only() {
         let t = timing();
         let start = Instant::now();
-        let mut state = LeaderState::elected(&t, 1, start);
+        let mut state = LeaderState::elected(&t, 1, at(start));
         let step = state.after_renew(
             &t,
-            start + ms(1000),
-            start + ms(2000),
+            at(start + ms(1000)),
+            at(start + ms(2000)),
             Some(RenewReply::Renewed),
         );
         assert_eq!(state.deadline, start + ms(3700));
@@ -428,13 +486,13 @@ mod tests {
     fn renewal_answered_after_the_deadline_does_not_revive_the_term() {
         let t = timing();
         let start = Instant::now();
-        let mut state = LeaderState::elected(&t, 1, start);
+        let mut state = LeaderState::elected(&t, 1, at(start));
         // Sent just before the deadline, answered long after the lease it
         // would have extended could have expired.
         let step = state.after_renew(
             &t,
-            start + ms(100),
-            start + ms(5000),
+            at(start + ms(100)),
+            at(start + ms(5000)),
             Some(RenewReply::Renewed),
         );
         assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
@@ -444,12 +502,12 @@ mod tests {
     fn renewal_sent_before_the_deadline_but_answered_after_it_does_not_revive_the_term() {
         let t = timing();
         let start = Instant::now();
-        let mut state = LeaderState::elected(&t, 1, start);
+        let mut state = LeaderState::elected(&t, 1, at(start));
         // Deadline at 2700: sent at 2600, answered at 2750.
         let step = state.after_renew(
             &t,
-            start + ms(2600),
-            start + ms(2750),
+            at(start + ms(2600)),
+            at(start + ms(2750)),
             Some(RenewReply::Renewed),
         );
         assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
@@ -463,8 +521,8 @@ mod tests {
         let late = sent + ms(2700);
         let step = after_acquire(
             &t,
-            sent,
-            late,
+            at(sent),
+            at(late),
             Some(AcquireReply::Won { token: 3 }),
             ms(0),
             0,
@@ -486,8 +544,8 @@ mod tests {
         };
         let step = after_acquire(
             &t,
-            now,
-            now,
+            at(now),
+            at(now),
             Some(AcquireReply::Held(holder.clone())),
             ms(3),
             0,
@@ -505,14 +563,14 @@ mod tests {
     fn failed_acquire_backs_off_up_to_the_renew_interval() {
         let t = timing();
         let now = Instant::now();
-        let first = after_acquire(&t, now, now, None, ms(0), 0);
+        let first = after_acquire(&t, at(now), at(now), None, ms(0), 0);
         assert_eq!(
             first,
             CandidateStep::Retry {
                 at: now + t.retry_every
             }
         );
-        let many = after_acquire(&t, now, now, None, ms(0), 30);
+        let many = after_acquire(&t, at(now), at(now), None, ms(0), 30);
         assert_eq!(
             many,
             CandidateStep::Retry {
@@ -525,7 +583,7 @@ mod tests {
     fn losing_to_another_owner_names_it() {
         let t = timing();
         let start = Instant::now();
-        let mut state = LeaderState::elected(&t, 1, start);
+        let mut state = LeaderState::elected(&t, 1, at(start));
         let holder = Holder {
             owner: "other".into(),
             token: 9,
@@ -534,7 +592,12 @@ mod tests {
             attempt: String::new(),
             ttl: ms(3000),
         };
-        let step = state.after_renew(&t, start, start, Some(RenewReply::NotOwner(Some(holder))));
+        let step = state.after_renew(
+            &t,
+            at(start),
+            at(start),
+            Some(RenewReply::NotOwner(Some(holder))),
+        );
         assert_eq!(
             step,
             LeaderStep::Lost(LostReason::Taken {
@@ -542,7 +605,7 @@ mod tests {
                 token: 9
             })
         );
-        let step = state.after_renew(&t, start, start, Some(RenewReply::NotOwner(None)));
+        let step = state.after_renew(&t, at(start), at(start), Some(RenewReply::NotOwner(None)));
         assert_eq!(step, LeaderStep::Lost(LostReason::Expired));
     }
 }

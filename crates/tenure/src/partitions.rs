@@ -48,7 +48,8 @@ use crate::election::{Settings, StoreSpec};
 use crate::keeper::{Keeper, Report};
 use crate::leadership::Command;
 use crate::machine::{
-    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderStep, RenewReply, Timing,
+    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderStep, Reading, RenewReply,
+    Timing,
 };
 use crate::{metrics, Error, Leadership, LostReason, MemoryStore, Result};
 
@@ -672,8 +673,7 @@ struct Running {
 /// The outcome of one round trip of acquisitions.
 struct Acquired {
     chunk: Vec<usize>,
-    sent: Instant,
-    suspended: Duration,
+    sent: Reading,
     results: Option<Vec<Result<Reply>>>,
 }
 
@@ -871,8 +871,7 @@ impl PartitionSet {
         self.observed.cycles.fetch_add(1, Ordering::Relaxed);
         running.look_for_work = true;
         let timing = &self.timing;
-        let sent = Instant::now();
-        let suspended = crate::clock::suspended();
+        let sent_at = Reading::take();
         let keeper = &mut running.keeper;
         let held: Vec<(usize, u64)> = keeper
             .iter()
@@ -938,7 +937,7 @@ impl PartitionSet {
                     _ => {
                         failed = true;
                         for (index, _) in slots {
-                            keeper.renewed_as_of(*index, timing, (sent, suspended), None, slept);
+                            keeper.renewed_as_of(*index, timing, sent_at, None, slept);
                         }
                         continue;
                     }
@@ -963,7 +962,7 @@ impl PartitionSet {
                         }
                     };
                     // Ends the term if the renewal says so.
-                    keeper.renewed_as_of(*index, timing, (sent, suspended), reply, slept);
+                    keeper.renewed_as_of(*index, timing, sent_at, reply, slept);
                 }
             }
         }
@@ -1039,14 +1038,12 @@ impl PartitionSet {
                     },
                 })
                 .collect();
-            let sent = Instant::now();
-            let suspended = crate::clock::suspended();
+            let sent = Reading::take();
             let results = self.send(&ops, self.timing.call_timeout).await;
             drop(ops);
             Acquired {
                 chunk,
                 sent,
-                suspended,
                 results,
             }
         }))
@@ -1064,7 +1061,8 @@ impl PartitionSet {
         Fut: Future<Output = ()> + Send + 'static,
     {
         let timing = &self.timing;
-        let now = Instant::now();
+        let now_at = Reading::take();
+        let now = now_at.now;
         running.look_for_work = true;
         let Some(results) = acquired.results else {
             // Unknown outcome: the next attempt of each adopts what won.
@@ -1093,7 +1091,7 @@ impl PartitionSet {
             match after_acquire(
                 timing,
                 acquired.sent,
-                now,
+                now_at,
                 Some(reply.clone()),
                 Duration::ZERO,
                 0,
@@ -1106,8 +1104,7 @@ impl PartitionSet {
                     // flight: a partition no longer ours gets no work and
                     // is released by the next cycle.
                     let wanted = running.mine.contains(&index);
-                    let term =
-                        keeper.begin(index, name, state, acquired.suspended, Work::default());
+                    let term = keeper.begin(index, name, state, Work::default());
                     if wanted {
                         let task = tokio::spawn(work(name.clone(), term));
                         if let Some(kept) = keeper.get_mut(index) {
@@ -1216,8 +1213,7 @@ impl PartitionSet {
             }
             Command::Confirm { reply, .. } => reply,
         };
-        let sent = Instant::now();
-        let suspended = crate::clock::suspended();
+        let sent = Reading::take();
         let term = [(self.partitions[index].as_str(), token)];
         let op = Op::RenewMany {
             prefix: &self.prefix,
@@ -1232,7 +1228,7 @@ impl PartitionSet {
             .and_then(|reply| reply.and_then(Reply::into_renew_many).ok())
             .and_then(|mut each| each.pop())
             .and_then(Result::ok);
-        let outcome = match keeper.renewed(index, &self.timing, sent, suspended, renewed) {
+        let outcome = match keeper.renewed(index, &self.timing, sent, renewed) {
             Some(LeaderStep::Lost(reason)) => Err(Error::NotLeader(reason)),
             _ => match keeper.get(index) {
                 Some(kept) if kept.shared.lost_reason().is_none() => Ok(kept
