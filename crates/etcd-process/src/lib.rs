@@ -26,22 +26,33 @@
 //! runtime, so synchronous tests can use it from any thread.
 //!
 //! Faults between a client and etcd, rather than inside etcd, come from
-//! [`Proxy`]: a TCP forwarder that can cut every connection or stop
-//! forwarding without closing anything.
+//! [`Proxy`]: a TCP forwarder that can cut every connection, stop
+//! forwarding without closing anything, or delay every chunk (the
+//! workspace's one fault proxy, from `tenure-test-support`).
+//!
+//! ```no_run
+//! let cluster = etcd_process::EtcdCluster::start()?;
+//! let proxy = etcd_process::Proxy::start(cluster.client_port(0))?;
+//! // Point the client at 127.0.0.1:{proxy.port()}, then:
+//! proxy.blackhole(); // connections stay open, nothing gets through
+//! proxy.cut(); // every connection is closed, new ones are dropped
+//! proxy.heal(); // new connections work again
+//! let other = etcd_process::EtcdCluster::start()?;
+//! proxy.retarget(other.client_port(0)); // the address now reaches another server
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 mod cluster;
 mod http;
 mod member;
-mod proxy;
 
 pub use cluster::{Backup, EtcdBuilder, EtcdCluster, TlsFiles};
-pub use proxy::Proxy;
+pub use tenure_test_support::proxy::{Mode as ProxyMode, Proxy};
 
 /// How long starting or restarting members may take before it counts as a
 /// failure. A cluster is usually serving in one to two seconds; the margin
@@ -108,19 +119,7 @@ pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) 
 /// Find `etcd`: `$ETCD_BIN`, then each directory of `$PATH`, then
 /// `/usr/bin` and `/usr/local/bin`.
 pub fn find_etcd() -> Result<PathBuf, Error> {
-    if let Some(path) = std::env::var_os("ETCD_BIN") {
-        return Ok(PathBuf::from(path));
-    }
-    let path_dirs = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default();
-    let found = path_dirs
-        .iter()
-        .map(PathBuf::as_path)
-        .chain([Path::new("/usr/bin"), Path::new("/usr/local/bin")])
-        .map(|dir| dir.join("etcd"))
-        .find(|candidate| candidate.is_file());
-    found.ok_or(Error::NotInstalled)
+    tenure_test_support::find_binary("ETCD_BIN", "etcd").ok_or(Error::NotInstalled)
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (never etcd's
@@ -133,23 +132,8 @@ pub fn free_port() -> Result<u16, Error> {
 /// out, even if the system's ephemeral range contains them.
 const RESERVED: [u16; 2] = [2379, 2380];
 
-/// `count` distinct ports of 127.0.0.1 that were free a moment ago: every
-/// listener is held until all are chosen, so none is handed out twice.
+/// `count` distinct ports of 127.0.0.1 that were free a moment ago, none of
+/// them [`RESERVED`], none handed out twice.
 pub(crate) fn free_ports(count: usize) -> Result<Vec<u16>, Error> {
-    let mut listeners = Vec::with_capacity(count + RESERVED.len());
-    let mut ports = Vec::with_capacity(count);
-    while ports.len() < count {
-        let listener =
-            TcpListener::bind(("127.0.0.1", 0)).map_err(io_err("finding a free port"))?;
-        let port = listener
-            .local_addr()
-            .map_err(io_err("finding a free port"))?
-            .port();
-        if !RESERVED.contains(&port) {
-            ports.push(port);
-        }
-        // Held even when reserved, so the next bind cannot return it again.
-        listeners.push(listener);
-    }
-    Ok(ports)
+    tenure_test_support::ports::free_ports(count, &RESERVED).map_err(io_err("finding a free port"))
 }

@@ -309,6 +309,11 @@ impl Drop for RedisServer {
     }
 }
 
+// `find_redis_server`, `free_port` and `free_ports` are the code of
+// `tenure_test_support::{find_binary, ports}`, kept here: this crate is
+// published (the `tenure` command's demo uses it), and a published crate
+// cannot depend on the unpublished test-support crate.
+
 /// Find `redis-server`: `$REDIS_SERVER`, then each directory of `$PATH`,
 /// then the usual system locations.
 pub fn find_redis_server() -> Result<PathBuf, Error> {

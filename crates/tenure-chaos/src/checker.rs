@@ -39,6 +39,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
+use tenure_test_support::overlap::{self, Among};
 
 use crate::log::Event;
 
@@ -137,6 +138,22 @@ pub struct Term {
     /// Its writer knew no deadline (every write logged `until == t`): a
     /// command under `tenure run`, in CLI mode.
     pub blind: bool,
+}
+
+/// A term's span for the overlap check is its acting interval: a term that
+/// never wrote never acted. An empty one (a single write by a writer that
+/// knows no deadline: it relied on nothing past that instant) is no span
+/// either, here: an overlap is time both terms acted, and it has none.
+impl overlap::Term for Term {
+    type Time = u64;
+
+    fn holder(&self) -> &str {
+        &self.inst
+    }
+
+    fn span(&self) -> Option<(u64, u64)> {
+        self.acting.filter(|(start, end)| start < end)
+    }
 }
 
 /// Group the events into terms. A term starts at an `elected` event (or
@@ -298,31 +315,20 @@ pub fn check(
             _ => None,
         })
         .collect();
-    for (i, a) in terms.iter().enumerate() {
-        for b in &terms[i + 1..] {
-            if a.inst == b.inst {
-                continue;
-            }
-            let (Some((a_start, a_end)), Some((b_start, b_end))) = (a.acting, b.acting) else {
-                continue;
-            };
-            let (from, to) = (a_start.max(b_start), a_end.min(b_end));
-            if from >= to {
-                continue;
-            }
-            let wrote_inside =
-                |term: &Term| term.writes.iter().any(|(t, _)| (from..=to).contains(t));
-            if !(wrote_inside(a) && wrote_inside(b)) {
-                continue;
-            }
-            let older = if a.token < b.token { a } else { b };
-            if late_after_whole_pause(older, (from, to), &pauses) {
-                report.fenced_overlaps += 1;
-                report.fenced_overlap_ms += (to - from) as f64 / 1e6;
-            } else {
-                report.overlaps += 1;
-                report.overlap_ms += (to - from) as f64 / 1e6;
-            }
+    for both in overlap::overlaps(&terms, Among::OtherHolders) {
+        let (a, b) = (&terms[both.first], &terms[both.second]);
+        let (from, to) = (both.from, both.to);
+        let wrote_inside = |term: &Term| term.writes.iter().any(|(t, _)| (from..=to).contains(t));
+        if !(wrote_inside(a) && wrote_inside(b)) {
+            continue;
+        }
+        let older = if a.token < b.token { a } else { b };
+        if late_after_whole_pause(older, (from, to), &pauses) {
+            report.fenced_overlaps += 1;
+            report.fenced_overlap_ms += (to - from) as f64 / 1e6;
+        } else {
+            report.overlaps += 1;
+            report.overlap_ms += (to - from) as f64 / 1e6;
         }
     }
 

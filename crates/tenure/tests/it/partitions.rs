@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::{redis, HANG};
+use crate::support::{redis, Crashable, HANG};
 use tenure::{FencedKey, FencedWrite, PartitionObserver, PartitionSet};
 use tokio::time::Instant;
 
@@ -25,7 +25,7 @@ fn partitions() -> Vec<String> {
 struct Member {
     observer: PartitionObserver,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: Crashable,
 }
 
 impl Member {
@@ -35,11 +35,7 @@ impl Member {
     }
 
     fn start_with_ttl(url: &str, id: &str, journal: &Journal, ttl: Duration) -> Member {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime");
+        let runtime = Crashable::start();
         let (url, id, journal) = (url.to_string(), id.to_string(), journal.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (observer_tx, observer_rx) = std::sync::mpsc::channel();
@@ -90,7 +86,7 @@ impl Member {
         Member {
             observer,
             stop: Some(stop),
-            runtime: Some(runtime),
+            runtime,
         }
     }
 
@@ -111,14 +107,13 @@ impl Member {
 
     /// Vanish without releasing anything.
     fn crash(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+        self.runtime.crash();
     }
 }
 
 impl Drop for Member {
     fn drop(&mut self) {
+        // Before `stop` is dropped, which would begin a graceful shutdown.
         self.crash();
     }
 }

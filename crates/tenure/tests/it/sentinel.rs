@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use redis_process::{Node, SentinelGroup};
 use tenure::{Election, Store};
+use tenure_test_support::overlap::{self, Among};
 use tokio::time::timeout;
 
 use crate::support::topo::{self, after_fault, contenders, election, handover, store, until_led};
@@ -317,17 +318,11 @@ async fn until_subscribed(sentinel: &Node, count: usize) {
 
 /// The longest time two of `terms` led at once.
 fn longest_overlap(terms: &[TermRecord]) -> Duration {
-    let mut longest = Duration::ZERO;
-    for (i, a) in terms.iter().enumerate() {
-        for b in &terms[i + 1..] {
-            let overlap = a
-                .ended
-                .min(b.ended)
-                .saturating_duration_since(a.began.max(b.began));
-            longest = longest.max(overlap);
-        }
-    }
-    longest
+    overlap::overlaps(terms, Among::Everyone)
+        .iter()
+        .map(|both| both.to.saturating_duration_since(both.from))
+        .max()
+        .unwrap_or(Duration::ZERO)
 }
 
 /// A planned failover (`SENTINEL FAILOVER`) while the sentinel a leader

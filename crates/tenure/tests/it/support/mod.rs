@@ -7,7 +7,9 @@ use std::time::Duration;
 pub use redis_process::RedisServer;
 
 pub mod topo;
-use tenure::{Election, Leadership};
+use tenure::{Election, Leadership, MemoryStore, PartitionSet, PartitionSetBuilder, Store};
+use tenure_test_support::overlap::{self, Among};
+pub use tenure_test_support::Crashable;
 
 /// Generous bound for anything that should happen "soon", only to turn a
 /// hang into a failure; never a speed assertion.
@@ -32,13 +34,73 @@ pub fn redis() -> RedisServer {
 
 /// An election on `url` with the given ttl and id.
 pub async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Election {
-    Election::builder(name)
-        .redis(url)
-        .ttl(ttl)
-        .id(id)
-        .build()
-        .await
-        .unwrap_or_else(|err| panic!("building election {name} for {id}: {err}"))
+    Target::from(url).election(name, id, ttl).await
+}
+
+/// Where a test's elections keep their leases: a store URL (Redis or etcd)
+/// or an in-memory store, so that one test can run on every kind.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Redis or etcd: every election and partition set connects on its own.
+    Url(String),
+    /// Every election and partition set on its own [`MemoryStore::view`],
+    /// as each has its own connection to a server.
+    Memory(MemoryStore),
+}
+
+impl Target {
+    /// An election on it with the given ttl and id.
+    pub async fn election(&self, name: &str, id: &str, ttl: Duration) -> Election {
+        let builder = Election::builder(name);
+        let builder = match self {
+            Target::Url(url) => builder.redis(url),
+            Target::Memory(memory) => builder.memory(&memory.view()),
+        };
+        builder
+            .ttl(ttl)
+            .id(id)
+            .build()
+            .await
+            .unwrap_or_else(|err| panic!("building election {name} for {id}: {err}"))
+    }
+
+    /// A partition set's builder on it.
+    pub fn partition_set(&self, group: &str, partitions: Vec<String>) -> PartitionSetBuilder {
+        let builder = PartitionSet::builder(group, partitions);
+        match self {
+            Target::Url(url) => builder.redis(url),
+            Target::Memory(memory) => builder.memory(&memory.view()),
+        }
+    }
+
+    /// A store of its own on it.
+    pub async fn store(&self) -> Store {
+        match self {
+            Target::Url(url) => Store::open(url)
+                .connect()
+                .await
+                .unwrap_or_else(|err| panic!("connecting to {url}: {err}")),
+            Target::Memory(memory) => Store::memory(memory),
+        }
+    }
+}
+
+impl From<&str> for Target {
+    fn from(url: &str) -> Target {
+        Target::Url(url.to_string())
+    }
+}
+
+impl From<&String> for Target {
+    fn from(url: &String) -> Target {
+        Target::Url(url.clone())
+    }
+}
+
+impl From<&Target> for Target {
+    fn from(target: &Target) -> Target {
+        target.clone()
+    }
 }
 
 /// Campaign, failing the test on error or hang.
@@ -73,7 +135,7 @@ pub async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
 /// Stop an election's instance as a crash would: its runtime and every task
 /// on it vanish, nothing is resigned.
 pub struct CrashableInstance {
-    runtime: Option<tokio::runtime::Runtime>,
+    runtime: Crashable,
     /// A handle of its term, to act as it before the crash.
     term: Leadership,
 }
@@ -81,64 +143,37 @@ pub struct CrashableInstance {
 impl CrashableInstance {
     /// Start an instance on its own runtime that campaigns and then keeps
     /// renewing; returns once it leads, with its token.
-    pub fn lead(url: &str, name: &str, id: &str, ttl: Duration) -> (Self, u64) {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("a runtime can be built");
-        let (url, name, id) = (url.to_string(), name.to_string(), id.to_string());
-        // block_on cannot run inside the test's runtime; a plain thread can.
-        let term = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    runtime.block_on(async move {
-                        let election = election(&url, &name, &id, ttl).await;
-                        let term = campaign(&election).await;
-                        let handle = term.clone();
-                        // Keep the term (and its keeper) alive on this runtime.
-                        tokio::spawn(async move {
-                            let _term = term;
-                            let _election = election;
-                            std::future::pending::<()>().await;
-                        });
-                        handle
-                    })
-                })
-                .join()
-                .expect("the crashable instance's thread does not panic")
+    pub fn lead(target: impl Into<Target>, name: &str, id: &str, ttl: Duration) -> (Self, u64) {
+        let runtime = Crashable::start();
+        let target = target.into();
+        let term = runtime.block_on(async {
+            let election = target.election(name, id, ttl).await;
+            let term = campaign(&election).await;
+            let handle = term.clone();
+            // Keep the term (and its keeper) alive on this runtime.
+            tokio::spawn(async move {
+                let _term = term;
+                let _election = election;
+                std::future::pending::<()>().await;
+            });
+            handle
         });
         let token = term.token();
-        (
-            CrashableInstance {
-                runtime: Some(runtime),
-                term,
-            },
-            token,
-        )
+        (CrashableInstance { runtime, term }, token)
     }
 
     /// [`CrashableInstance::lead`], then record a successful run of the
     /// election's work (kept for `keep`), as `Runner::every` does after a
     /// tick.
     pub fn lead_after_a_run(
-        url: &str,
+        target: impl Into<Target>,
         name: &str,
         id: &str,
         ttl: Duration,
         keep: Duration,
     ) -> (Self, u64) {
-        let (instance, token) = Self::lead(url, name, id, ttl);
-        let term = instance.term.clone();
-        let recorded = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let runtime = instance.runtime.as_ref().expect("running");
-                    runtime.block_on(term.record_run(keep))
-                })
-                .join()
-                .expect("the crashable instance's thread does not panic")
-        });
+        let (instance, token) = Self::lead(target, name, id, ttl);
+        let recorded = instance.runtime.block_on(instance.term.record_run(keep));
         assert!(recorded.expect("the store answers"), "the run is recorded");
         (instance, token)
     }
@@ -151,24 +186,12 @@ impl CrashableInstance {
     /// Crash as [`CrashableInstance::crash`] does, keeping the handle of
     /// its term to read its (frozen) deadline.
     pub fn crash_in_place(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+        self.runtime.crash();
     }
 
     /// Crash: drop every task without running any more of them.
     pub fn crash(mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
-impl Drop for CrashableInstance {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+        self.runtime.crash();
     }
 }
 
@@ -296,23 +319,37 @@ impl TermLog {
         records
     }
 
-    /// Panic unless no two of `terms` overlap (each began after the one
-    /// before it had ended by its deadline) and tokens rise with every term.
+    /// Panic unless no two of `terms` overlap (each began after every one
+    /// before it had ended by its deadline, whoever held them) and tokens
+    /// rise with every term.
     pub fn assert_safe(terms: &[TermRecord]) {
+        if let Some(both) = overlap::overlaps(terms, Among::Everyone).first() {
+            let (a, b) = (&terms[both.first], &terms[both.second]);
+            panic!(
+                "two leaders: {} (token {}) led until {:?}, {} (token {}) from {:?}",
+                a.id, a.token, a.ended, b.id, b.token, b.began
+            );
+        }
         for pair in terms.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
-            assert!(
-                b.began >= a.ended,
-                "two leaders: {} (token {}) led until {:?}, {} (token {}) from {:?}",
-                a.id,
-                a.token,
-                a.ended,
-                b.id,
-                b.token,
-                b.began
-            );
             assert!(b.token > a.token, "tokens fell: {a:?} then {b:?}");
         }
+    }
+}
+
+/// A term held from when it began until its deadline. With the terms
+/// sorted by `began`, the overlaps are what checking neighbours found (a
+/// term that began before the one before it ended), as long as no term's
+/// deadline comes before the term before it began.
+impl overlap::Term for TermRecord {
+    type Time = tokio::time::Instant;
+
+    fn holder(&self) -> &str {
+        &self.id
+    }
+
+    fn span(&self) -> Option<(Self::Time, Self::Time)> {
+        Some((self.began, self.ended))
     }
 }
 

@@ -1,34 +1,50 @@
 //! A TCP proxy that injects network faults between a client and a server.
 //!
-//! Killing or pausing a member tests what a client does when etcd fails;
-//! what it does when the network between them fails is a different
+//! Killing or pausing a server tests what a client does when the server
+//! fails; what it does when the network between them fails is a different
 //! question, with different symptoms: a cut shows up at once as closed
-//! connections, a black hole only as silence until some timeout fires. A
-//! client pointed at a [`Proxy`] instead of at etcd gets both on demand,
-//! without root, `iptables` or network namespaces. Plain threads do the
-//! forwarding, so it works from synchronous tests and needs no runtime.
+//! connections, a black hole only as silence until some timeout fires, a
+//! slow link as every reply late. A client pointed at a [`Proxy`] instead
+//! of at the server gets each on demand, without root, `iptables` or
+//! network namespaces. Plain threads do the forwarding, so it works from
+//! synchronous tests and needs no runtime (and, under one, takes none of
+//! its worker threads).
+//!
+//! The modes ([`Mode`]):
+//! - `Pass`: bytes flow;
+//! - `Blackhole`: connections stay open (and new ones are accepted) but
+//!   nothing is forwarded, a partition that TCP does not notice: calls time
+//!   out, and what was sent meanwhile is delivered after a heal, as TCP
+//!   retransmits across a partition that heals;
+//! - `Drop`: every connection is closed and new ones are closed at once,
+//!   a partition that TCP does notice;
+//! - `Delay(d)`: every chunk waits `d` before it is forwarded.
+//!
+//! [`Proxy::retarget`] sends new connections to another port and closes
+//! the established ones: an address that another server takes over.
 //!
 //! ```no_run
-//! let cluster = etcd_process::EtcdCluster::start()?;
-//! let proxy = etcd_process::Proxy::start(cluster.client_port(0))?;
+//! # fn main() -> std::io::Result<()> {
+//! use tenure_test_support::proxy::{Mode, Proxy};
+//! let server = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+//! let proxy = Proxy::start(server.local_addr()?.port())?;
 //! // Point the client at 127.0.0.1:{proxy.port()}, then:
 //! proxy.blackhole(); // connections stay open, nothing gets through
 //! proxy.cut(); // every connection is closed, new ones are dropped
 //! proxy.heal(); // new connections work again
-//! let other = etcd_process::EtcdCluster::start()?;
-//! proxy.retarget(other.client_port(0)); // the address now reaches another server
-//! # Ok::<(), etcd_process::Error>(())
+//! proxy.set(Mode::Delay(std::time::Duration::from_millis(50))); // a slow link
+//! let other = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+//! proxy.retarget(other.local_addr()?.port()); // the address now reaches another server
+//! # Ok(()) }
 //! ```
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-use crate::{io_err, Error};
 
 /// How long the proxy waits to reach its upstream for a new connection; a
 /// connection that cannot be made is closed on the client.
@@ -36,16 +52,18 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the proxy does with traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub enum Mode {
     /// Forward both ways.
-    Forward,
-    /// Keep connections open, forward nothing (data waits in the proxy and
-    /// in the kernel's buffers, and is delivered after a heal, as TCP
-    /// retransmits across a partition that heals).
+    Pass,
+    /// Keep connections open (and accept new ones, without connecting them
+    /// upstream yet), forward nothing: data waits in the proxy and in the
+    /// kernel's buffers, and is delivered after a heal.
     Blackhole,
-    /// Accept and close new connections at once; established ones were
-    /// closed when the cut began.
-    Cut,
+    /// Close every established connection (when the mode is set) and every
+    /// new one as soon as it is accepted.
+    Drop,
+    /// Forward both ways, each chunk after this long.
+    Delay(Duration),
 }
 
 #[derive(Debug)]
@@ -80,22 +98,19 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn set_mode(&self, mode: Mode) {
-        self.control().mode = mode;
-        self.changed.notify_all();
-    }
-
-    /// Block while the proxy is a black hole; `true` once it forwards,
-    /// `false` when it is cut or dropped.
-    fn wait_forwarding(&self) -> bool {
+    /// Block while the proxy is a black hole; once it forwards, how long
+    /// each chunk waits first (zero unless delayed); `None` when it drops
+    /// connections or was dropped.
+    fn wait_forwarding(&self) -> Option<Duration> {
         let mut control = self.control();
         loop {
             if control.stopped {
-                return false;
+                return None;
             }
             match control.mode {
-                Mode::Forward => return true,
-                Mode::Cut => return false,
+                Mode::Pass => return Some(Duration::ZERO),
+                Mode::Delay(delay) => return Some(delay),
+                Mode::Drop => return None,
                 Mode::Blackhole => {
                     control = self
                         .changed
@@ -107,15 +122,15 @@ impl Shared {
     }
 
     /// Add a socket to connection `id`: `false` (and the socket shut down)
-    /// when the proxy is cut or dropped, or (for a socket to `upstream`)
-    /// retargeted, so that no connection escapes a cut or a retarget that
-    /// began while it was being set up.
+    /// when the proxy drops connections or was dropped, or (for a socket to
+    /// `upstream`) was retargeted, so that no connection escapes a cut or a
+    /// retarget that began while it was being set up.
     fn register(&self, id: u64, socket: &TcpStream, upstream: Option<u16>) -> bool {
         let mut connections = self.connections();
         let open = {
             let control = self.control();
             !control.stopped
-                && control.mode != Mode::Cut
+                && control.mode != Mode::Drop
                 && upstream.is_none_or(|port| port == control.upstream)
         };
         match socket.try_clone() {
@@ -143,12 +158,11 @@ impl Shared {
 /// A TCP proxy on a free port of 127.0.0.1 that forwards every connection
 /// to a port of 127.0.0.1 (the upstream), until told to fail.
 ///
-/// [`Proxy::cut`] closes every connection and closes new ones as soon as
-/// they are accepted; [`Proxy::blackhole`] keeps connections open (and
-/// accepts new ones) but forwards nothing in either direction;
-/// [`Proxy::heal`] forwards again. [`Proxy::retarget`] sends new
-/// connections to another port and closes the established ones. Dropping
-/// the proxy closes its listener and every connection.
+/// [`Proxy::set`] changes the [`Mode`]; [`Proxy::cut`],
+/// [`Proxy::blackhole`] and [`Proxy::heal`] name the common ones.
+/// [`Proxy::retarget`] sends new connections to another port and closes
+/// the established ones. Dropping the proxy closes its listener and every
+/// connection.
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
@@ -160,16 +174,20 @@ impl Proxy {
     /// Listen on a free port of 127.0.0.1 and forward connections to
     /// `upstream_port` on 127.0.0.1, one upstream connection per client
     /// connection.
-    pub fn start(upstream_port: u16) -> Result<Proxy, Error> {
+    pub fn start(upstream_port: u16) -> io::Result<Proxy> {
+        let context = |what: &str| {
+            let what = what.to_string();
+            move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
+        };
         let listener =
-            TcpListener::bind(("127.0.0.1", 0)).map_err(io_err("binding the proxy's port"))?;
+            TcpListener::bind(("127.0.0.1", 0)).map_err(context("binding the proxy's port"))?;
         let port = listener
             .local_addr()
-            .map_err(io_err("binding the proxy's port"))?
+            .map_err(context("binding the proxy's port"))?
             .port();
         let shared = Arc::new(Shared {
             control: Mutex::new(Control {
-                mode: Mode::Forward,
+                mode: Mode::Pass,
                 upstream: upstream_port,
                 stopped: false,
             }),
@@ -181,7 +199,7 @@ impl Proxy {
         let accept = std::thread::Builder::new()
             .name(format!("proxy-{port}"))
             .spawn(move || accept_loop(listener, accept_shared))
-            .map_err(io_err("starting the proxy's thread"))?;
+            .map_err(context("starting the proxy's thread"))?;
         Ok(Proxy {
             port,
             shared,
@@ -206,34 +224,43 @@ impl Proxy {
         self.shared.connections().len()
     }
 
-    /// Close every established connection (both sockets shut down, so the
-    /// client reads end-of-file) and, until [`Proxy::heal`] or
-    /// [`Proxy::blackhole`], close every new connection as soon as it is
-    /// accepted.
+    /// Treat traffic as `mode` says from now on: held connections resume
+    /// (or wait, or are closed) where they are.
+    pub fn set(&self, mode: Mode) {
+        self.shared.control().mode = mode;
+        self.shared.changed.notify_all();
+        if mode == Mode::Drop {
+            self.shared.close_all();
+        }
+    }
+
+    /// [`Mode::Drop`]: close every established connection (both sockets
+    /// shut down, so the client reads end-of-file) and, until the mode
+    /// changes, close every new connection as soon as it is accepted.
     pub fn cut(&self) {
-        self.shared.set_mode(Mode::Cut);
-        self.shared.close_all();
+        self.set(Mode::Drop);
     }
 
-    /// Forward nothing, in either direction, on established or new
-    /// connections, while keeping them open: the client's writes succeed
-    /// (until buffers fill) and its reads wait. What was sent meanwhile is
-    /// delivered after [`Proxy::heal`].
+    /// [`Mode::Blackhole`]: forward nothing, in either direction, on
+    /// established or new connections, while keeping them open: the
+    /// client's writes succeed (until buffers fill) and its reads wait.
+    /// What was sent meanwhile is delivered after [`Proxy::heal`].
     pub fn blackhole(&self) {
-        self.shared.set_mode(Mode::Blackhole);
+        self.set(Mode::Blackhole);
     }
 
-    /// Forward again: after a cut, new connections get through; after a
-    /// black hole, held connections resume where they stopped.
+    /// [`Mode::Pass`]: forward again. After a cut, new connections get
+    /// through; after a black hole, held connections resume where they
+    /// stopped.
     pub fn heal(&self) {
-        self.shared.set_mode(Mode::Forward);
+        self.set(Mode::Pass);
     }
 
     /// Forward new connections to `upstream_port` instead, and close every
     /// established one (as [`Proxy::cut`] does, without refusing new ones),
     /// so that clients connect again and reach the new upstream: an address
     /// that another server takes over (a member replaced, an address
-    /// reused). The mode (forwarding, black hole, cut) is unchanged.
+    /// reused). The mode is unchanged.
     pub fn retarget(&self, upstream_port: u16) {
         self.shared.control().upstream = upstream_port;
         self.shared.close_all();
@@ -272,7 +299,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        if mode == Mode::Cut {
+        if mode == Mode::Drop {
             let _ = client.shutdown(Shutdown::Both);
             continue;
         }
@@ -296,7 +323,8 @@ fn serve(client: TcpStream, shared: &Shared) {
 
 fn forward(client: &TcpStream, id: u64, shared: &Shared) {
     // In a black hole, the connection does not reach the upstream either.
-    if !shared.wait_forwarding() {
+    // (A delay applies to data, not to connecting.)
+    if shared.wait_forwarding().is_none() {
         let _ = client.shutdown(Shutdown::Both);
         return;
     }
@@ -332,9 +360,10 @@ fn forward(client: &TcpStream, id: u64, shared: &Shared) {
     });
 }
 
-/// Copy `from` to `to` while the proxy forwards. At end-of-file the write
-/// side of `to` is shut down (a half-close passed on); on an error or a cut
-/// both sockets are shut down, which ends the other direction too.
+/// Copy `from` to `to` while the proxy forwards, each chunk after the
+/// mode's delay. At end-of-file the write side of `to` is shut down (a
+/// half-close passed on); on an error or a cut both sockets are shut down,
+/// which ends the other direction too.
 fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -344,10 +373,16 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared) {
                 return;
             }
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        if !shared.wait_forwarding() || to.write_all(&buf[..n]).is_err() {
+        let Some(delay) = shared.wait_forwarding() else {
+            break;
+        };
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        if to.write_all(&buf[..n]).is_err() {
             break;
         }
     }

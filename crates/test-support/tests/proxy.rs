@@ -1,11 +1,11 @@
 //! The fault proxy in front of a small echo server: forwarding, cuts, black
-//! holes, healing.
+//! holes, delays, healing, retargeting.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use etcd_process::Proxy;
+use tenure_test_support::proxy::{Mode, Proxy};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -190,4 +190,28 @@ fn retarget_sends_new_connections_elsewhere_and_closes_the_old_ones() {
     proxy.retarget(first);
     let mut after = connect(&proxy);
     round_trip(&mut after, b"back");
+}
+
+#[test]
+fn a_delay_holds_every_chunk_then_forwards_it() {
+    let delay = Duration::from_millis(150);
+    let proxy = Proxy::start(echo_server()).unwrap();
+    let mut stream = connect(&proxy);
+    round_trip(&mut stream, b"fast");
+
+    proxy.set(Mode::Delay(delay));
+    let sent = Instant::now();
+    round_trip(&mut stream, b"slow");
+    // There and back: each direction waits once.
+    assert!(sent.elapsed() >= delay * 2, "{:?}", sent.elapsed());
+    let mut late = connect(&proxy);
+    round_trip(&mut late, b"new");
+
+    proxy.set(Mode::Pass);
+    round_trip(&mut stream, b"fast again");
+    // A cut ends delayed connections too.
+    proxy.set(Mode::Delay(delay));
+    proxy.set(Mode::Drop);
+    assert!(is_closed(&mut stream));
+    assert!(is_closed(&mut late));
 }
