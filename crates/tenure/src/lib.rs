@@ -166,6 +166,7 @@ mod partitions;
 mod runner;
 mod store;
 mod term;
+mod testing;
 
 pub use backend::memory::{Announcements, Calls, Fault, MemoryStore, Snapshot};
 pub use election::{Election, ElectionBuilder, DEFAULT_PREFIX, DEFAULT_TTL};

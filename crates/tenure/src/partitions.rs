@@ -80,7 +80,7 @@ pub struct PartitionSetBuilder {
     group: String,
     partitions: Vec<String>,
     store: Option<StoreSpec>,
-    settings: Settings,
+    pub(crate) settings: Settings,
     per_partition_metrics: bool,
 }
 
@@ -311,16 +311,6 @@ impl PartitionSetBuilder {
         key: impl Into<PathBuf>,
     ) -> Self {
         self.settings.tls_client = Some((cert.into(), key.into()));
-        self
-    }
-
-    /// **Unsafe; for failing-mode tests only.** Route a partition's
-    /// resign by its name alone, not by (name, token): a handle of an
-    /// earlier term then ends, and releases, this member's later term of
-    /// the same partition.
-    #[doc(hidden)]
-    pub fn unsafe_resign_by_name(mut self, on: bool) -> Self {
-        self.settings.bugs.resign_by_name = on;
         self
     }
 
@@ -621,7 +611,7 @@ pub struct PartitionSet {
     attempts: Mutex<Vec<u64>>,
     nonce: u64,
     hold_off_ms: u64,
-    /// See [`PartitionSetBuilder::unsafe_resign_by_name`] (off normally).
+    /// See `PartitionSetBuilder::unsafe_resign_by_name` (the `testing` feature; off normally).
     resign_by_name: bool,
     per_partition_metrics: bool,
     observed: Arc<Observed>,
