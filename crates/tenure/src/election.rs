@@ -18,7 +18,6 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use crate::backend::{validate_name, Address, Backend, Needs, Notices, Store};
-use crate::testing::Bugs;
 use crate::keeper::{Keeper, Report};
 use crate::leadership::{Command, TermShared};
 use crate::machine::{
@@ -26,6 +25,7 @@ use crate::machine::{
     Timing,
 };
 use crate::term::{Holder, LeaderInfo, LostReason};
+use crate::testing::Bugs;
 use crate::{instance_id, metrics, Error, Leadership, MemoryStore, Result};
 
 /// The default lease TTL.

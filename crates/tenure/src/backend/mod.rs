@@ -232,6 +232,7 @@ pub(crate) struct Needs {
     /// Accept a store that may evict leases (Redis' eviction policies).
     pub allow_eviction: bool,
     /// The ttl the leases will have (etcd counts whole seconds).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub ttl: std::time::Duration,
 }
 
@@ -457,13 +458,6 @@ pub(crate) async fn connect_etcd(
 /// Stands in for the etcd store in builds without it.
 #[cfg(not(feature = "etcd"))]
 pub(crate) enum NoEtcd {}
-
-#[cfg(not(feature = "etcd"))]
-impl NoEtcd {
-    pub async fn check(&self, _: Address<'_>, _: bool, _: std::time::Duration) -> Result<()> {
-        match *self {}
-    }
-}
 
 /// The longest a last-run record is kept: a hundred years.
 pub(crate) const MAX_KEEP_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
