@@ -22,7 +22,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
 use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
 
-use super::RedisTarget;
+use super::target::RedisTarget;
 use crate::{Error, Result};
 
 /// How to reach a server: parsed once from the URL (and CA file), then
@@ -232,7 +232,7 @@ mod tls {
     use tokio_rustls::client::TlsStream;
     use tokio_rustls::TlsConnector;
 
-    use super::super::RedisTarget;
+    use super::super::target::RedisTarget;
     use crate::{Error, Result};
 
     /// A TLS server: its address, the rustls configuration to reach it

@@ -14,8 +14,8 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Value};
 
 use super::keys::Keys;
+use super::target::{classify, is_read_only, RedisTarget};
 use super::topology::{reply_addr, slot_of, Following, Node, Topology};
-use super::{classify, is_read_only, RedisTarget};
 use crate::Result;
 
 /// A connection to a Redis store opened the way elections open theirs

@@ -27,9 +27,10 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use super::pubsub::{deliver_payload, unsubscribe, Channels, SubscriberRequest};
+use super::target::RedisTarget;
 use super::topology::{reply_addr, slot_of, Topology};
-use super::Notices;
-use super::{deliver_payload, unsubscribe, Channels, RedisTarget, SubscriberRequest};
+use crate::backend::Notices;
 use crate::{Error, Result};
 
 /// How long opening a connection or one (un)subscription may take.

@@ -45,7 +45,7 @@ use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::connection::{Connection as NodeConnection, Endpoint};
-use super::RedisTarget;
+use super::target::RedisTarget;
 use crate::{Error, Result};
 
 /// The number of hash slots of a Redis Cluster.

@@ -1,0 +1,577 @@
+//! The Redis store: batches of operations, each one script call, sent as
+//! one pipeline per node, with `MOVED`/`ASK` redirections followed and
+//! scripts reloaded after a restart.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
+
+use super::checks::{check_store, for_topology, StoreChecks};
+use super::keys::Keys;
+use super::scripts::{
+    parse_acquire, parse_inspect, parse_last_run, parse_members, parse_renew, parse_renew_many,
+    ReplyReader, Scripts, ACQUIRE, INSPECT, LAST_RUN, MEMBERS, RECORD_RUN, RENEW, RENEW_MANY,
+    RESIGN,
+};
+use super::target::{is_not_writable, RedisTarget};
+use super::topology::{reply_addr, slot_of, tag_of_slot, Following, Node, Topology};
+use crate::backend::{Address, Op, Reply};
+use crate::error::copy_error;
+use crate::machine::RenewReply;
+use crate::{Error, Result};
+
+/// How many times one batch follows `MOVED`/`ASK` redirections, reloads
+/// scripts or waits out `TRYAGAIN` before its remaining operations fail.
+const MAX_ROUNDS: usize = 5;
+
+/// A Redis store as a [`Store`]: the [`Topology`] (one server, Sentinel or
+/// Cluster) and the scripts, shared by every election and partition set
+/// that uses it.
+///
+/// Each node has one connection for lease operations, of tenure's own (so
+/// renewals never queue behind the application's other traffic, and a
+/// dropped connection is re-established without replaying commands).
+/// Announcements go over separate pub/sub connections ([`Subscriber`]).
+pub(crate) struct RedisStore {
+    topology: Arc<Topology>,
+    scripts: Scripts,
+}
+
+/// One command of a batch: the slot it goes to, and the command.
+struct Call {
+    slot: u16,
+    cmd: redis::Cmd,
+}
+
+/// What became of one [`Call`].
+enum Outcome {
+    /// The server's reply, or its error reply.
+    Reply(RedisResult<Value>),
+    /// No reply: the node could not be found or did not answer. The call
+    /// may or may not have run.
+    Failed(Error),
+}
+
+/// Where a call goes next, when not simply to its slot's node.
+#[derive(Clone)]
+struct Redirect {
+    node: Arc<Node>,
+    /// An `ASK` redirection: send `ASKING` first.
+    asking: bool,
+}
+
+/// One part of an operation: most operations are one call; a
+/// [`Op::RenewMany`] on a cluster is one call per slot of its terms.
+struct Part {
+    op: usize,
+    /// For a split [`Op::RenewMany`]: the terms (indices) this call renews.
+    terms: Option<Vec<usize>>,
+}
+
+impl RedisStore {
+    /// Find the store's nodes ([`Topology::connect`]).
+    pub async fn connect(
+        target: RedisTarget,
+        call_timeout: Duration,
+        following: Following,
+    ) -> Result<Self> {
+        let topology = Topology::connect(target, call_timeout, following).await?;
+        let sharded = topology.is_cluster();
+        let script = |code: &str| Script::new(&for_topology(code, sharded));
+        Ok(RedisStore {
+            topology,
+            scripts: Scripts {
+                acquire: script(ACQUIRE),
+                renew: script(RENEW),
+                renew_many: script(RENEW_MANY),
+                resign: script(RESIGN),
+                inspect: script(INSPECT),
+                members: script(MEMBERS),
+                last_run: script(LAST_RUN),
+                record_run: script(RECORD_RUN),
+            },
+        })
+    }
+
+    pub fn target(&self) -> &RedisTarget {
+        self.topology.target()
+    }
+
+    pub fn topology(&self) -> &Arc<Topology> {
+        &self.topology
+    }
+
+    /// [`check_store`] on the node that serves the election at `at`.
+    pub async fn check(&self, at: Address<'_>, checks: StoreChecks) -> Result<()> {
+        let keys = &Keys::of(at);
+        let node = self.topology.node_for(slot_of(&keys.probe)).await?;
+        let sharded = self.topology.is_cluster();
+        let result = check_store(&mut node.conn(), self.target(), keys, checks, sharded).await;
+        if let Err(Error::Unreachable { .. } | Error::NotTheStore { .. } | Error::Timeout(_)) =
+            &result
+        {
+            self.topology.failed(&node);
+        }
+        result
+    }
+
+    /// Start over on new connections (after a timeout: the call may have
+    /// run, and the connection may be dead).
+    pub fn reset(&self) {
+        self.topology.reset();
+    }
+
+    /// The prefix's epoch key for an election whose lease is `lease`: the
+    /// prefix-wide key on one server; on a cluster, where a script may only
+    /// touch keys of one slot, a key per slot (tagged to share the
+    /// election's slot), so the hold-off of a name new to a node counts
+    /// from when that node first served the slot.
+    fn prefix_epoch(&self, keys: &Keys) -> String {
+        if !self.topology.is_cluster() {
+            return keys.prefix_epoch.clone();
+        }
+        let prefix = keys
+            .prefix_epoch
+            .strip_suffix(":epoch")
+            .unwrap_or(&keys.prefix_epoch);
+        format!(
+            "{prefix}:{{{}}}:slot-epoch",
+            tag_of_slot(slot_of(&keys.lease))
+        )
+    }
+
+    /// The script call of one operation (of some terms of a
+    /// [`Op::RenewMany`]): the only place each script's KEYS and ARGV are
+    /// laid out.
+    fn command(&self, op: &Op<'_>, terms: Option<&[usize]>) -> redis::Cmd {
+        fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+            cmd
+        }
+        match *op {
+            Op::Heartbeat {
+                group,
+                member,
+                ttl_ms,
+                join,
+            } => {
+                let keys = Keys::of(group);
+                let mut cmd = evalsha(&self.scripts.members, &[&keys.members]);
+                cmd.arg(member)
+                    .arg(ttl_ms)
+                    .arg(if join { "1" } else { "0" });
+                cmd
+            }
+            Op::Acquire { at, request } => {
+                let keys = &Keys::of(at);
+                let prefix_epoch = self.prefix_epoch(keys);
+                let mut cmd = evalsha(
+                    &self.scripts.acquire,
+                    &[
+                        &keys.lease,
+                        &keys.token,
+                        &keys.epoch,
+                        &prefix_epoch,
+                        &keys.witness,
+                    ],
+                );
+                cmd.arg(request.id)
+                    .arg(request.ttl_ms)
+                    .arg(&keys.events)
+                    .arg(request.attempt)
+                    .arg(request.hold_off_ms)
+                    .arg(request.aux_ttl_ms());
+                cmd
+            }
+            Op::Renew {
+                at,
+                id,
+                token,
+                ttl_ms,
+                announce,
+            } => {
+                let keys = &Keys::of(at);
+                let prefix_epoch = self.prefix_epoch(keys);
+                let mut cmd = evalsha(
+                    &self.scripts.renew,
+                    &[&keys.lease, &keys.witness, &prefix_epoch],
+                );
+                // The epoch's ttl as an acquire would set it for this ttl.
+                let epoch_ttl_ms =
+                    (crate::machine::AUX_TTL.as_millis() as u64).max(ttl_ms.saturating_mul(10));
+                cmd.arg(id).arg(token).arg(ttl_ms).arg(epoch_ttl_ms);
+                if announce {
+                    cmd.arg(&keys.events);
+                }
+                cmd
+            }
+            Op::RenewMany {
+                prefix,
+                id,
+                ttl_ms,
+                terms: all,
+            } => {
+                let chosen: Vec<&(&str, u64)> = match terms {
+                    Some(indices) => indices.iter().map(|i| &all[*i]).collect(),
+                    None => all.iter().collect(),
+                };
+                let mut cmd = redis::cmd("EVALSHA");
+                cmd.arg(self.scripts.renew_many.get_hash())
+                    .arg(chosen.len() * 2);
+                for (name, _) in &chosen {
+                    let at = Address::new(prefix, name);
+                    cmd.arg(Keys::lease_of(at)).arg(Keys::witness_of(at));
+                }
+                cmd.arg(id).arg(ttl_ms);
+                for (_, token) in &chosen {
+                    cmd.arg(token);
+                }
+                cmd
+            }
+            Op::Resign { at, id, token } => {
+                let keys = Keys::of(at);
+                let mut cmd = evalsha(&self.scripts.resign, &[&keys.lease, &keys.witness]);
+                cmd.arg(id).arg(token).arg(&keys.events);
+                cmd
+            }
+            Op::Inspect { at } => evalsha(&self.scripts.inspect, &[&Keys::lease_of(at)]),
+            Op::LastRun { at } => evalsha(&self.scripts.last_run, &[&Keys::of(at).last_run]),
+            Op::RecordRun {
+                at,
+                id,
+                token,
+                keep_ms,
+            } => {
+                let keys = Keys::of(at);
+                let mut cmd = evalsha(&self.scripts.record_run, &[&keys.lease, &keys.last_run]);
+                cmd.arg(id).arg(token).arg(keep_ms);
+                cmd
+            }
+        }
+    }
+
+    /// The hash slot an operation is routed by: its lease's (a group's
+    /// member set's, for a heartbeat; the first term's, for many).
+    fn routing_slot(op: &Op<'_>) -> u16 {
+        match *op {
+            Op::Heartbeat { group, .. } => slot_of(&Keys::of(group).members),
+            Op::Acquire { at, .. }
+            | Op::Renew { at, .. }
+            | Op::Resign { at, .. }
+            | Op::Inspect { at }
+            | Op::LastRun { at }
+            | Op::RecordRun { at, .. } => slot_of(&Keys::lease_of(at)),
+            Op::RenewMany { prefix, terms, .. } => terms.first().map_or(0, |(name, _)| {
+                slot_of(&Keys::lease_of(Address::new(prefix, name)))
+            }),
+        }
+    }
+
+    /// Read the reply of one operation (of some of its terms).
+    fn reply(&self, op: &Op<'_>, terms: Option<usize>, value: Value, url: &str) -> Result<Reply> {
+        Ok(match op {
+            Op::Heartbeat { .. } => {
+                let (members, phantoms) = parse_members(value, url)?;
+                Reply::Members { members, phantoms }
+            }
+            Op::Acquire { .. } => Reply::Acquire(parse_acquire(value, url)?),
+            Op::Renew { .. } => Reply::Renew(parse_renew(value, url)?),
+            Op::RenewMany { terms: all, .. } => {
+                Reply::RenewMany(parse_renew_many(value, terms.unwrap_or(all.len()), url)?)
+            }
+            Op::Resign { .. } => Reply::Resign(ReplyReader { url }.int(&value)? == 1),
+            Op::Inspect { .. } => Reply::Inspect(parse_inspect(value, url)?),
+            Op::LastRun { .. } => Reply::LastRun(parse_last_run(value, url)?),
+            Op::RecordRun { .. } => Reply::RecordRun(ReplyReader { url }.int(&value)? == 1),
+        })
+    }
+
+    /// Carry out `ops`: one pipeline per node (a single server and Sentinel
+    /// have one), all nodes at once. On a cluster a [`Op::RenewMany`] is
+    /// split by slot (a script may only touch keys of one slot), and
+    /// operations redirected by `MOVED`/`ASK` are sent again where they
+    /// belong. Scripts missing after a restart (NOSCRIPT) are loaded, and
+    /// only the operations that found them missing are sent again, so
+    /// nothing runs twice.
+    ///
+    /// The outer error means that no operation got any reply; otherwise
+    /// each operation has its own result.
+    pub async fn batch(
+        &self,
+        ops: &[Op<'_>],
+        round_trips: &AtomicU64,
+    ) -> Result<Vec<Result<Reply>>> {
+        let cluster = self.topology.is_cluster();
+        let mut parts = Vec::with_capacity(ops.len());
+        let mut calls = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                Op::RenewMany { prefix, terms, .. } if cluster => {
+                    let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+                    for (t, (name, _)) in terms.iter().enumerate() {
+                        let slot = slot_of(&Keys::lease_of(Address::new(prefix, name)));
+                        by_slot.entry(slot).or_default().push(t);
+                    }
+                    for (slot, indices) in by_slot {
+                        calls.push(Call {
+                            slot,
+                            cmd: self.command(op, Some(&indices)),
+                        });
+                        parts.push(Part {
+                            op: i,
+                            terms: Some(indices),
+                        });
+                    }
+                }
+                _ => {
+                    // Outside a cluster there is one node: no slot to compute
+                    // on the renewal path.
+                    let slot = if cluster { Self::routing_slot(op) } else { 0 };
+                    calls.push(Call {
+                        slot,
+                        cmd: self.command(op, None),
+                    });
+                    parts.push(Part { op: i, terms: None });
+                }
+            }
+        }
+        let outcomes = self.run(&calls, round_trips).await?;
+        // Redacted once: a cluster batch may hold thousands of replies.
+        let url = self.target().redacted();
+        let mut replies: Vec<Option<Result<Reply>>> = (0..ops.len()).map(|_| None).collect();
+        let mut many: HashMap<usize, Vec<Option<Result<RenewReply>>>> = HashMap::new();
+        for (part, outcome) in parts.into_iter().zip(outcomes) {
+            let op = &ops[part.op];
+            let result = match outcome {
+                Outcome::Reply(Ok(value)) => {
+                    self.reply(op, part.terms.as_ref().map(Vec::len), value, &url)
+                }
+                Outcome::Reply(Err(err)) => Err(self.target().classify(err)),
+                Outcome::Failed(err) => Err(err),
+            };
+            match (part.terms, op) {
+                (Some(indices), Op::RenewMany { terms, .. }) => {
+                    let slots = many
+                        .entry(part.op)
+                        .or_insert_with(|| (0..terms.len()).map(|_| None).collect());
+                    match result.and_then(Reply::into_renew_many) {
+                        Ok(results) => {
+                            for (t, r) in indices.into_iter().zip(results) {
+                                slots[t] = Some(r);
+                            }
+                        }
+                        Err(err) => {
+                            for t in indices {
+                                slots[t] = Some(Err(copy_error(&err)));
+                            }
+                        }
+                    }
+                }
+                _ => replies[part.op] = Some(result),
+            }
+        }
+        for (i, slots) in many {
+            let results = slots
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(Error::redis("internal: a renewal had no call"))))
+                .collect();
+            replies[i] = Some(Ok(Reply::RenewMany(results)));
+        }
+        Ok(replies
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::redis("internal: an operation had no call"))))
+            .collect())
+    }
+
+    /// Send `calls` to their nodes, following redirections (see
+    /// [`RedisStore::batch`]).
+    async fn run(&self, calls: &[Call], round_trips: &AtomicU64) -> Result<Vec<Outcome>> {
+        let mut outcomes: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
+        let mut redirects: Vec<Option<Redirect>> = vec![None; calls.len()];
+        let mut answered = false;
+        let mut first_failure: Option<Error> = None;
+        let fail = |first: &mut Option<Error>, err: Error| {
+            let copy = copy_error(&err);
+            if first.is_none() {
+                *first = Some(err);
+            }
+            Outcome::Failed(copy)
+        };
+        for _round in 0..MAX_ROUNDS {
+            let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
+            for i in 0..calls.len() {
+                if outcomes[i].is_some() {
+                    continue;
+                }
+                let node = match &redirects[i] {
+                    Some(redirect) => redirect.node.clone(),
+                    None => match self.topology.node_for(calls[i].slot).await {
+                        Ok(node) => node,
+                        Err(err) => {
+                            outcomes[i] = Some(fail(&mut first_failure, err));
+                            continue;
+                        }
+                    },
+                };
+                match groups.iter_mut().find(|(n, _)| Arc::ptr_eq(n, &node)) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((node, vec![i])),
+                }
+            }
+            if groups.is_empty() {
+                break;
+            }
+            let sent = groups.iter().map(|(node, members)| {
+                let commands: Vec<(&redis::Cmd, bool)> = members
+                    .iter()
+                    .map(|i| {
+                        let asking = redirects[*i].as_ref().is_some_and(|r| r.asking);
+                        (&calls[*i].cmd, asking)
+                    })
+                    .collect();
+                self.pipeline(node, commands)
+            });
+            round_trips.fetch_add(groups.len() as u64, Ordering::Relaxed);
+            let results = futures_util::future::join_all(sent).await;
+            let mut reload: Vec<Arc<Node>> = Vec::new();
+            let mut wait = false;
+            for ((node, members), result) in groups.into_iter().zip(results) {
+                let values = match result {
+                    Ok(values) => values,
+                    Err(err) => {
+                        self.topology.failed(&node);
+                        for i in members {
+                            outcomes[i] = Some(fail(&mut first_failure, copy_error(&err)));
+                        }
+                        first_failure.get_or_insert(err);
+                        continue;
+                    }
+                };
+                answered = true;
+                for (i, value) in members.into_iter().zip(values) {
+                    let err = match value {
+                        Ok(value) => {
+                            outcomes[i] = Some(Outcome::Reply(Ok(value)));
+                            continue;
+                        }
+                        Err(err) => err,
+                    };
+                    if let Some((addr, slot)) = err.redirect_node() {
+                        let addr = reply_addr(addr, &node.addr);
+                        let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
+                        let target = if asking {
+                            self.topology.node_at(&addr)
+                        } else {
+                            self.topology.moved(slot, &addr)
+                        };
+                        match target {
+                            Ok(target) => {
+                                redirects[i] = Some(Redirect {
+                                    node: target,
+                                    asking,
+                                })
+                            }
+                            Err(e) => outcomes[i] = Some(Outcome::Failed(e)),
+                        }
+                    } else if is_noscript(&err) {
+                        if !reload.iter().any(|n| Arc::ptr_eq(n, &node)) {
+                            reload.push(node.clone());
+                        }
+                    } else if err.kind() == ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
+                        // Keys of one script half-way through a slot migration.
+                        wait = true;
+                    } else {
+                        if is_not_writable(&err) {
+                            // A Sentinel primary demoted under us, or one
+                            // whose replicas followed a new primary: ask
+                            // every sentinel again.
+                            self.topology.failed(&node);
+                        }
+                        outcomes[i] = Some(Outcome::Reply(Err(err)));
+                    }
+                }
+            }
+            for node in reload {
+                let mut conn = node.conn();
+                for script in self.scripts.all() {
+                    if let Err(err) = script.prepare_invoke().load_async(&mut conn).await {
+                        // The operations that needed it fail with this error,
+                        // not with a misleading "too many redirections".
+                        let err = self.target().classify(err);
+                        for i in 0..calls.len() {
+                            let waiting = outcomes[i].is_none()
+                                && redirects[i]
+                                    .as_ref()
+                                    .is_none_or(|r| Arc::ptr_eq(&r.node, &node));
+                            if waiting && self.topology.serves(calls[i].slot, &node) {
+                                outcomes[i] = Some(Outcome::Failed(copy_error(&err)));
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+            if wait {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        if !answered {
+            if let Some(err) = first_failure {
+                return Err(err);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Outcome::Failed(Error::redis(format!(
+                        "gave up after {MAX_ROUNDS} redirections (MOVED/ASK/TRYAGAIN); the \
+                         cluster is being resharded"
+                    )))
+                })
+            })
+            .collect())
+    }
+
+    /// One pipeline to one node; `(command, asking)` pairs, where `asking`
+    /// sends `ASKING` first (its reply is dropped).
+    async fn pipeline(
+        &self,
+        node: &Node,
+        commands: Vec<(&redis::Cmd, bool)>,
+    ) -> Result<Vec<RedisResult<Value>>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (command, asking) in &commands {
+            if *asking {
+                pipe.add_command(redis::cmd("ASKING"));
+            }
+            pipe.add_command((*command).clone());
+        }
+        let mut results = pipe
+            .query_async::<Vec<RedisResult<Value>>>(&mut node.conn())
+            .await
+            .map_err(|e| self.target().classify(e))?
+            .into_iter();
+        let mut out = Vec::with_capacity(commands.len());
+        for (_, asking) in commands {
+            if asking {
+                results.next();
+            }
+            out.push(
+                results
+                    .next()
+                    .unwrap_or_else(|| Err(RedisError::from((ErrorKind::Io, "missing reply")))),
+            );
+        }
+        Ok(out)
+    }
+}
+
+fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
