@@ -1,0 +1,132 @@
+//! The last-run marker (see the module docs of `backend::etcd`): put on an
+//! etcd lease of its own, its age read from that lease and the recorder's
+//! clock. Apart from the terms, whose leases it does not share.
+
+use std::time::Duration;
+
+use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
+
+use super::codec::{decode, first_kv, tagged, wall_ms, MAGIC};
+use super::layout::{last_run_key, lease_key};
+use super::{Address, EtcdStore};
+use crate::{Error, Result};
+
+/// How far apart the hosts' clocks may be for a last-run marker's age by
+/// the recorder's clock to be trusted (see [`EtcdStore::last_run`]).
+const CLOCK_SLACK: Duration = Duration::from_secs(1);
+
+impl EtcdStore {
+    /// The age of the last-run marker (see the module docs), `None` when
+    /// there is none or its lease has run out.
+    pub(super) async fn last_run(&self, at: Address<'_>) -> Result<Option<Duration>> {
+        let key = last_run_key(at)?;
+        let Some(kv) = self.get(&key).await? else {
+            return Ok(None);
+        };
+        let recorded_ms = decode_marker(&key, &kv)?;
+        let answer = self.time_to_live(kv.lease()).await?;
+        let (Ok(left), Ok(granted)) = (
+            u64::try_from(answer.ttl()),
+            u64::try_from(answer.granted_ttl()),
+        ) else {
+            // -1: the lease has expired.
+            return Ok(None);
+        };
+        let by_lease = Duration::from_secs(granted.saturating_sub(left).saturating_sub(1));
+        // An etcd leader change renews every lease, so the lease alone can
+        // make a marker look younger than it is, and a period be skipped.
+        // The recorder's clock says how old it is across that, less
+        // CLOCK_SLACK for hosts whose clocks disagree: never older than it
+        // is while they agree that closely.
+        let by_clock = recorded_ms.map_or(Duration::ZERO, |at| {
+            Duration::from_millis(wall_ms().saturating_sub(at)).saturating_sub(CLOCK_SLACK)
+        });
+        Ok(Some(
+            by_lease.max(by_clock).min(Duration::from_secs(granted)),
+        ))
+    }
+
+    /// Put the last-run marker on a new lease of `keep_ms` (rounded up to
+    /// whole seconds), in a transaction that checks the election's key is
+    /// still term (`id`, `token`)'s; the previous marker's lease is revoked.
+    pub(super) async fn record_run(
+        &self,
+        at: Address<'_>,
+        id: &str,
+        token: u64,
+        keep_ms: u64,
+    ) -> Result<bool> {
+        let key = lease_key(at)?;
+        let marker = last_run_key(at)?;
+        // The owner is read first; the transaction goes ahead only if the
+        // key has not changed since (its mod_revision is still the one that
+        // created the term).
+        let Some(kv) = self.get(&key).await? else {
+            return Ok(false);
+        };
+        let holder = decode(&key, &kv)?;
+        if holder.token != token || holder.owner != id || kv.mod_revision() != kv.create_revision()
+        {
+            return Ok(false);
+        }
+        let revision = kv.mod_revision();
+        let seconds = i64::try_from(keep_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        // A cluster whose minimum lease ttl is longer grants more: the
+        // marker is then kept longer, and its age still counts right.
+        let granted = self.lease_grant(seconds).await?;
+        let lease = granted.id();
+        let value = format!("{MAGIC}\nlast-run\n{token}\n{id}\n{}", wall_ms());
+        let txn = Txn::new()
+            .when([Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision,
+            )])
+            .and_then([
+                TxnOp::get(marker.clone(), None),
+                TxnOp::put(
+                    marker.clone(),
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                ),
+            ]);
+        let revoke = |lease: i64| async move {
+            let revoked = self
+                .call(|mut c| async move { c.lease_revoke(lease).await })
+                .await;
+            if let Err(err) = revoked {
+                tracing::debug!(lease, error = %err, "cannot revoke a last-run marker's lease; it runs out by itself");
+            }
+        };
+        let txn = match self.txn(txn).await {
+            Ok(txn) => txn,
+            Err(err) => {
+                revoke(lease).await;
+                return Err(err);
+            }
+        };
+        if !txn.succeeded() {
+            revoke(lease).await;
+            return Ok(false);
+        }
+        if let Some(previous) = first_kv(&txn).filter(|kv| kv.lease() != 0 && kv.lease() != lease) {
+            revoke(previous.lease()).await;
+        }
+        Ok(true)
+    }
+}
+
+/// Check that `kv` is a last-run marker tenure wrote (on a lease), and
+/// return the recorder's clock (ms) at the record, if it says (markers
+/// written before it did, do not).
+fn decode_marker(key: &str, kv: &KeyValue) -> Result<Option<u64>> {
+    let mut lines = tagged(key, kv, "last-run")?;
+    let (_token, _owner) = (lines.next(), lines.next());
+    match lines.next() {
+        None => Ok(None),
+        Some(at) => at.parse().map(Some).map_err(|_| Error::ForeignData {
+            key: key.to_string(),
+            detail: "a record time that is not a number".into(),
+        }),
+    }
+}

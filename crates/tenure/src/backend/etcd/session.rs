@@ -1,0 +1,330 @@
+//! Session leases, like etcd's own `concurrency.Session`: one lease per
+//! instance and ttl that all its terms hang on (and a second one for their
+//! witnesses), granted when missing, kept alive once per batch, replaced
+//! when lapsed; and the transactions that attach a key to them beside a
+//! keep-alive. Apart because every operation that writes a key needs them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use etcd_client::Txn;
+use futures_util::future::FutureExt;
+
+use super::calls::{classify, from_cluster, lease_not_found, send};
+use super::EtcdStore;
+use crate::error::copy_error;
+use crate::error::one_line;
+use crate::{Error, Result};
+
+tokio::task_local! {
+    /// The keep-alives sent by the batch being carried out, by lease.
+    pub(super) static KEEP_ALIVES: KeepAlives;
+}
+
+/// See [`KEEP_ALIVES`].
+#[derive(Default)]
+pub(super) struct KeepAlives(Mutex<HashMap<i64, KeepAliveAnswer>>);
+
+type KeepAliveAnswer = futures_util::future::Shared<
+    futures_util::future::BoxFuture<'static, std::result::Result<KeptAlive, Arc<Error>>>,
+>;
+
+/// What [`EtcdStore::on_session`] found.
+pub(super) struct Attached {
+    pub(super) lease: i64,
+    /// Whether the keep-alive found the lease alive: a key the transaction
+    /// attached to it lasts a ttl from then.
+    pub(super) alive: bool,
+    pub(super) answer: etcd_client::TxnResponse,
+}
+
+/// The outcome of one keep-alive: positive when the lease lives on (for
+/// its granted ttl from when etcd's leader received it), zero when it is
+/// gone.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KeptAlive(pub(super) i64);
+
+impl EtcdStore {
+    /// The session lease of (`id`, `ttl_ms`), granted now if there is none.
+    /// Returns it and whether it was granted by this call (a grant is as
+    /// good as a keep-alive sent now).
+    pub(super) async fn session(&self, id: &str, ttl_ms: u64) -> Result<(i64, bool)> {
+        let ttl = Duration::from_millis(ttl_ms);
+        let known = || {
+            let lease = self
+                .sessions_lock()
+                .get(&(id.to_string(), ttl_ms))
+                .copied()?;
+            let refreshed = self.refreshed_lock().get(&lease).copied();
+            // With a tenth of the ttl to spare for the keep-alive's trip.
+            let lapsing =
+                refreshed.is_none_or(|at| tokio::time::Instant::now() + ttl / 10 >= at + ttl);
+            if lapsing {
+                self.forget(id, ttl_ms, lease);
+                return None;
+            }
+            Some(lease)
+        };
+        if let Some(lease) = known() {
+            return Ok((lease, false));
+        }
+        let _granting = self.granting.lock().await;
+        if let Some(lease) = known() {
+            // Granted by another operation meanwhile: not fresh for us.
+            return Ok((lease, false));
+        }
+        let asked = tokio::time::Instant::now();
+        let lease = self.grant(ttl_ms).await?;
+        self.refreshed_lock().insert(lease, asked);
+        self.sessions_lock().insert((id.to_string(), ttl_ms), lease);
+        Ok((lease, true))
+    }
+
+    fn refreshed_lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, tokio::time::Instant>> {
+        self.refreshed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(super) fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u64), i64>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forget a session lease that is gone, so that the next operation
+    /// grants a new one.
+    pub(super) fn forget(&self, id: &str, ttl_ms: u64, lease: i64) {
+        let mut sessions = self.sessions_lock();
+        let key = (id.to_string(), ttl_ms);
+        if sessions.get(&key) == Some(&lease) {
+            sessions.remove(&key);
+            self.refreshed_lock().remove(&lease);
+        }
+    }
+
+    /// A new lease of `ttl_ms`, which must be whole seconds (checked when
+    /// the election is built). A cluster whose minimum lease ttl (1.5
+    /// election timeouts) is longer grants more than asked: that lease is
+    /// revoked and the ttl refused, since our deadlines would be wrong.
+    pub(super) async fn grant(&self, ttl_ms: u64) -> Result<i64> {
+        let seconds = i64::try_from(ttl_ms / 1000).unwrap_or(i64::MAX);
+        let granted = self.lease_grant(seconds).await?;
+        if granted.ttl() != seconds {
+            let lease = granted.id();
+            let _ = self
+                .call(|mut c| async move { c.lease_revoke(lease).await })
+                .await;
+            return Err(Error::Config(format!(
+                "ttl {seconds} s is shorter than the smallest lease {} grants ({} s, 1.5 times \
+                 its election timeout): use a ttl of at least {} s",
+                self.url,
+                granted.ttl(),
+                granted.ttl()
+            )));
+        }
+        Ok(granted.id())
+    }
+
+    /// One lease of `seconds`, as etcd granted it (which may be longer).
+    pub(super) async fn lease_grant(
+        &self,
+        seconds: i64,
+    ) -> Result<etcd_client::LeaseGrantResponse> {
+        let granted = self
+            .call(|mut c| async move { c.lease_grant(seconds, None).await })
+            .await?;
+        // A grant counts as a keep-alive of the new lease: it must be one
+        // of this cluster's leases.
+        self.same_cluster(granted.header().map(|h| h.cluster_id()))?;
+        if !granted.error().is_empty() {
+            return Err(Error::Etcd {
+                detail: one_line(granted.error()),
+            });
+        }
+        Ok(granted)
+    }
+
+    /// Send one keep-alive of `lease` (on a stream of its own, so that a
+    /// late answer can never be taken for another's) and wait for its
+    /// answer: the client reads it and reports a lease that is gone as an
+    /// error of its own, which is no error here.
+    ///
+    /// Within a [`EtcdStore::batch`], one keep-alive per lease is sent and
+    /// its answer shared.
+    pub(super) async fn keep_alive(&self, lease: i64) -> Result<KeptAlive> {
+        let shared = KEEP_ALIVES.try_with(|batch| {
+            batch
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(lease)
+                .or_insert_with(|| self.send_keep_alive(lease).boxed().shared())
+                .clone()
+        });
+        let asked = tokio::time::Instant::now();
+        let answer = match shared {
+            Ok(shared) => shared.await,
+            Err(_) => self.send_keep_alive(lease).await,
+        };
+        if let Ok(KeptAlive(ttl)) = answer {
+            if ttl > 0 {
+                if let Some(at) = self.refreshed_lock().get_mut(&lease) {
+                    *at = (*at).max(asked);
+                }
+            }
+        }
+        answer.map_err(|err| copy_error(&err))
+    }
+
+    /// One keep-alive of `lease`, sent now.
+    ///
+    /// The client reads the first answer of a keep-alive stream itself and
+    /// shows only whether the lease lives, not which cluster answered; so a
+    /// second keep-alive follows on the same stream (to the same member),
+    /// and its answer's cluster is checked. Another cluster can have a
+    /// lease of the same id (a restore of this cluster's snapshot under a
+    /// new cluster token keeps the leases): its keep-alive renews nothing
+    /// here and must not count as a renewal. A lease the first answer finds
+    /// gone counts as gone, whichever cluster said so: that only ends a term.
+    fn send_keep_alive(
+        &self,
+        lease: i64,
+    ) -> impl std::future::Future<Output = std::result::Result<KeptAlive, Arc<Error>>> + Send + 'static
+    {
+        let (clients, requests, url, cluster_id) = (
+            self.clients.clone(),
+            self.requests.clone(),
+            self.url.clone(),
+            self.cluster_id,
+        );
+        let patience = self.call_timeout / 3;
+        async move {
+            let sent = send(&clients, &requests, patience, |mut c| async move {
+                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
+                keeper.keep_alive().await?;
+                answers.message().await
+            });
+            match sent.await {
+                Ok(Some(answer)) => {
+                    let answered = answer.header().map(|h| h.cluster_id());
+                    from_cluster(cluster_id, answered, &url).map_err(Arc::new)?;
+                    Ok(KeptAlive(answer.ttl().max(0)))
+                }
+                Ok(None) => Err(Arc::new(Error::Etcd {
+                    detail: "the keep-alive stream ended before its second answer".into(),
+                })),
+                Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => {
+                    Ok(KeptAlive(0))
+                }
+                Err(err) => Err(Arc::new(classify(err, &url))),
+            }
+        }
+    }
+
+    /// At most how long `lease` has left, `None` when it is gone. etcd
+    /// answers in whole seconds, rounded down (0 for the last second, and
+    /// for an expired lease its leader has not removed yet: it does so on a
+    /// 500 ms tick), so one second is added: a follower that slept on the
+    /// time rounded down would ask again and again in the last second. The
+    /// watch on the key wakes it as soon as the key is gone anyway.
+    pub(super) async fn ttl_left(&self, lease: i64) -> Result<Option<Duration>> {
+        let answer = self.time_to_live(lease).await?;
+        Ok(u64::try_from(answer.ttl())
+            .ok()
+            .map(|secs| Duration::from_secs(secs.saturating_add(1))))
+    }
+
+    /// Run the transaction `txn(lease)` that attaches a key to the
+    /// session lease of (`id`, `ttl_ms`), beside a keep-alive of that lease
+    /// (or right after granting it). `None` when the transaction found the
+    /// lease gone; a lease the keep-alive found gone is reported as not
+    /// `alive`. Either way it is forgotten: the next try grants a new one.
+    ///
+    /// If the keep-alive finds the lease alive, the lease was alive when
+    /// the key was attached (an expired lease never comes back), and lasts
+    /// a ttl from when the keep-alive reached etcd, after the caller's
+    /// send instant.
+    pub(super) async fn on_session(
+        &self,
+        id: &str,
+        ttl_ms: u64,
+        txn: impl Fn(i64) -> Txn,
+    ) -> Result<Option<Attached>> {
+        let (lease, fresh) = self.session(id, ttl_ms).await?;
+        let sent = self.txn(txn(lease));
+        let (alive, sent) = if fresh {
+            (Ok(KeptAlive(1)), sent.await)
+        } else {
+            tokio::join!(self.keep_alive(lease), sent)
+        };
+        let answer = match sent {
+            Err(err) if lease_not_found(&err) => {
+                self.forget(id, ttl_ms, lease);
+                return Ok(None);
+            }
+            other => other?,
+        };
+        let alive = alive?.0 > 0;
+        if !alive {
+            // Granted anew by the next operation that needs it.
+            self.forget(id, ttl_ms, lease);
+        }
+        Ok(Some(Attached {
+            lease,
+            alive,
+            answer,
+        }))
+    }
+
+    /// [`EtcdStore::on_session`] for a transaction `txn(lease, witness)`
+    /// that also puts a term's witness on `id`'s witness session lease: a
+    /// second lease, kept alive with the first, so that a revoke of the
+    /// first (by hand) leaves the witness behind. `alive` only when both
+    /// keep-alives found their lease alive.
+    pub(super) async fn on_sessions(
+        &self,
+        id: &str,
+        ttl_ms: u64,
+        txn: impl Fn(i64, i64) -> Txn,
+    ) -> Result<Option<Attached>> {
+        let witness_id = witness_session(id);
+        let (lease, fresh) = self.session(id, ttl_ms).await?;
+        let (witness, witness_fresh) = self.session(&witness_id, ttl_ms).await?;
+        let kept = |lease, fresh| async move {
+            if fresh {
+                Ok(KeptAlive(1))
+            } else {
+                self.keep_alive(lease).await
+            }
+        };
+        let (alive, witness_alive, sent) = tokio::join!(
+            kept(lease, fresh),
+            kept(witness, witness_fresh),
+            self.txn(txn(lease, witness))
+        );
+        let (alive, witness_alive) = (alive?.0 > 0, witness_alive?.0 > 0);
+        // Granted anew by the next operation that needs them.
+        if !alive {
+            self.forget(id, ttl_ms, lease);
+        }
+        if !witness_alive {
+            self.forget(&witness_id, ttl_ms, witness);
+        }
+        let answer = match sent {
+            // One of the two leases is gone: the one a keep-alive found
+            // gone is forgotten; if neither did, it expired in between,
+            // and the next try's keep-alive finds it.
+            Err(err) if lease_not_found(&err) => return Ok(None),
+            other => other?,
+        };
+        Ok(Some(Attached {
+            lease,
+            alive: alive && witness_alive,
+            answer,
+        }))
+    }
+}
+
+/// The session key of an instance's witness lease: a second session of
+/// the instance, beside its own (ids contain no control characters).
+pub(super) fn witness_session(id: &str) -> String {
+    format!("{id}\u{1}witness")
+}

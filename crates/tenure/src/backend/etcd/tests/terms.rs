@@ -1,0 +1,154 @@
+//! Terms against a real cluster: only their owner renews or resigns them,
+//! a term nobody renews is swept, and terms begun at once share a session.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::one_member;
+use crate::backend::etcd::layout::lease_key;
+use crate::backend::Address;
+use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
+
+/// Against a real cluster: a renewal or resignation that names another
+/// owner's term, or an older term, changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_owner_can_neither_renew_nor_resign() {
+    let (_cluster, store) = one_member().await;
+    let at = Address::new("tenure", "owned");
+    let request = AcquireRequest {
+        id: "owner",
+        attempt: "1",
+        ttl_ms: 2_000,
+        hold_off_ms: 2_000,
+    };
+    let AcquireReply::Won { token } = store.acquire(at, &request).await.expect("acquire") else {
+        panic!("the first candidate wins");
+    };
+    let holder = || async { store.inspect(at).await.expect("inspect") };
+    let before = holder().await.expect("held");
+    for (id, token) in [
+        ("intruder", token),
+        ("owner", token - 1),
+        ("owner", token + 1),
+    ] {
+        let renewed = store.renew(at, id, token, 2_000).await.expect("renew");
+        assert!(matches!(renewed, RenewReply::NotOwner(_)), "{id} {token}");
+        assert!(
+            !store.resign(at, id, token).await.expect("resign"),
+            "{id} {token}"
+        );
+        let many = store
+            .renew_many("tenure", id, 2_000, &[("owned", token)])
+            .await;
+        assert!(
+            matches!(many[..], [Ok(RenewReply::NotOwner(_))]),
+            "{id} {token}: {many:?}"
+        );
+    }
+    let after = holder().await.expect("still held");
+    assert_eq!((after.owner.as_str(), after.token), ("owner", before.token));
+    assert_eq!(
+        store.renew(at, "owner", token, 2_000).await.expect("renew"),
+        RenewReply::Renewed
+    );
+    assert!(store.resign(at, "owner", token).await.expect("resign"));
+    assert!(holder().await.is_none());
+    // With the key gone by hand, only the owner's release deletes the
+    // witness that holds the candidates off.
+    let AcquireReply::Won { token } = store.acquire(at, &request).await.expect("acquire") else {
+        panic!("free again");
+    };
+    let key = lease_key(at).expect("a key");
+    store
+        .call(|mut c| {
+            let key = key.clone();
+            async move { c.delete(key, None).await }
+        })
+        .await
+        .expect("deleted");
+    let other = AcquireRequest {
+        id: "other",
+        ..request
+    };
+    assert!(!store.resign(at, "intruder", token).await.expect("resign"));
+    assert!(matches!(
+        store.acquire(at, &other).await.expect("acquire"),
+        AcquireReply::HoldOff { .. }
+    ));
+    assert!(!store.resign(at, "owner", token).await.expect("resign"));
+    assert!(matches!(
+        store.acquire(at, &other).await.expect("acquire"),
+        AcquireReply::Won { .. }
+    ));
+}
+
+/// A term that ended without a release (nobody renews it) must not be
+/// kept alive by the instance's other terms on the same session lease:
+/// once a ttl has passed without a renewal, its key is deleted; a term
+/// that is renewed stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_nobody_renews_is_swept_while_its_session_lives_on() {
+    let (_cluster, store) = one_member().await;
+    let request = AcquireRequest {
+        id: "me",
+        attempt: "1",
+        ttl_ms: 1_000,
+        hold_off_ms: 1_000,
+    };
+    let (dead, live) = (
+        Address::new("tenure", "dead"),
+        Address::new("tenure", "live"),
+    );
+    let won = |reply| match reply {
+        Ok(AcquireReply::Won { token }) => token,
+        other => panic!("{other:?}"),
+    };
+    let began = tokio::time::Instant::now();
+    let _dead_token = won(store.acquire(dead, &request).await);
+    let live_token = won(store.acquire(live, &request).await);
+    // Not before a ttl: the term may still be running.
+    store.sweep().await;
+    assert!(store.inspect(dead).await.expect("inspect").is_some());
+    let swept_at = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let renewed = store.renew(live, "me", live_token, 1_000).await;
+            assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
+            store.sweep().await;
+            if store.inspect(dead).await.expect("inspect").is_none() {
+                return tokio::time::Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .expect("the ended term's key is deleted while the session lives on");
+    assert!(swept_at - began >= Duration::from_secs(1));
+    let live = store.inspect(live).await.expect("inspect").expect("held");
+    assert_eq!(live.token, live_token);
+}
+
+/// Many terms of one instance begun at once, before it has a session
+/// lease: one lease is granted, and every term is on it (renewable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terms_begun_at_once_share_one_session_lease() {
+    let (_cluster, store) = one_member().await;
+    let names: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+    let keys: Vec<Address<'_>> = names.iter().map(|n| Address::new("tenure", n)).collect();
+    let request = AcquireRequest {
+        id: "me",
+        attempt: "1",
+        ttl_ms: 2_000,
+        hold_off_ms: 2_000,
+    };
+    let won = join_all(keys.iter().map(|k| store.acquire(*k, &request))).await;
+    for (keys, reply) in keys.iter().zip(won) {
+        let Ok(AcquireReply::Won { token }) = reply else {
+            panic!("{reply:?}");
+        };
+        let renewed = store.renew(*keys, "me", token, 2_000).await.expect("renew");
+        assert_eq!(renewed, RenewReply::Renewed, "{}", keys.name);
+    }
+    // One session lease and one witness lease.
+    assert_eq!(store.sessions_lock().len(), 2);
+}
