@@ -38,10 +38,11 @@ use redis_process::RedisServer;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::measure::{
+use crate::fixture::{
     connect, election, floor, handovers, idle_requests, requests_during, samples_len_jitter,
-    takeovers, Crashable, Plan,
+    takeovers, Crashable,
 };
+use crate::plan::Plan;
 use crate::report::{Report, Row};
 use crate::scale::{self, ScaleFigures};
 use crate::stats::Samples;
