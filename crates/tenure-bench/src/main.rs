@@ -13,6 +13,7 @@
 
 mod cli_handover;
 mod etcd;
+mod etcd_metrics;
 mod fixture;
 mod measure;
 mod naive;

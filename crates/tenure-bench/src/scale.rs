@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::etcd::{self, ByMethod};
+use crate::etcd_metrics::{self, ByMethod};
 use crate::naive::NaiveElection;
 
 /// Lease ttl of the scale runs; renewals every ttl/3.
@@ -103,7 +103,7 @@ pub async fn child(
                 TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
             )
             .await?;
-            let members = etcd::metrics_endpoints(url);
+            let members = etcd_metrics::metrics_endpoints(url);
             let figures = window(seconds, members.as_deref(), || {
                 (observer.round_trips(), observer.cycles())
             })
@@ -201,7 +201,7 @@ async fn window(
         tokio::time::sleep(TTL / 6).await;
     }
     let server0 = match members {
-        Some(members) => Some(etcd::scrape(members).await?),
+        Some(members) => Some(etcd_metrics::scrape(members).await?),
         None => None,
     };
     let (cpu0, (trips0, cycles0), t0) = (cpu_seconds(), counters(), Instant::now());
@@ -209,7 +209,7 @@ async fn window(
     let (trips1, cycles1) = counters();
     let (cpu1, wall) = (cpu_seconds(), t0.elapsed().as_secs_f64());
     let server = match (members, server0) {
-        (Some(members), Some(before)) => Some(etcd::scrape(members).await?.minus(&before)),
+        (Some(members), Some(before)) => Some(etcd_metrics::scrape(members).await?.minus(&before)),
         _ => None,
     };
     Ok(Window {
