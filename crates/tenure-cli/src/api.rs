@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::exit::Failure;
 use crate::http::{self, Body, Handler, Limits};
-use crate::serve::{Rejoin, Resigned, Seat, Seats, View};
+use crate::seat::{Rejoin, Resigned, Seat, Seats, View};
 
 /// How often an idle event stream carries a comment, so that proxies and
 /// clients can tell a quiet stream from a dead one.
@@ -455,7 +455,7 @@ fn param(query: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::Seat;
+    use crate::seat::Seat;
     use tokio::task::JoinSet;
     use tokio_util::sync::CancellationToken;
 
@@ -479,7 +479,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let opened = election.clone();
-        let open: crate::serve::Open = Arc::new(move || {
+        let open: crate::seat::Open = Arc::new(move || {
             let election = opened.clone();
             Box::pin(async move { Ok(election) })
         });
@@ -550,8 +550,8 @@ mod tests {
         };
         assert_eq!(handed, 1500);
         let asked = Instant::now();
-        let resigned = seat.resign(crate::serve::Rejoin::AfterTtl).await;
-        assert!(matches!(resigned, crate::serve::Resigned::Term(_)));
+        let resigned = seat.resign(crate::seat::Rejoin::AfterTtl).await;
+        assert!(matches!(resigned, crate::seat::Resigned::Term(_)));
         assert_eq!(
             Instant::now() - asked,
             max,
