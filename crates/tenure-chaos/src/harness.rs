@@ -765,6 +765,333 @@ async fn kill_and_rejoin(
     Ok((t, until))
 }
 
+/// A fault of the store as [`Harness::store_fault`] records it: from `t`
+/// until the store could serve the election again (ns), and whether it
+/// could not serve meanwhile (etcd: told apart per fault; Redis: `None`,
+/// by kind, see the checker).
+struct Outage {
+    t: u64,
+    until: u64,
+    store_down: Option<bool>,
+}
+
+impl Outage {
+    /// The window `(t, until)` with `store_down`.
+    fn of((t, until): (u64, u64), store_down: Option<bool>) -> Outage {
+        Outage {
+            t,
+            until,
+            store_down,
+        }
+    }
+}
+
+/// `sentinel-kill-primary`: kill the primary (keeping its snapshot or not,
+/// by `coin`), wait for a replica's promotion, hold, then start the old
+/// primary again as a stale primary, until the sentinels demote it.
+async fn sentinel_kill_primary(
+    group: &Arc<SentinelGroup>,
+    coin: bool,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let g = group.clone();
+    let t = now_ns();
+    let old = blocking("killing the primary", move || {
+        if coin {
+            g.kill_primary_keep_snapshot()
+        } else {
+            g.kill_primary()
+        }
+    })
+    .await?;
+    let g = group.clone();
+    let promoted = blocking("a replica is promoted", move || {
+        g.wait_for_new_primary(old, TOPOLOGY_WAIT)
+    })
+    .await;
+    let until = now_ns();
+    if promoted.is_ok() {
+        tokio::time::sleep(hold).await;
+    }
+    // Back as a stale primary, until the sentinels demote it.
+    let g = group.clone();
+    let resumed = blocking("the old primary starts again", move || {
+        g.node(old)?.resume()
+    })
+    .await;
+    promoted?;
+    resumed?;
+    Ok(Outage::of((t, until), None))
+}
+
+/// `sentinel-failover`: `SENTINEL FAILOVER`, recorded until it returns.
+async fn sentinel_failover(group: &Arc<SentinelGroup>) -> Result<Outage, String> {
+    let g = group.clone();
+    let t = now_ns();
+    blocking("SENTINEL FAILOVER", move || g.failover()).await?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `hang-sentinel`: pause the sentinel at `first` (modulo their number),
+/// fail over through a healthy one, wait until the old primary is
+/// demoted, hold, then let the hung sentinel run again.
+async fn hang_sentinel(
+    group: &Arc<SentinelGroup>,
+    first: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let ports = group.sentinel_ports();
+    let hung = ports[first % ports.len()];
+    let t = now_ns();
+    group
+        .node(hung)
+        .map_err(|e| e.to_string())?
+        .pause()
+        .map_err(|e| e.to_string())?;
+    // `failover` and `wait_until_ready` skip paused sentinels:
+    // the failover goes through a healthy one, and the others
+    // demote the old primary without the hung one.
+    let g = group.clone();
+    let promoted = blocking("SENTINEL FAILOVER while a sentinel hangs", move || {
+        g.failover()
+    })
+    .await;
+    let until = now_ns();
+    let demoted = match promoted {
+        Ok(_) => {
+            let g = group.clone();
+            blocking("the old primary is demoted", move || {
+                g.wait_until_ready(TOPOLOGY_WAIT)
+            })
+            .await
+        }
+        Err(_) => Ok(0),
+    };
+    if promoted.is_ok() && demoted.is_ok() {
+        tokio::time::sleep(hold).await;
+    }
+    let g = group.clone();
+    let resumed = blocking("the hung sentinel runs again", move || {
+        g.node(hung)?.unpause()
+    })
+    .await;
+    promoted?;
+    demoted?;
+    resumed?;
+    Ok(Outage::of((t, until), None))
+}
+
+/// `sentinel-kill-sentinel`: kill the sentinel at `pick` (modulo their
+/// number), hold, start it again.
+async fn sentinel_kill_sentinel(
+    group: &Arc<SentinelGroup>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let ports = group.sentinel_ports();
+    let port = ports[pick % ports.len()];
+    let t = now_ns();
+    group.node(port).map_err(|e| e.to_string())?.kill();
+    tokio::time::sleep(hold).await;
+    let g = group.clone();
+    blocking("the sentinel starts again", move || g.node(port)?.resume()).await?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `cluster-failover`: `CLUSTER FAILOVER` on the replica of the election's
+/// primary, recorded until it returns.
+async fn cluster_failover(cluster: &Arc<RedisCluster>) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("CLUSTER FAILOVER", move || {
+        c.failover(c.primary_of_slot(election_slot())?)
+    })
+    .await?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `kill-shard-primary`: another shard's primary (the one at `pick` among
+/// them) killed and rejoined; the election's shard keeps serving.
+async fn kill_shard_primary(
+    cluster: &Arc<RedisCluster>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let (_, others) = primaries(cluster).await?;
+    let Some(old) = others.get(pick % others.len().max(1)).copied() else {
+        return Err("the cluster has no primary but the election's to kill".into());
+    };
+    Ok(Outage::of(
+        kill_and_rejoin(cluster, old, hold).await?,
+        Some(false),
+    ))
+}
+
+/// `cluster-reshard`: migrate the election's slot to another primary (the
+/// one at `pick` among them) in three steps a third of `hold` apart.
+async fn cluster_reshard(
+    cluster: &Arc<RedisCluster>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let slot = election_slot();
+    let (_, others) = primaries(cluster).await?;
+    let Some(to) = others.get(pick % others.len().max(1)).copied() else {
+        return Err("the cluster has no other primary to move the slot to".into());
+    };
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("beginning the migration", move || {
+        c.begin_migration(slot, to)
+    })
+    .await?;
+    tokio::time::sleep(hold / 3).await;
+    let c = cluster.clone();
+    let moved = blocking("moving the slot's keys", move || c.migrate_keys(slot)).await;
+    if moved.is_ok() {
+        tokio::time::sleep(hold / 3).await;
+    }
+    // Keys written meanwhile (on the importing node, after ASK,
+    // or on the old owner while the lease was still there), then
+    // the hand-over; tried even after a failed step, so the slot
+    // is not left half-migrated.
+    let c = cluster.clone();
+    let finished = blocking("handing the slot over", move || {
+        c.migrate_keys(slot)?;
+        c.finish_migration(slot)
+    })
+    .await;
+    moved?;
+    finished?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `etcd-kill-member` (`kill`) or `etcd-pause-member`: stop the raft
+/// leader (when `coin`, or when it has no follower) or the follower at
+/// `pick`, wait for another leader if it was the leader, hold, then
+/// restart or resume it. The store is down only when the leader stopped.
+async fn etcd_stop_member(
+    cluster: &Arc<Mutex<EtcdCluster>>,
+    kill: bool,
+    coin: bool,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let (member, leader) = blocking("the etcd leader", move || {
+        let c = lock(&c);
+        let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
+        let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
+        let member = match followers.get(pick % followers.len().max(1)) {
+            Some(follower) if !coin => *follower,
+            _ => leader,
+        };
+        Ok::<_, etcd_process::Error>((member, leader))
+    })
+    .await?;
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("stopping an etcd member", move || {
+        if kill {
+            lock(&c).kill(member);
+            Ok(())
+        } else {
+            lock(&c).pause(member)
+        }
+    })
+    .await?;
+    // The raft leader gone, nobody can lead until the others
+    // have elected another; a follower gone costs nothing.
+    let (until, elected) = if member == leader {
+        let c = cluster.clone();
+        let elected = blocking("another etcd member leads", move || {
+            lock(&c).wait_for_leader(TOPOLOGY_WAIT).map(|_| ())
+        })
+        .await;
+        (now_ns(), elected)
+    } else {
+        (t, Ok(()))
+    };
+    let store_down = Some(member == leader);
+    if elected.is_ok() {
+        tokio::time::sleep(hold).await;
+    }
+    let c = cluster.clone();
+    let back = blocking("the etcd member runs again", move || {
+        if kill {
+            lock(&c).restart(member)
+        } else {
+            lock(&c).resume(member)
+        }
+    })
+    .await;
+    elected?;
+    back?;
+    Ok(Outage::of((t, until), store_down))
+}
+
+/// `etcd-restart-all`: kill every member, hold, start them all again and
+/// wait for a leader; the store is down throughout.
+async fn etcd_restart_all(
+    cluster: &Arc<Mutex<EtcdCluster>>,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("killing every etcd member", move || {
+        lock(&c).kill_all();
+        Ok::<_, etcd_process::Error>(())
+    })
+    .await?;
+    tokio::time::sleep(hold).await;
+    let c = cluster.clone();
+    blocking("every etcd member starts again", move || {
+        let mut c = lock(&c);
+        c.restart_all()?;
+        c.wait_for_leader(TOPOLOGY_WAIT)
+    })
+    .await?;
+    Ok(Outage::of((t, now_ns()), Some(true)))
+}
+
+/// `pause-minority-member`: pause the follower at `pick`, hold, resume it;
+/// the store keeps serving.
+async fn pause_minority_member(
+    cluster: &Arc<Mutex<EtcdCluster>>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let member = blocking("an etcd follower", move || {
+        let c = lock(&c);
+        let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
+        let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
+        followers
+            .get(pick % followers.len().max(1))
+            .copied()
+            .ok_or_else(|| etcd_process::Error::Topology("no follower member".into()))
+    })
+    .await?;
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("pausing an etcd follower", move || lock(&c).pause(member)).await?;
+    tokio::time::sleep(hold).await;
+    let c = cluster.clone();
+    blocking("the etcd follower runs again", move || {
+        lock(&c).resume(member)
+    })
+    .await?;
+    Ok(Outage::of((t, now_ns()), Some(false)))
+}
+
+/// `etcd-compact`: compact etcd's history now; the store keeps serving.
+async fn etcd_compact(cluster: &Arc<Mutex<EtcdCluster>>) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("compacting etcd", move || lock(&c).compact_now()).await?;
+    Ok(Outage::of((t, now_ns()), Some(false)))
+}
+
 pub struct Harness {
     config: RunConfig,
     rng: StdRng,
@@ -1296,262 +1623,48 @@ impl Harness {
         let coin = self.rng.random_bool(0.5);
         let pick: usize = self.rng.random_range(0..1000);
         self.store.settle().await?;
-        // Whether the store could not serve from `t` to `until` (etcd: told
-        // apart per fault; Redis: by kind, see the checker).
-        let mut store_down = None;
-        let (t, until) = match (&self.store, kind) {
+        let Outage {
+            t,
+            until,
+            store_down,
+        } = match (&self.store, kind) {
             (Store::Sentinel(group), "sentinel-kill-primary") => {
-                let g = group.clone();
-                let t = now_ns();
-                let old = blocking("killing the primary", move || {
-                    if coin {
-                        g.kill_primary_keep_snapshot()
-                    } else {
-                        g.kill_primary()
-                    }
-                })
-                .await?;
-                let g = group.clone();
-                let promoted = blocking("a replica is promoted", move || {
-                    g.wait_for_new_primary(old, TOPOLOGY_WAIT)
-                })
-                .await;
-                let until = now_ns();
-                if promoted.is_ok() {
-                    tokio::time::sleep(hold).await;
-                }
-                // Back as a stale primary, until the sentinels demote it.
-                let g = group.clone();
-                let resumed = blocking("the old primary starts again", move || {
-                    g.node(old)?.resume()
-                })
-                .await;
-                promoted?;
-                resumed?;
-                (t, until)
+                sentinel_kill_primary(group, coin, hold).await?
             }
-            (Store::Sentinel(group), "sentinel-failover") => {
-                let g = group.clone();
-                let t = now_ns();
-                blocking("SENTINEL FAILOVER", move || g.failover()).await?;
-                (t, now_ns())
-            }
+            (Store::Sentinel(group), "sentinel-failover") => sentinel_failover(group).await?,
             (Store::Sentinel(group), "hang-sentinel") => {
                 // The sentinel the leader lists first (see `instance_url`):
                 // the one an instance following a single sentinel hears.
-                let ports = group.sentinel_ports();
                 let first = self
                     .slots
                     .iter()
                     .position(|slot| slot.inst() == target)
                     .unwrap_or(pick);
-                let hung = ports[first % ports.len()];
-                let t = now_ns();
-                group
-                    .node(hung)
-                    .map_err(|e| e.to_string())?
-                    .pause()
-                    .map_err(|e| e.to_string())?;
-                // `failover` and `wait_until_ready` skip paused sentinels:
-                // the failover goes through a healthy one, and the others
-                // demote the old primary without the hung one.
-                let g = group.clone();
-                let promoted = blocking("SENTINEL FAILOVER while a sentinel hangs", move || {
-                    g.failover()
-                })
-                .await;
-                let until = now_ns();
-                let demoted = match promoted {
-                    Ok(_) => {
-                        let g = group.clone();
-                        blocking("the old primary is demoted", move || {
-                            g.wait_until_ready(TOPOLOGY_WAIT)
-                        })
-                        .await
-                    }
-                    Err(_) => Ok(0),
-                };
-                if promoted.is_ok() && demoted.is_ok() {
-                    tokio::time::sleep(hold).await;
-                }
-                let g = group.clone();
-                let resumed = blocking("the hung sentinel runs again", move || {
-                    g.node(hung)?.unpause()
-                })
-                .await;
-                promoted?;
-                demoted?;
-                resumed?;
-                (t, until)
+                hang_sentinel(group, first, hold).await?
             }
             (Store::Sentinel(group), "sentinel-kill-sentinel") => {
-                let ports = group.sentinel_ports();
-                let port = ports[pick % ports.len()];
-                let t = now_ns();
-                group.node(port).map_err(|e| e.to_string())?.kill();
-                tokio::time::sleep(hold).await;
-                let g = group.clone();
-                blocking("the sentinel starts again", move || g.node(port)?.resume()).await?;
-                (t, now_ns())
+                sentinel_kill_sentinel(group, pick, hold).await?
             }
-            (Store::Cluster(cluster), "cluster-failover") => {
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("CLUSTER FAILOVER", move || {
-                    c.failover(c.primary_of_slot(election_slot())?)
-                })
-                .await?;
-                (t, now_ns())
-            }
+            (Store::Cluster(cluster), "cluster-failover") => cluster_failover(cluster).await?,
             (Store::Cluster(cluster), "cluster-kill-primary") => {
                 let (own, _) = primaries(cluster).await?;
-                kill_and_rejoin(cluster, own, hold).await?
+                Outage::of(kill_and_rejoin(cluster, own, hold).await?, None)
             }
-            // Another shard's primary: the election's shard keeps serving.
             (Store::Cluster(cluster), "kill-shard-primary") => {
-                let (_, others) = primaries(cluster).await?;
-                let Some(old) = others.get(pick % others.len().max(1)).copied() else {
-                    return Err("the cluster has no primary but the election's to kill".into());
-                };
-                store_down = Some(false);
-                kill_and_rejoin(cluster, old, hold).await?
+                kill_shard_primary(cluster, pick, hold).await?
             }
             (Store::Cluster(cluster), "cluster-reshard") => {
-                let slot = election_slot();
-                let (_, others) = primaries(cluster).await?;
-                let Some(to) = others.get(pick % others.len().max(1)).copied() else {
-                    return Err("the cluster has no other primary to move the slot to".into());
-                };
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("beginning the migration", move || {
-                    c.begin_migration(slot, to)
-                })
-                .await?;
-                tokio::time::sleep(hold / 3).await;
-                let c = cluster.clone();
-                let moved = blocking("moving the slot's keys", move || c.migrate_keys(slot)).await;
-                if moved.is_ok() {
-                    tokio::time::sleep(hold / 3).await;
-                }
-                // Keys written meanwhile (on the importing node, after ASK,
-                // or on the old owner while the lease was still there), then
-                // the hand-over; tried even after a failed step, so the slot
-                // is not left half-migrated.
-                let c = cluster.clone();
-                let finished = blocking("handing the slot over", move || {
-                    c.migrate_keys(slot)?;
-                    c.finish_migration(slot)
-                })
-                .await;
-                moved?;
-                finished?;
-                (t, now_ns())
+                cluster_reshard(cluster, pick, hold).await?
             }
             (Store::Etcd(cluster), "etcd-kill-member" | "etcd-pause-member") => {
                 let kill = kind == "etcd-kill-member";
-                let c = cluster.clone();
-                let (member, leader) = blocking("the etcd leader", move || {
-                    let c = lock(&c);
-                    let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
-                    let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
-                    let member = match followers.get(pick % followers.len().max(1)) {
-                        Some(follower) if !coin => *follower,
-                        _ => leader,
-                    };
-                    Ok::<_, etcd_process::Error>((member, leader))
-                })
-                .await?;
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("stopping an etcd member", move || {
-                    if kill {
-                        lock(&c).kill(member);
-                        Ok(())
-                    } else {
-                        lock(&c).pause(member)
-                    }
-                })
-                .await?;
-                // The raft leader gone, nobody can lead until the others
-                // have elected another; a follower gone costs nothing.
-                let (until, elected) = if member == leader {
-                    let c = cluster.clone();
-                    let elected = blocking("another etcd member leads", move || {
-                        lock(&c).wait_for_leader(TOPOLOGY_WAIT).map(|_| ())
-                    })
-                    .await;
-                    (now_ns(), elected)
-                } else {
-                    (t, Ok(()))
-                };
-                store_down = Some(member == leader);
-                if elected.is_ok() {
-                    tokio::time::sleep(hold).await;
-                }
-                let c = cluster.clone();
-                let back = blocking("the etcd member runs again", move || {
-                    if kill {
-                        lock(&c).restart(member)
-                    } else {
-                        lock(&c).resume(member)
-                    }
-                })
-                .await;
-                elected?;
-                back?;
-                (t, until)
+                etcd_stop_member(cluster, kill, coin, pick, hold).await?
             }
-            (Store::Etcd(cluster), "etcd-restart-all") => {
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("killing every etcd member", move || {
-                    lock(&c).kill_all();
-                    Ok::<_, etcd_process::Error>(())
-                })
-                .await?;
-                tokio::time::sleep(hold).await;
-                let c = cluster.clone();
-                blocking("every etcd member starts again", move || {
-                    let mut c = lock(&c);
-                    c.restart_all()?;
-                    c.wait_for_leader(TOPOLOGY_WAIT)
-                })
-                .await?;
-                store_down = Some(true);
-                (t, now_ns())
-            }
+            (Store::Etcd(cluster), "etcd-restart-all") => etcd_restart_all(cluster, hold).await?,
             (Store::Etcd(cluster), "pause-minority-member") => {
-                let c = cluster.clone();
-                let member = blocking("an etcd follower", move || {
-                    let c = lock(&c);
-                    let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
-                    let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
-                    followers
-                        .get(pick % followers.len().max(1))
-                        .copied()
-                        .ok_or_else(|| etcd_process::Error::Topology("no follower member".into()))
-                })
-                .await?;
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("pausing an etcd follower", move || lock(&c).pause(member)).await?;
-                tokio::time::sleep(hold).await;
-                let c = cluster.clone();
-                blocking("the etcd follower runs again", move || {
-                    lock(&c).resume(member)
-                })
-                .await?;
-                store_down = Some(false);
-                (t, now_ns())
+                pause_minority_member(cluster, pick, hold).await?
             }
-            (Store::Etcd(cluster), "etcd-compact") => {
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("compacting etcd", move || lock(&c).compact_now()).await?;
-                store_down = Some(false);
-                (t, now_ns())
-            }
+            (Store::Etcd(cluster), "etcd-compact") => etcd_compact(cluster).await?,
             (store, kind) => {
                 let topology = match store {
                     Store::Single { .. } => Topology::Single,
