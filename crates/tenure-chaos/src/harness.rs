@@ -765,6 +765,35 @@ async fn kill_and_rejoin(
     Ok((t, until))
 }
 
+/// A fault under way, as [`Harness::inject`] records it: its kind, the
+/// instance aimed at (empty when none), when it began and when its hold
+/// ends (ns).
+struct Aim<'a> {
+    kind: &'a str,
+    target: String,
+    t: u64,
+    until: u64,
+}
+
+impl Aim<'_> {
+    /// The fault's event, recorded as lasting until `until`.
+    fn ending(&self, until: u64) -> Event {
+        self.event(until, None)
+    }
+
+    /// The fault's event, recorded as lasting until `until`, saying
+    /// whether the store could not serve meanwhile.
+    fn event(&self, until: u64, store_down: Option<bool>) -> Event {
+        Event::Fault {
+            kind: self.kind.to_string(),
+            target: self.target.clone(),
+            t: self.t,
+            until,
+            store_down,
+        }
+    }
+}
+
 /// A fault of the store as [`Harness::store_fault`] records it: from `t`
 /// until the store could serve the election again (ns), and whether it
 /// could not serve meanwhile (etcd: told apart per fault; Redis: `None`,
@@ -1403,6 +1432,9 @@ impl Harness {
         })
     }
 
+    /// Inject one fault of `kind`, aimed at the instance in slot `target`
+    /// (the leader, if there is one), held for `hold`, and record it. A
+    /// kind that needs a target does nothing without one.
     async fn inject(
         &mut self,
         kind: &str,
@@ -1410,187 +1442,55 @@ impl Harness {
         hold: Duration,
     ) -> Result<(), String> {
         let t = now_ns();
-        let target_name = target.map(|i| self.slots[i].inst()).unwrap_or_default();
-        let until = t + hold.as_nanos() as u64;
-        let record = |log: &mut EventLog, until: u64| {
-            log.record(&Event::Fault {
-                kind: kind.to_string(),
-                target: target_name.clone(),
-                t,
-                until,
-                store_down: None,
-            });
+        let aim = Aim {
+            kind,
+            target: target.map(|i| self.slots[i].inst()).unwrap_or_default(),
+            t,
+            until: t + hold.as_nanos() as u64,
         };
         match (kind, target) {
             ("kill", Some(i)) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 self.signal_slot(i, Signal::SIGKILL);
                 self.reap(i, "killed");
             }
             ("graceful", Some(i)) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 if let Some(pid) = self.slots[i].pid() {
                     let _ = kill(pid, Signal::SIGTERM);
                 }
                 self.wait_exit(i, Duration::from_secs(10), "exit").await;
             }
             ("pause", Some(i)) => {
-                record(&mut self.log, until);
+                self.log.record(&aim.ending(aim.until));
                 self.signal_slot(i, Signal::SIGSTOP);
                 tokio::time::sleep(hold).await;
                 self.signal_slot(i, Signal::SIGCONT);
             }
-            // tenure stopped while its guardian and command run on: the
-            // guardian must kill the command at the deadline by itself.
             ("pause-tenure-only", Some(i)) if self.config.cli.is_some() => {
-                record(&mut self.log, until);
-                if let Some(pid) = self.slots[i].pid() {
-                    let _ = kill(pid, Signal::SIGSTOP);
-                    tokio::time::sleep(hold).await;
-                    let _ = kill(pid, Signal::SIGCONT);
-                }
+                self.pause_tenure_only(&aim, i, hold).await;
             }
-            // The guardian dies; tenure must kill the command before it
-            // resigns (and then exits; the harness starts it again).
             ("kill-guardian", Some(i)) if self.config.cli.is_some() => {
-                record(&mut self.log, t);
-                if let Some(pid) = self.slots[i].pid() {
-                    for guardian in child_groups(pid.as_raw()) {
-                        let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
-                    }
-                }
-                self.wait_exit(i, Duration::from_secs(10), "guardian-killed")
-                    .await;
+                self.kill_guardian(&aim, i).await;
             }
-            ("cut" | "drop" | "delay", Some(i)) => {
-                record(&mut self.log, until);
-                let mode = match kind {
-                    "cut" => Mode::Blackhole,
-                    "drop" => Mode::Drop,
-                    // A slow link (each chunk ttl/20 late each way) that
-                    // leases must survive.
-                    _ => Mode::Delay(self.config.ttl / 20),
-                };
-                self.set_link(i, mode);
-                tokio::time::sleep(hold).await;
-                self.set_link(i, Mode::Pass);
-            }
+            ("cut" | "drop" | "delay", Some(i)) => self.bad_link(&aim, i, hold).await,
             ("restart", _) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 self.restart_redis(false)?;
             }
             ("churn", Some(i)) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 if let Some(pid) = self.slots[i].pid() {
                     let _ = kill(pid, Signal::SIGUSR1);
                 }
             }
-            ("rollback", Some(i)) => {
-                // The snapshot holds the leader's lease; it hands over; a
-                // moment later Redis comes back from the snapshot, with that
-                // lease and an older token counter. The lease must still be
-                // live then, so the restart follows within a tenth of a ttl.
-                self.single_redis()?
-                    .command(&["SAVE"])
-                    .map_err(|e| e.to_string())?;
-                if let Some(pid) = self.slots[i].pid() {
-                    let _ = kill(pid, Signal::SIGUSR2);
-                }
-                let after = self.config.ttl.mul_f64(self.rng.random_range(0.03..0.1));
-                tokio::time::sleep(after).await;
-                self.restart_redis(true)?;
-                record(&mut self.log, now_ns());
-            }
-            // On etcd, only the cut: the store keeps the lease (see the
-            // module docs), and the fault is not an outage of the store.
-            ("mixed-ttl", Some(i)) if matches!(self.store, Store::Etcd(_)) => {
-                self.log.record(&Event::Fault {
-                    kind: kind.to_string(),
-                    target: target_name.clone(),
-                    t,
-                    until,
-                    store_down: Some(false),
-                });
-                self.set_link(i, Mode::Blackhole);
-                tokio::time::sleep(hold).await;
-                self.set_link(i, Mode::Pass);
-            }
-            ("mixed-ttl", Some(i)) => {
-                record(&mut self.log, until);
-                self.set_link(i, Mode::Blackhole);
-                self.restart_redis(false)?;
-                tokio::time::sleep(hold).await;
-                self.set_link(i, Mode::Pass);
-            }
-            ("dup-id", Some(i)) => {
-                record(&mut self.log, until);
-                self.twins += 1;
-                let twin = format!("dup#{}", self.twins);
-                let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
-                let url = self.instance_url(&self.twin_links, 0);
-                let mut child = self.launch(&twin, Some(&id), ttl, &url)?;
-                tokio::time::sleep(hold).await;
-                let how = stop_child(&mut child, Duration::from_secs(10)).await;
-                self.log.record(&Event::Exit {
-                    inst: twin,
-                    t: now_ns(),
-                    how,
-                });
-            }
-            ("forged", Some(i)) => {
-                record(&mut self.log, until);
-                self.signal_slot(i, Signal::SIGKILL);
-                self.reap(i, "killed");
-                // As anyone allowed to publish on the channel could: a
-                // renewal that claims the dead leader's lease lasts an hour.
-                self.publish(&["renewed:1:3600000".to_string()]).await?;
-                // Kept down for the hold, so a respawned instance does not
-                // hide followers that overslept.
-                tokio::time::sleep(hold).await;
-                let releases: Vec<String> = (0..FORGED_RELEASES)
-                    .map(|n| format!("released:{n}"))
-                    .collect();
-                self.publish(&releases).await?;
-            }
-            ("stall", _) => {
-                let ms = hold.as_millis().to_string();
-                record(&mut self.log, until);
-                // CLIENT PAUSE answers at once; the blocking call is brief.
-                self.single_redis()?
-                    .command(&["CLIENT", "PAUSE", &ms, "ALL"])
-                    .map_err(|e| e.to_string())?;
-                tokio::time::sleep(hold).await;
-            }
-            // An operator forces a re-election by hand: the leader's lease
-            // deleted (`DEL`, `etcdctl del`) or its etcd lease revoked. Only
-            // the holder's release may let a candidate in early, so nobody
-            // may be elected until the holder stopped; the wait it costs
-            // (up to a ttl for a holder that does not notice) is by design.
-            //
-            // A candidate that starts right after (a new process of a
-            // deploy) campaigns at once, while the followers that were
-            // running may be asleep until the lease's old expiry.
+            ("rollback", Some(i)) => self.rollback(&aim, i).await?,
+            ("mixed-ttl", Some(i)) => self.mixed_ttl(&aim, i, hold).await?,
+            ("dup-id", Some(i)) => self.dup_id(&aim, i, hold).await?,
+            ("forged", Some(i)) => self.forged(&aim, i, hold).await?,
+            ("stall", _) => self.stall(&aim, hold).await?,
             ("delete-lease" | "revoke-lease", Some(i)) => {
-                self.log.record(&Event::Fault {
-                    kind: kind.to_string(),
-                    target: target_name.clone(),
-                    t,
-                    until,
-                    store_down: Some(true),
-                });
-                self.lease_by_hand(kind == "revoke-lease").await?;
-                self.twins += 1;
-                let newcomer = format!("new#{}", self.twins);
-                let ttl = self.slots[i].ttl;
-                let url = self.instance_url(&self.twin_links, 0);
-                let mut child = self.launch(&newcomer, None, ttl, &url)?;
-                tokio::time::sleep(hold).await;
-                let how = stop_child(&mut child, Duration::from_secs(10)).await;
-                self.log.record(&Event::Exit {
-                    inst: newcomer,
-                    t: now_ns(),
-                    how,
-                });
+                self.lease_by_hand_and_newcomer(&aim, i, hold).await?;
             }
             ("restore-snapshot", _) => {
                 self.restore_snapshot(hold).await?;
@@ -1600,11 +1500,176 @@ impl Harness {
                     || CLUSTER_ONLY.contains(&store)
                     || ETCD_ONLY.contains(&store) =>
             {
-                self.store_fault(store, target_name.clone(), hold).await?;
+                self.store_fault(store, aim.target.clone(), hold).await?;
             }
             // No leader to aim at right now: nothing to do this round.
             _ => {}
         }
+        Ok(())
+    }
+
+    /// `pause-tenure-only` (CLI mode): tenure stopped while its guardian
+    /// and command run on: the guardian must kill the command at the
+    /// deadline by itself.
+    async fn pause_tenure_only(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) {
+        self.log.record(&aim.ending(aim.until));
+        if let Some(pid) = self.slots[i].pid() {
+            let _ = kill(pid, Signal::SIGSTOP);
+            tokio::time::sleep(hold).await;
+            let _ = kill(pid, Signal::SIGCONT);
+        }
+    }
+
+    /// `kill-guardian` (CLI mode): the guardian dies; tenure must kill the
+    /// command before it resigns (and then exits; the harness starts it
+    /// again).
+    async fn kill_guardian(&mut self, aim: &Aim<'_>, i: usize) {
+        self.log.record(&aim.ending(aim.t));
+        if let Some(pid) = self.slots[i].pid() {
+            for guardian in child_groups(pid.as_raw()) {
+                let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
+            }
+        }
+        self.wait_exit(i, Duration::from_secs(10), "guardian-killed")
+            .await;
+    }
+
+    /// `cut`, `drop` or `delay`: the instance's links black-holed, dropped
+    /// or slowed for the hold.
+    async fn bad_link(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) {
+        self.log.record(&aim.ending(aim.until));
+        let mode = match aim.kind {
+            "cut" => Mode::Blackhole,
+            "drop" => Mode::Drop,
+            // A slow link (each chunk ttl/20 late each way) that
+            // leases must survive.
+            _ => Mode::Delay(self.config.ttl / 20),
+        };
+        self.set_link(i, mode);
+        tokio::time::sleep(hold).await;
+        self.set_link(i, Mode::Pass);
+    }
+
+    /// `rollback`: the snapshot holds the leader's lease; it hands over; a
+    /// moment later Redis comes back from the snapshot, with that lease and
+    /// an older token counter. The lease must still be live then, so the
+    /// restart follows within a tenth of a ttl.
+    async fn rollback(&mut self, aim: &Aim<'_>, i: usize) -> Result<(), String> {
+        self.single_redis()?
+            .command(&["SAVE"])
+            .map_err(|e| e.to_string())?;
+        if let Some(pid) = self.slots[i].pid() {
+            let _ = kill(pid, Signal::SIGUSR2);
+        }
+        let after = self.config.ttl.mul_f64(self.rng.random_range(0.03..0.1));
+        tokio::time::sleep(after).await;
+        self.restart_redis(true)?;
+        self.log.record(&aim.ending(now_ns()));
+        Ok(())
+    }
+
+    /// `mixed-ttl`: the instance cut off for the hold and, on Redis, the
+    /// store restarted meanwhile. On etcd, only the cut: the store keeps
+    /// the lease (see the module docs), and the fault is not an outage of
+    /// the store.
+    async fn mixed_ttl(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
+        if matches!(self.store, Store::Etcd(_)) {
+            self.log.record(&aim.event(aim.until, Some(false)));
+            self.set_link(i, Mode::Blackhole);
+            tokio::time::sleep(hold).await;
+            self.set_link(i, Mode::Pass);
+        } else {
+            self.log.record(&aim.ending(aim.until));
+            self.set_link(i, Mode::Blackhole);
+            self.restart_redis(false)?;
+            tokio::time::sleep(hold).await;
+            self.set_link(i, Mode::Pass);
+        }
+        Ok(())
+    }
+
+    /// `dup-id`: a second process campaigning under the instance's id, for
+    /// the hold.
+    async fn dup_id(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
+        self.log.record(&aim.ending(aim.until));
+        self.twins += 1;
+        let twin = format!("dup#{}", self.twins);
+        let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
+        let url = self.instance_url(&self.twin_links, 0);
+        let mut child = self.launch(&twin, Some(&id), ttl, &url)?;
+        tokio::time::sleep(hold).await;
+        let how = stop_child(&mut child, Duration::from_secs(10)).await;
+        self.log.record(&Event::Exit {
+            inst: twin,
+            t: now_ns(),
+            how,
+        });
+        Ok(())
+    }
+
+    /// `forged`: the leader killed, then announcements forged on its
+    /// channel: a renewal of its lease, and after the hold a flood of
+    /// releases.
+    async fn forged(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
+        self.log.record(&aim.ending(aim.until));
+        self.signal_slot(i, Signal::SIGKILL);
+        self.reap(i, "killed");
+        // As anyone allowed to publish on the channel could: a
+        // renewal that claims the dead leader's lease lasts an hour.
+        self.publish(&["renewed:1:3600000".to_string()]).await?;
+        // Kept down for the hold, so a respawned instance does not
+        // hide followers that overslept.
+        tokio::time::sleep(hold).await;
+        let releases: Vec<String> = (0..FORGED_RELEASES)
+            .map(|n| format!("released:{n}"))
+            .collect();
+        self.publish(&releases).await?;
+        Ok(())
+    }
+
+    /// `stall`: the single redis-server paused (`CLIENT PAUSE`) for the
+    /// hold.
+    async fn stall(&mut self, aim: &Aim<'_>, hold: Duration) -> Result<(), String> {
+        let ms = hold.as_millis().to_string();
+        self.log.record(&aim.ending(aim.until));
+        // CLIENT PAUSE answers at once; the blocking call is brief.
+        self.single_redis()?
+            .command(&["CLIENT", "PAUSE", &ms, "ALL"])
+            .map_err(|e| e.to_string())?;
+        tokio::time::sleep(hold).await;
+        Ok(())
+    }
+
+    /// `delete-lease` or `revoke-lease`: an operator forces a re-election
+    /// by hand: the leader's lease deleted (`DEL`, `etcdctl del`) or its
+    /// etcd lease revoked. Only the holder's release may let a candidate in
+    /// early, so nobody may be elected until the holder stopped; the wait
+    /// it costs (up to a ttl for a holder that does not notice) is by
+    /// design.
+    ///
+    /// A candidate that starts right after (a new process of a deploy)
+    /// campaigns at once, while the followers that were running may be
+    /// asleep until the lease's old expiry.
+    async fn lease_by_hand_and_newcomer(
+        &mut self,
+        aim: &Aim<'_>,
+        i: usize,
+        hold: Duration,
+    ) -> Result<(), String> {
+        self.log.record(&aim.event(aim.until, Some(true)));
+        self.lease_by_hand(aim.kind == "revoke-lease").await?;
+        self.twins += 1;
+        let newcomer = format!("new#{}", self.twins);
+        let ttl = self.slots[i].ttl;
+        let url = self.instance_url(&self.twin_links, 0);
+        let mut child = self.launch(&newcomer, None, ttl, &url)?;
+        tokio::time::sleep(hold).await;
+        let how = stop_child(&mut child, Duration::from_secs(10)).await;
+        self.log.record(&Event::Exit {
+            inst: newcomer,
+            t: now_ns(),
+            how,
+        });
         Ok(())
     }
 
