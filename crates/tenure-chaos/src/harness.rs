@@ -468,6 +468,71 @@ impl RunConfig {
     fn mixed_ttl(&self) -> bool {
         self.faults.iter().any(|f| f == "mixed-ttl")
     }
+
+    /// Library mode: this binary's `instance` campaigning as `inst`
+    /// (under `id`, default `inst`) through `url`, with lease `ttl`.
+    fn library_command(
+        &self,
+        exe: &std::path::Path,
+        inst: &str,
+        id: Option<&str>,
+        url: &str,
+        ttl: &str,
+    ) -> Command {
+        let mut c = Command::new(exe);
+        c.args(["instance", "--inst", inst, "--redis", url, "--ttl", ttl]);
+        if let Some(id) = id {
+            c.args(["--id", id]);
+        }
+        if self.mixed_ttl() {
+            c.arg("--max-ttl")
+                .arg(humantime::format_duration(self.ttl).to_string());
+        }
+        if !self.deadline {
+            c.arg("--unsafe-no-deadline");
+        }
+        if self.issue_9_bugs {
+            c.arg("--unsafe-issue-9-bugs");
+        }
+        for bug in &self.store_bugs {
+            c.args(["--unsafe-bug", bug]);
+        }
+        c
+    }
+
+    /// CLI mode: `tenure run` campaigning as `inst` (under `id`, default
+    /// `inst`) through `url`, with lease `ttl`, running this binary's
+    /// `writer` (through [`ESCAPING_CMD`] with `--escaping-cmd`).
+    fn cli_command(
+        &self,
+        tenure: &std::path::Path,
+        exe: &std::path::Path,
+        inst: &str,
+        id: Option<&str>,
+        url: &str,
+        ttl: &str,
+    ) -> Command {
+        let mut c = Command::new(tenure);
+        c.args([
+            "run",
+            "--election",
+            ELECTION,
+            "--redis",
+            url,
+            "--ttl",
+            ttl,
+            "--id",
+            id.unwrap_or(inst),
+            "--kill-grace",
+            "1s",
+            "--",
+        ]);
+        if self.escaping_cmd {
+            c.args(["sh", "-c", ESCAPING_CMD]);
+        }
+        c.arg(exe).args(["writer", "--inst", inst]);
+        c
+    }
 }
 
 struct Slot {
@@ -505,6 +570,19 @@ enum Store {
 }
 
 impl Store {
+    /// Why `kind` is not a fault of this store.
+    fn refusal(&self, kind: &str) -> String {
+        let topology = match self {
+            Store::Single { .. } => Topology::Single,
+            Store::Sentinel(_) => Topology::Sentinel,
+            Store::Cluster(_) => Topology::Cluster,
+            Store::Etcd(_) => Topology::Etcd,
+        };
+        topology
+            .refusal(kind)
+            .unwrap_or_else(|| format!("fault {kind} is not a fault of the store"))
+    }
+
     async fn start(config: &RunConfig) -> Result<Store, String> {
         let (min_replicas, full_coverage) =
             (config.sentinel_min_replicas, config.cluster_full_coverage);
@@ -1249,51 +1327,8 @@ impl Harness {
         let proxy_url = url;
         let ttl = humantime::format_duration(ttl).to_string();
         let mut command = match &config.cli {
-            None => {
-                let mut c = Command::new(&exe);
-                c.args([
-                    "instance", "--inst", inst, "--redis", proxy_url, "--ttl", &ttl,
-                ]);
-                if let Some(id) = id {
-                    c.args(["--id", id]);
-                }
-                if config.mixed_ttl() {
-                    c.arg("--max-ttl")
-                        .arg(humantime::format_duration(config.ttl).to_string());
-                }
-                if !config.deadline {
-                    c.arg("--unsafe-no-deadline");
-                }
-                if config.issue_9_bugs {
-                    c.arg("--unsafe-issue-9-bugs");
-                }
-                for bug in &config.store_bugs {
-                    c.args(["--unsafe-bug", bug]);
-                }
-                c
-            }
-            Some(tenure) => {
-                let mut c = Command::new(tenure);
-                c.args([
-                    "run",
-                    "--election",
-                    ELECTION,
-                    "--redis",
-                    proxy_url,
-                    "--ttl",
-                    &ttl,
-                    "--id",
-                    id.unwrap_or(inst),
-                    "--kill-grace",
-                    "1s",
-                    "--",
-                ]);
-                if config.escaping_cmd {
-                    c.args(["sh", "-c", ESCAPING_CMD]);
-                }
-                c.arg(&exe).args(["writer", "--inst", inst]);
-                c
-            }
+            None => config.library_command(&exe, inst, id, proxy_url, &ttl),
+            Some(tenure) => config.cli_command(tenure, &exe, inst, id, proxy_url, &ttl),
         };
         command
             .args(["--resource", &self.resource_redis.url()])
@@ -1730,17 +1765,7 @@ impl Harness {
                 pause_minority_member(cluster, pick, hold).await?
             }
             (Store::Etcd(cluster), "etcd-compact") => etcd_compact(cluster).await?,
-            (store, kind) => {
-                let topology = match store {
-                    Store::Single { .. } => Topology::Single,
-                    Store::Sentinel(_) => Topology::Sentinel,
-                    Store::Cluster(_) => Topology::Cluster,
-                    Store::Etcd(_) => Topology::Etcd,
-                };
-                return Err(topology
-                    .refusal(kind)
-                    .unwrap_or_else(|| format!("fault {kind} is not a fault of the store")));
-            }
+            (store, kind) => return Err(store.refusal(kind)),
         };
         self.log.record(&Event::Fault {
             kind: kind.to_string(),
