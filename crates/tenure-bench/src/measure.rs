@@ -76,7 +76,7 @@ pub async fn all(
     Ok(report)
 }
 
-/// Every row on one private redis-server.
+/// Every row on one private redis-server, section by section.
 async fn single(
     plan: &Plan,
     snapshotter: &metrics_util::debugging::Snapshotter,
@@ -90,9 +90,36 @@ async fn single(
     let url = server.url();
     let conn = connect(&url).await?;
     eprintln!("tenure-bench: redis-server on port {}", server.port());
+    let (evalsha, evalsha_idle) = floor_rows(report, plan, &conn).await?;
+    operation_rows(
+        report,
+        plan,
+        snapshotter,
+        &url,
+        &conn,
+        &evalsha,
+        &evalsha_idle,
+    )
+    .await?;
+    handover_rows(report, plan, &url, &conn, &evalsha).await?;
+    cli_rows(report, plan, tenure_binary, &url).await?;
+    takeover_rows(report, plan, &url, &conn, &evalsha).await?;
+    load_rows(report, plan, server.port(), &url, &conn).await?;
+    scale_rows(report, plan, &url).await?;
+    drop(server);
+    Ok(())
+}
 
+/// The floor's rows: PING and EVALSHA round trips, busy and after 20 ms
+/// idle. Returns the EVALSHA samples, busy and idle, that later rows
+/// compare with.
+async fn floor_rows(
+    report: &mut Report,
+    plan: &Plan,
+    conn: &MultiplexedConnection,
+) -> Result<(Samples, Samples)> {
     eprintln!("  floor ...");
-    let (ping, evalsha, evalsha_idle) = floor(&conn, plan.ops, plan.idle_ops).await?;
+    let (ping, evalsha, evalsha_idle) = floor(conn, plan.ops, plan.idle_ops).await?;
     report.push(Row::latency("floor: PING round trip", &ping, None));
     report.push(Row::latency("floor: EVALSHA of `return 1`", &evalsha, None));
     report.push(Row::latency(
@@ -100,12 +127,26 @@ async fn single(
         &evalsha_idle,
         None,
     ));
+    Ok((evalsha, evalsha_idle))
+}
 
+/// The operations' rows: the scripts' round trips, the keeper's renewals
+/// and the public API's calls, each beside the naive baseline's, and their
+/// ratios to the floor.
+async fn operation_rows(
+    report: &mut Report,
+    plan: &Plan,
+    snapshotter: &metrics_util::debugging::Snapshotter,
+    url: &str,
+    conn: &MultiplexedConnection,
+    evalsha: &Samples,
+    evalsha_idle: &Samples,
+) -> Result<()> {
     eprintln!("  operations ...");
-    let scripts = script_operations(&conn, &url, plan.ops).await?;
-    let keeper = keeper_renewals(&url, snapshotter, plan.idle_ops).await?;
-    let ops = operations(&url, plan.ops).await?;
-    let naive_ops = naive_operations(&conn, plan.ops, plan.idle_ops).await?;
+    let scripts = script_operations(conn, url, plan.ops).await?;
+    let keeper = keeper_renewals(url, snapshotter, plan.idle_ops).await?;
+    let ops = operations(url, plan.ops).await?;
+    let naive_ops = naive_operations(conn, plan.ops, plan.idle_ops).await?;
     let floor_p50 = evalsha.p50();
     report.push(Row::latency(
         "acquire script round trip (naive: SET NX PX)",
@@ -156,10 +197,21 @@ async fn single(
         &ops.leader,
         Some(&naive_ops.leader),
     ));
+    Ok(())
+}
 
+/// The hand-over after a graceful resign: its row and its chart, beside
+/// the naive baseline and the floor (`evalsha`).
+async fn handover_rows(
+    report: &mut Report,
+    plan: &Plan,
+    url: &str,
+    conn: &MultiplexedConnection,
+    evalsha: &Samples,
+) -> Result<()> {
     eprintln!("  handover after resign ...");
-    let handover = handovers(&url, plan.handovers).await?;
-    let naive_handover = naive_handovers(&conn, plan.naive_handovers).await?;
+    let handover = handovers(url, plan.handovers).await?;
+    let naive_handover = naive_handovers(conn, plan.naive_handovers).await?;
     report.push(Row::latency_target(
         "handover after graceful resign",
         &handover,
@@ -171,7 +223,7 @@ async fn single(
     report.charts.push(Chart {
         file: "handover",
         title: "Hand-over after a graceful resign".into(),
-        subtitle: machine.clone(),
+        subtitle: machine,
         x_label: "resign() called → the follower's campaign() returns".into(),
         series: vec![
             Series {
@@ -191,11 +243,21 @@ async fn single(
             },
         ],
     });
+    Ok(())
+}
 
+/// The hand-over through the CLI, `tenure run` and `tenure serve`, with
+/// their floors; left out without a `tenure` binary.
+async fn cli_rows(
+    report: &mut Report,
+    plan: &Plan,
+    tenure_binary: Option<PathBuf>,
+    url: &str,
+) -> Result<()> {
     match tenure_binary.or_else(cli_handover::default_binary) {
         Some(binary) => {
             eprintln!("  handover through the CLI ({}) ...", binary.display());
-            let cli = cli_handover::measure(&binary, &url, plan.cli_handovers).await?;
+            let cli = cli_handover::measure(&binary, url, plan.cli_handovers).await?;
             report.push(Row::latency(
                 "floor: fork/exec of `date +%s%N` until it prints",
                 &cli.floor,
@@ -215,7 +277,7 @@ async fn single(
                 None,
             ));
             eprintln!("  handover through `tenure serve` ...");
-            let serve = serve_handover::measure(&binary, &url, plan.cli_handovers).await?;
+            let serve = serve_handover::measure(&binary, url, plan.cli_handovers).await?;
             report.push(Row::latency(
                 "floor: one HTTP request and answer to `tenure serve` on a new connection",
                 &serve.floor,
@@ -233,10 +295,21 @@ async fn single(
              (cargo build --release -p tenure-cli, or --tenure PATH)"
         ),
     }
+    Ok(())
+}
 
+/// The takeover after a crash: its row and its chart, beside the naive
+/// baseline and the floor (`evalsha`).
+async fn takeover_rows(
+    report: &mut Report,
+    plan: &Plan,
+    url: &str,
+    conn: &MultiplexedConnection,
+    evalsha: &Samples,
+) -> Result<()> {
     eprintln!("  takeover after a crash ...");
-    let takeover = takeovers(&url, plan.crashes).await?;
-    let naive_takeover = naive_takeovers(&conn, plan.crashes).await?;
+    let takeover = takeovers(url, plan.crashes).await?;
+    let naive_takeover = naive_takeovers(conn, plan.crashes).await?;
     report.push(Row::latency_target(
         "takeover after a crash, from lease expiry",
         &takeover,
@@ -244,6 +317,7 @@ async fn single(
         "p99 <= 20 ms",
         takeover.p99() <= 20.0,
     ));
+    let machine = report.machine.short(plan.quick);
     report.charts.push(Chart {
         file: "takeover",
         title: "Takeover after the leader crashed".into(),
@@ -267,9 +341,20 @@ async fn single(
             },
         ],
     });
+    Ok(())
+}
 
+/// The Redis requests of an idle leader and an idle follower, per ttl and
+/// per second, counted with MONITOR on `port`.
+async fn load_rows(
+    report: &mut Report,
+    plan: &Plan,
+    port: u16,
+    url: &str,
+    conn: &MultiplexedConnection,
+) -> Result<()> {
     eprintln!("  Redis load of idle elections ...");
-    let load = load(server.port(), &url, &conn, plan.load_ttl, plan.load_terms).await?;
+    let load = load(port, url, conn, plan.load_ttl, plan.load_terms).await?;
     report.push(Row::plain(
         "idle leader: Redis requests per lease ttl",
         load.leader,
@@ -305,12 +390,17 @@ async fn single(
         )
         .targeted(false),
     );
+    Ok(())
+}
 
+/// Many elections in one process, at each scale of the plan: CPU, peak RSS
+/// and round trips per renew interval, against the targets.
+async fn scale_rows(report: &mut Report, plan: &Plan, url: &str) -> Result<()> {
     for &n in &plan.scales {
         eprintln!("  {n} elections in one process ...");
-        let tenure = scale::run_child(&url, "tenure", n, plan.scale_seconds).await?;
+        let tenure = scale::run_child(url, "tenure", n, plan.scale_seconds).await?;
         let naive = if plan.naive_scales.contains(&n) {
-            Some(scale::run_child(&url, "naive", n, plan.scale_seconds).await?)
+            Some(scale::run_child(url, "naive", n, plan.scale_seconds).await?)
         } else {
             None
         };
@@ -356,7 +446,6 @@ async fn single(
             );
         }
     }
-    drop(server);
     Ok(())
 }
 
