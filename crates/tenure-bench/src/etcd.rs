@@ -300,10 +300,41 @@ async fn measure(
     );
     let label = "etcd";
 
+    let (evalsha, etcd_floor) = floor_rows(plan, report, label, &redis_url, &members).await?;
+    handover_rows(
+        plan,
+        report,
+        label,
+        &redis_url,
+        &etcd_url,
+        &evalsha,
+        &etcd_floor,
+    )
+    .await?;
+    takeover_rows(plan, report, label, &redis_url, &etcd_url, &members).await?;
+    idle_rows(plan, report, label, server, &redis_url, &etcd_url, &members).await?;
+
+    let n = plan.cluster_partitions;
+    eprintln!("  {label}: a set of {n} partitions in one process (Redis, then etcd) ...");
+    let redis_set = scale::run_child(&redis_url, "tenure", n, plan.scale_seconds).await?;
+    let etcd_set = scale::run_child(&etcd_url, "tenure", n, plan.scale_seconds).await?;
+    scale_rows(report, label, &etcd_set, &redis_set, plan.scale_seconds)
+}
+
+/// The floors' rows: Redis' EVALSHA, etcd's read, write and write seen by
+/// a watcher. Returns the EVALSHA samples and etcd's floors, that the
+/// hand-over's ratio compares with.
+async fn floor_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    redis_url: &str,
+    members: &[String],
+) -> Result<(Samples, Floors)> {
     eprintln!("  {label}: floors ...");
-    let conn = connect(&redis_url).await?;
+    let conn = connect(redis_url).await?;
     let (_, evalsha, _) = floor(&conn, plan.ops, 0).await?;
-    let etcd_floor = floors(&members, plan.etcd_ops).await?;
+    let etcd_floor = floors(members, plan.etcd_ops).await?;
     report.push(Row::latency(
         &format!("{label}: floor: Redis EVALSHA of `return 1`"),
         &evalsha,
@@ -331,10 +362,23 @@ async fn measure(
              can cost on etcd.",
         ),
     );
+    Ok((evalsha, etcd_floor))
+}
 
+/// The hand-over after a graceful resign, on Redis then etcd, and each
+/// one's ratio to its floor.
+async fn handover_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    redis_url: &str,
+    etcd_url: &str,
+    evalsha: &Samples,
+    etcd_floor: &Floors,
+) -> Result<()> {
     eprintln!("  {label}: handover after resign (Redis, then etcd) ...");
-    let redis_handover = handovers(&redis_url, plan.handovers).await?;
-    let etcd_handover = handovers(&etcd_url, plan.handovers).await?;
+    let redis_handover = handovers(redis_url, plan.handovers).await?;
+    let etcd_handover = handovers(etcd_url, plan.handovers).await?;
     report.push(
         Row::latency_target(
             &format!("{label}: handover after graceful resign"),
@@ -367,10 +411,23 @@ async fn measure(
         .targeted(false)
         .against(REDIS),
     );
+    Ok(())
+}
 
+/// The takeover after a crash, on Redis then etcd: from the lease's expiry
+/// as etcd carried it out and from its nominal end, the lag between the
+/// two, and the requests a takeover costs.
+async fn takeover_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    redis_url: &str,
+    etcd_url: &str,
+    members: &[String],
+) -> Result<()> {
     eprintln!("  {label}: takeover after a crash (Redis, then etcd) ...");
-    let redis_takeover = takeovers(&redis_url, plan.crashes).await?;
-    let etcd_takeover = takeovers_etcd(&etcd_url, &members, plan.crashes).await?;
+    let redis_takeover = takeovers(redis_url, plan.crashes).await?;
+    let etcd_takeover = takeovers_etcd(etcd_url, members, plan.crashes).await?;
     report.push(
         Row::latency_target(
             &format!("{label}: takeover after a crash, from lease expiry as the store saw it"),
@@ -406,11 +463,24 @@ async fn measure(
              expect 0-500 ms (each round starts at a random point of that tick).",
         ),
     );
+    takeover_cost_rows(plan, report, label, &etcd_takeover, &redis_takeover);
+    Ok(())
+}
+
+/// The takeover's other rows: from the lease's nominal end (what an
+/// application sees past the ttl), and the gRPC requests a takeover costs.
+fn takeover_cost_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    etcd_takeover: &Takeovers,
+    redis_takeover: &Samples,
+) {
     report.push(
         Row::latency(
             &format!("{label}: takeover after a crash, from the lease's nominal end"),
             &etcd_takeover.from_expiry,
-            Some(&redis_takeover),
+            Some(redis_takeover),
         )
         .against(REDIS)
         .noted(
@@ -440,44 +510,27 @@ async fn measure(
             per_round.describe()
         )),
     );
+}
 
+/// The requests of an idle leader and an idle follower per lease ttl, on
+/// Redis (MONITOR on `server`) then etcd (the members' metrics).
+async fn idle_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    server: &RedisServer,
+    redis_url: &str,
+    etcd_url: &str,
+    members: &[String],
+) -> Result<()> {
     let (ttl, terms) = (plan.load_ttl, plan.load_terms);
     eprintln!(
         "  {label}: requests of idle elections, {terms} ttls of {} s per window (Redis, then etcd) ...",
         ttl.as_secs()
     );
     let window = ttl * terms;
-    let redis_idle = {
-        let port = server.port();
-        let (leader, both) =
-            idle_requests(&redis_url, ttl, window, |w| requests_during(port, w)).await?;
-        Idle {
-            leader: leader / f64::from(terms),
-            follower: (both - leader) / f64::from(terms),
-            leader_methods: None,
-            follower_methods: None,
-        }
-    };
-    let etcd_idle = {
-        let count = |w: Duration| {
-            let members = members.clone();
-            async move {
-                let before = scrape(&members).await?;
-                tokio::time::sleep(w).await;
-                Ok::<_, String>(scrape(&members).await?.minus(&before))
-            }
-        };
-        let (leader, both) = idle_requests(&etcd_url, ttl, window, count).await?;
-        let per_ttl = 1.0 / f64::from(terms);
-        let follower = both.minus(&leader).scaled(per_ttl);
-        let leader = leader.scaled(per_ttl);
-        Idle {
-            leader: leader.total(),
-            follower: follower.total(),
-            leader_methods: Some(leader),
-            follower_methods: Some(follower),
-        }
-    };
+    let redis_idle = redis_idle(redis_url, server.port(), ttl, window, terms).await?;
+    let etcd_idle = etcd_idle(etcd_url, members, ttl, window, terms).await?;
     let how = format!(
         "An election of ttl {} s: the leader alone, then the leader and a follower waiting in \
          campaign(), each for {terms} ttls after half a ttl to settle; the follower's are the \
@@ -517,12 +570,55 @@ async fn measure(
             methods(&etcd_idle.follower_methods)
         )),
     );
+    Ok(())
+}
 
-    let n = plan.cluster_partitions;
-    eprintln!("  {label}: a set of {n} partitions in one process (Redis, then etcd) ...");
-    let redis_set = scale::run_child(&redis_url, "tenure", n, plan.scale_seconds).await?;
-    let etcd_set = scale::run_child(&etcd_url, "tenure", n, plan.scale_seconds).await?;
-    scale_rows(report, label, &etcd_set, &redis_set, plan.scale_seconds)
+/// Requests of an idle tenure leader and follower per lease ttl on Redis,
+/// counted with MONITOR on `port`.
+async fn redis_idle(
+    redis_url: &str,
+    port: u16,
+    ttl: Duration,
+    window: Duration,
+    terms: u32,
+) -> Result<Idle> {
+    let (leader, both) =
+        idle_requests(redis_url, ttl, window, |w| requests_during(port, w)).await?;
+    Ok(Idle {
+        leader: leader / f64::from(terms),
+        follower: (both - leader) / f64::from(terms),
+        leader_methods: None,
+        follower_methods: None,
+    })
+}
+
+/// Requests of an idle tenure leader and follower per lease ttl on etcd,
+/// counted by the members (`members`), with their methods.
+async fn etcd_idle(
+    etcd_url: &str,
+    members: &[String],
+    ttl: Duration,
+    window: Duration,
+    terms: u32,
+) -> Result<Idle> {
+    let count = |w: Duration| {
+        let members = members.to_vec();
+        async move {
+            let before = scrape(&members).await?;
+            tokio::time::sleep(w).await;
+            Ok::<_, String>(scrape(&members).await?.minus(&before))
+        }
+    };
+    let (leader, both) = idle_requests(etcd_url, ttl, window, count).await?;
+    let per_ttl = 1.0 / f64::from(terms);
+    let follower = both.minus(&leader).scaled(per_ttl);
+    let leader = leader.scaled(per_ttl);
+    Ok(Idle {
+        leader: leader.total(),
+        follower: follower.total(),
+        leader_methods: Some(leader),
+        follower_methods: Some(follower),
+    })
 }
 
 /// The partition sets' figures, etcd's beside Redis'.
@@ -546,6 +642,20 @@ fn scale_rows(
         .clone()
         .map(ByMethod)
         .ok_or("the etcd scale run counted no requests on the members")?;
+    set_cost_rows(report, &set, etcd, redis, seconds);
+    set_member_rows(report, &set, &server, etcd, redis);
+    Ok(())
+}
+
+/// The partition set's CPU, peak RSS and requests counted by the client,
+/// etcd's beside Redis'; `set` names the set in each row.
+fn set_cost_rows(
+    report: &mut Report,
+    set: &str,
+    etcd: &ScaleFigures,
+    redis: &ScaleFigures,
+    seconds: u64,
+) {
     report.push(
         Row::plain(
             &format!("{set}: CPU, % of one core"),
@@ -590,6 +700,18 @@ fn scale_rows(
              renewal).",
         ),
     );
+}
+
+/// The partition set's requests counted by the members (`server`, per
+/// renew interval, by method), its keep-alives against the issue's target
+/// and its renewal cycles; `set` names the set in each row.
+fn set_member_rows(
+    report: &mut Report,
+    set: &str,
+    server: &ByMethod,
+    etcd: &ScaleFigures,
+    redis: &ScaleFigures,
+) {
     report.push(
         Row::plain(
             &format!("{set}: gRPC requests per renew interval, counted by the members"),
@@ -631,7 +753,6 @@ fn scale_rows(
         .targeted(false)
         .against(REDIS),
     );
-    Ok(())
 }
 
 #[cfg(test)]
