@@ -46,6 +46,51 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
             ),
         ));
     }
+    check_elections(&args)?;
+    let metrics = http::install_recorder()?;
+    let id = args.term.id.clone().unwrap_or_else(tenure::instance_id);
+    let shutdown = CancellationToken::new();
+    // Listening before any seat campaigns: a term is never left to lapse
+    // because a signal came early.
+    let signals = crate::run::shutdown_signals();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            signals.await;
+            tracing::info!("shutdown requested; resigning");
+            shutdown.cancel();
+        }
+    });
+    // The API answers from the start, while the store is still being
+    // reached: the app beside this sidecar runs (as a follower) even while
+    // the store is down, and `/readyz` says why it is not ready.
+    let settings = Arc::new(args);
+    let mut tasks = JoinSet::new();
+    let seats = start_seats(&settings, &id, &shutdown, &mut tasks);
+    let args = settings;
+    let seats: Seats = Arc::new(seats);
+    let (bound, connections) = crate::api::listen(args.listen, seats, token, metrics).await?;
+    tracing::info!(addr = %bound, elections = ?args.elections, %id, "serving leader election");
+    let failure = wait_for_seats(&mut tasks, &shutdown).await;
+    // Every view's sender is gone with its seat: each event stream sends
+    // its last event (the term ended) and closes. Give them a moment to be
+    // written.
+    connections.close();
+    if tokio::time::timeout(Duration::from_secs(1), connections.wait())
+        .await
+        .is_err()
+    {
+        tracing::debug!("some HTTP connections were still open at exit");
+    }
+    match failure {
+        Some(failure) => Err(failure),
+        None => Ok(exit::OK),
+    }
+}
+
+/// Check the election names before the port is bound: each a name the
+/// library takes, none ending like an API path, none given twice.
+fn check_elections(args: &ServeArgs) -> Result<(), Failure> {
     for name in &args.elections {
         // The library's own check, before the port is bound.
         tenure::admin::last_run_key(&args.redis.prefix, name)?;
@@ -67,32 +112,28 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
             format!("--election {} is given twice", twice[0]),
         ));
     }
-    let metrics = http::install_recorder()?;
-    let id = args.term.id.clone().unwrap_or_else(tenure::instance_id);
-    let shutdown = CancellationToken::new();
-    // Listening before any seat campaigns: a term is never left to lapse
-    // because a signal came early.
-    let signals = crate::run::shutdown_signals();
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            signals.await;
-            tracing::info!("shutdown requested; resigning");
-            shutdown.cancel();
-        }
-    });
-    // The API answers from the start, while the store is still being
-    // reached: the app beside this sidecar runs (as a follower) even while
-    // the store is down, and `/readyz` says why it is not ready.
-    let max_deadline = args.max_deadline;
-    let settings = Arc::new(args);
+    Ok(())
+}
+
+/// Start a seat for each election of `settings` in `tasks`, each campaigning
+/// under `id`; the stores are connected once, by the first seat to open.
+fn start_seats(
+    settings: &Arc<ServeArgs>,
+    id: &str,
+    shutdown: &CancellationToken,
+    tasks: &mut JoinSet<Result<(), Failure>>,
+) -> BTreeMap<String, Seat> {
+    let max_deadline = settings.max_deadline;
     let store = Arc::new(tokio::sync::OnceCell::<tenure::Store>::new());
     let mut seats = BTreeMap::new();
-    let mut tasks = JoinSet::new();
     for name in &settings.elections {
         let open: Open = {
-            let (settings, store, name, id) =
-                (settings.clone(), store.clone(), name.clone(), id.clone());
+            let (settings, store, name, id) = (
+                settings.clone(),
+                store.clone(),
+                name.clone(),
+                id.to_string(),
+            );
             Arc::new(move || {
                 let (settings, store, name, id) =
                     (settings.clone(), store.clone(), name.clone(), id.clone());
@@ -102,16 +143,20 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
                 })
             })
         };
-        let seat = Seat::start(name, &id, max_deadline, open, &shutdown, &mut tasks);
+        let seat = Seat::start(name, id, max_deadline, open, shutdown, tasks);
         seats.insert(name.clone(), seat);
     }
-    let args = settings;
-    let seats: Seats = Arc::new(seats);
-    let (bound, connections) = crate::api::listen(args.listen, seats, token, metrics).await?;
-    tracing::info!(addr = %bound, elections = ?args.elections, %id, "serving leader election");
-    // A seat ends only on shutdown, or on an error that needs a person
-    // (credentials, ACL, foreign data): then the whole command fails,
-    // loudly, so that its supervisor shows why; the other seats resign.
+    seats
+}
+
+/// Wait until every seat has ended. A seat ends only on shutdown, or on
+/// an error that needs a person (credentials, ACL, foreign data): then the
+/// whole command fails, loudly, so that its supervisor shows why; the
+/// other seats resign. The first such failure.
+async fn wait_for_seats(
+    tasks: &mut JoinSet<Result<(), Failure>>,
+    shutdown: &CancellationToken,
+) -> Option<Failure> {
     let mut failure = None;
     while let Some(ended) = tasks.join_next().await {
         let err = match ended {
@@ -122,20 +167,7 @@ pub async fn serve(args: ServeArgs) -> Result<i32, Failure> {
         shutdown.cancel();
         failure.get_or_insert(err);
     }
-    // Every view's sender is gone with its seat: each event stream sends
-    // its last event (the term ended) and closes. Give them a moment to be
-    // written.
-    connections.close();
-    if tokio::time::timeout(Duration::from_secs(1), connections.wait())
-        .await
-        .is_err()
-    {
-        tracing::debug!("some HTTP connections were still open at exit");
-    }
-    match failure {
-        Some(failure) => Err(failure),
-        None => Ok(exit::OK),
-    }
+    failure
 }
 
 /// The bearer token for POST requests, if one is configured.
