@@ -247,71 +247,113 @@ async fn keep_seat(
     let follower = tokio::spawn(follow_holder(election.clone(), publish.clone()));
     let _follower = AbortOnDrop(follower);
     loop {
-        let mut campaign = Box::pin(election.campaign());
-        let term = loop {
-            tokio::select! {
-                term = &mut campaign => break Some(term?),
-                Some(request) = requests.recv() => {
-                    let _ = request.reply.send(Resigned::NotLeading);
-                }
-                _ = shutdown.cancelled() => break None,
-            }
-        };
-        let Some(term) = term else {
-            // The campaign may have won a lease whose reply it never read:
-            // abandon it (it no longer counts as running), then give that
-            // lease back rather than leave it to lapse.
-            drop(campaign);
-            if let Err(err) = election.release_if_held().await {
-                tracing::warn!(election = %name, error = %err, "could not check for a lease won by the abandoned campaign");
-            }
+        let Some(term) = win(&election, &name, &mut requests, &shutdown).await? else {
             return Ok(());
         };
-        drop(campaign);
         let token = term.token();
-        open_grants(&grants, token);
-        tracing::info!(election = %name, token, "leading");
-        publish.send_modify(|view| {
-            view.term = Some(term.clone());
-            view.holder = Some((term.id().to_string(), token));
-        });
-        let rejoin = tokio::select! {
-            reason = term.lost() => {
-                close_grants(&grants);
-                tracing::warn!(election = %name, token, %reason, "no longer leading");
-                Rejoin::Now
-            }
-            Some(request) = requests.recv() => {
-                let answer = match give_up(&name, &term, &grants, &publish).await {
-                    Ok(()) => Resigned::Term(token),
-                    Err(err) => Resigned::Failed(err.to_string()),
-                };
-                tracing::info!(election = %name, token, "resigned on request");
-                let _ = request.reply.send(answer);
-                request.rejoin
-            }
-            _ = shutdown.cancelled() => {
-                if let Err(err) = give_up(&name, &term, &grants, &publish).await {
-                    tracing::warn!(election = %name, token, error = %err, "could not release the lease; it lapses at its ttl");
-                }
-                return Ok(());
-            }
+        let Some(rejoin) = lead(&term, &name, &mut requests, &grants, &publish, &shutdown).await
+        else {
+            return Ok(());
         };
         end_term(&publish, token);
-        if rejoin == Rejoin::AfterTtl {
-            // Stand aside for one ttl, so another instance takes over;
-            // requests meanwhile are answered, shutdown ends it.
-            let stand_aside = tokio::time::sleep(election.ttl());
-            tokio::pin!(stand_aside);
-            loop {
-                tokio::select! {
-                    _ = &mut stand_aside => break,
-                    Some(request) = requests.recv() => {
-                        let _ = request.reply.send(Resigned::NotLeading);
-                    }
-                    _ = shutdown.cancelled() => return Ok(()),
-                }
+        if rejoin == Rejoin::AfterTtl && !stand_aside(&election, &mut requests, &shutdown).await {
+            return Ok(());
+        }
+    }
+}
+
+/// Campaign until elected (answering resign requests meanwhile: not
+/// leading); `None` on shutdown, after giving back any lease the abandoned
+/// campaign won.
+async fn win(
+    election: &Election,
+    name: &str,
+    requests: &mut mpsc::Receiver<ResignRequest>,
+    shutdown: &CancellationToken,
+) -> Result<Option<Leadership>, Failure> {
+    let mut campaign = Box::pin(election.campaign());
+    let term = loop {
+        tokio::select! {
+            term = &mut campaign => break Some(term?),
+            Some(request) = requests.recv() => {
+                let _ = request.reply.send(Resigned::NotLeading);
             }
+            _ = shutdown.cancelled() => break None,
+        }
+    };
+    let Some(term) = term else {
+        // The campaign may have won a lease whose reply it never read:
+        // abandon it (it no longer counts as running), then give that
+        // lease back rather than leave it to lapse.
+        drop(campaign);
+        if let Err(err) = election.release_if_held().await {
+            tracing::warn!(election = %name, error = %err, "could not check for a lease won by the abandoned campaign");
+        }
+        return Ok(None);
+    };
+    drop(campaign);
+    Ok(Some(term))
+}
+
+/// Lead in `term`: grant time and publish it, until the term is lost or a
+/// resign request gives it up; when to campaign again, or `None` on
+/// shutdown (the term given up first).
+async fn lead(
+    term: &Leadership,
+    name: &str,
+    requests: &mut mpsc::Receiver<ResignRequest>,
+    grants: &Mutex<Grants>,
+    publish: &watch::Sender<View>,
+    shutdown: &CancellationToken,
+) -> Option<Rejoin> {
+    let token = term.token();
+    open_grants(grants, token);
+    tracing::info!(election = %name, token, "leading");
+    publish.send_modify(|view| {
+        view.term = Some(term.clone());
+        view.holder = Some((term.id().to_string(), token));
+    });
+    let rejoin = tokio::select! {
+        reason = term.lost() => {
+            close_grants(grants);
+            tracing::warn!(election = %name, token, %reason, "no longer leading");
+            Rejoin::Now
+        }
+        Some(request) = requests.recv() => {
+            let answer = match give_up(name, term, grants, publish).await {
+                Ok(()) => Resigned::Term(token),
+                Err(err) => Resigned::Failed(err.to_string()),
+            };
+            tracing::info!(election = %name, token, "resigned on request");
+            let _ = request.reply.send(answer);
+            request.rejoin
+        }
+        _ = shutdown.cancelled() => {
+            if let Err(err) = give_up(name, term, grants, publish).await {
+                tracing::warn!(election = %name, token, error = %err, "could not release the lease; it lapses at its ttl");
+            }
+            return None;
+        }
+    };
+    Some(rejoin)
+}
+
+/// Stand aside for one ttl, so another instance takes over; requests
+/// meanwhile are answered, shutdown ends it (`false`).
+async fn stand_aside(
+    election: &Election,
+    requests: &mut mpsc::Receiver<ResignRequest>,
+    shutdown: &CancellationToken,
+) -> bool {
+    let stand_aside = tokio::time::sleep(election.ttl());
+    tokio::pin!(stand_aside);
+    loop {
+        tokio::select! {
+            _ = &mut stand_aside => return true,
+            Some(request) = requests.recv() => {
+                let _ = request.reply.send(Resigned::NotLeading);
+            }
+            _ = shutdown.cancelled() => return false,
         }
     }
 }
