@@ -65,15 +65,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         )
         .await?;
     }
-    let shutdown = CancellationToken::new();
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            shutdown_signal().await;
-            tracing::info!("shutdown requested");
-            shutdown.cancel();
-        }
-    });
+    let shutdown = cancel_on_shutdown();
     let kill_slack = KILL_SLACK.min(election.margin());
     let limits = StopLimits {
         stop_lead: stop_lead(&election, args.kill_grace, kill_slack),
@@ -123,6 +115,21 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             return Ok(code);
         }
     }
+}
+
+/// A token cancelled once a shutdown signal arrives (see
+/// [`shutdown_signal`]).
+fn cancel_on_shutdown() -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested");
+            shutdown.cancel();
+        }
+    });
+    shutdown
 }
 
 /// What a campaign of `tenure run` came to.
