@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Print the import cycles among the `crate::` modules of one crate.
 
-Usage: scripts/import-cycles.py CRATE_SRC_DIR   (e.g. crates/tenure-bench/src)
+Usage: scripts/import-cycles.py [-v] CRATE_SRC_DIR   (e.g. crates/tenure-bench/src)
 
 A module is a file `a.rs` or a folder `a/` (with `a/mod.rs` or `a.rs` beside
 it); `a/b.rs` is the submodule `a::b`. A path `crate::a::b::Item` in a file
@@ -12,11 +12,13 @@ edge, and neither is a path from a module to itself or to one of its own
 submodules or parents (a parent declares its children; a child reaching up
 into its parent is the usual `super` pattern). Grouped imports
 (`use crate::{a::X, b::{Y, Z}}`) give one edge per group member. Comments and
-string literals are ignored.
+string literals are ignored, and so are `super::` and `self::` paths (only
+`crate::` paths are followed).
 
 Prints each strongly connected component of more than one module (with one
 cycle through it, as `a -> b -> a`) and exits 1 if there is any; prints
-"no import cycles" and exits 0 otherwise.
+"no import cycles" and exits 0 otherwise. With -v, first prints every edge
+and the paths that make it.
 """
 
 import os
@@ -208,9 +210,17 @@ def one_cycle(comp, edges):
 
 
 def main():
-    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+    args = sys.argv[1:]
+    verbose = args[:1] == ["-v"]
+    if verbose:
+        args = args[1:]
+    if len(args) != 1 or not os.path.isdir(args[0]):
         sys.exit(__doc__.strip().splitlines()[2])
-    edges, why = graph(sys.argv[1])
+    edges, why = graph(args[0])
+    if verbose:
+        for m in sorted(edges):
+            for to in sorted(edges[m]):
+                print(f"{m} -> {to}: {', '.join(sorted(why[(m, to)]))}")
     cycles = [c for c in components(edges) if len(c) > 1]
     for comp in cycles:
         cycle = one_cycle(comp, edges)
