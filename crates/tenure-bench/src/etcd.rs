@@ -29,7 +29,6 @@
 //! p99 <= 5 ms, takeover <= 20 ms after lease expiry, one keep-alive per
 //! renew interval for 10,000 partitions); they are reported, not asserted.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp};
@@ -38,10 +37,12 @@ use redis_process::RedisServer;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::measure::{
+use crate::etcd_metrics::{scrape, ByMethod};
+use crate::fixture::{
     connect, election, floor, handovers, idle_requests, requests_during, samples_len_jitter,
-    takeovers, Crashable, Plan,
+    takeovers, Crashable,
 };
+use crate::plan::Plan;
 use crate::report::{Report, Row};
 use crate::scale::{self, ScaleFigures};
 use crate::stats::Samples;
@@ -59,131 +60,6 @@ const ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
 const CRASH_TTL: Duration = Duration::from_secs(1);
 /// The baseline column's label in this section.
 const REDIS: &str = "Redis";
-
-/// Requests counted by the etcd members, by gRPC method.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct ByMethod(pub(crate) BTreeMap<String, f64>);
-
-impl ByMethod {
-    pub(crate) fn total(&self) -> f64 {
-        self.0.values().sum()
-    }
-
-    /// What was counted since `earlier` (methods that did not change are
-    /// left out).
-    pub(crate) fn minus(&self, earlier: &ByMethod) -> ByMethod {
-        ByMethod(
-            self.0
-                .iter()
-                .map(|(method, n)| {
-                    let before = earlier.0.get(method).copied().unwrap_or(0.0);
-                    (method.clone(), n - before)
-                })
-                .filter(|(_, n)| *n != 0.0)
-                .collect(),
-        )
-    }
-
-    pub(crate) fn scaled(&self, by: f64) -> ByMethod {
-        ByMethod(self.0.iter().map(|(m, n)| (m.clone(), n * by)).collect())
-    }
-
-    /// One method's count (0 when it was not called).
-    pub(crate) fn get(&self, method: &str) -> f64 {
-        self.0.get(method).copied().unwrap_or(0.0)
-    }
-
-    /// `LeaseKeepAlive 3.00, Range 3.00`, the busiest first.
-    pub(crate) fn describe(&self) -> String {
-        let mut methods: Vec<(&String, &f64)> = self.0.iter().collect();
-        methods.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
-        if methods.is_empty() {
-            return "none".into();
-        }
-        methods
-            .iter()
-            .map(|(m, n)| format!("{m} {n:.2}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-}
-
-/// The members' `HOST:PORT`s of an `etcd://` URL, `None` for any other
-/// store.
-pub(crate) fn metrics_endpoints(url: &str) -> Option<Vec<String>> {
-    let hosts = url.strip_prefix("etcd://")?;
-    let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, h)| h);
-    let hosts = hosts.strip_suffix('/').unwrap_or(hosts);
-    Some(hosts.split(',').map(str::to_string).collect())
-}
-
-/// The gRPC messages each member has received so far, summed over the
-/// members (`grpc_server_msg_received_total` of its `/metrics`).
-pub(crate) async fn scrape(members: &[String]) -> Result<ByMethod> {
-    let members = members.to_vec();
-    tokio::task::spawn_blocking(move || {
-        let mut sum = ByMethod::default();
-        for member in &members {
-            let text = http_get(member, "/metrics")?;
-            for (method, n) in parse_metrics(&text).0 {
-                *sum.0.entry(method).or_default() += n;
-            }
-        }
-        Ok(sum)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-}
-
-/// `grpc_server_msg_received_total` by `grpc_method`, from Prometheus'
-/// text format.
-fn parse_metrics(text: &str) -> ByMethod {
-    let mut counts = ByMethod::default();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("grpc_server_msg_received_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once('}') else {
-            continue;
-        };
-        let method = labels
-            .split(',')
-            .find_map(|l| l.trim().strip_prefix("grpc_method=\""))
-            .and_then(|m| m.strip_suffix('"'));
-        let value = value.split_whitespace().next().map(str::parse::<f64>);
-        if let (Some(method), Some(Ok(value))) = (method, value) {
-            *counts.0.entry(method.to_string()).or_default() += value;
-        }
-    }
-    counts
-}
-
-/// A plain HTTP/1.0 GET (etcd's client port serves `/metrics` as HTTP).
-fn http_get(host_port: &str, path: &str) -> Result<String> {
-    use std::io::{Read, Write};
-    let mut stream =
-        std::net::TcpStream::connect(host_port).map_err(|e| format!("{host_port}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host_port}\r\n\r\n")
-        .map_err(|e| format!("{host_port}: {e}"))?;
-    let mut reply = String::new();
-    stream
-        .read_to_string(&mut reply)
-        .map_err(|e| format!("{host_port}{path}: {e}"))?;
-    let (head, body) = reply
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("{host_port}{path}: no HTTP reply"))?;
-    let status = head.split_whitespace().nth(1);
-    if !head.starts_with("HTTP/1.") || status != Some("200") {
-        return Err(format!(
-            "{host_port}{path}: {}",
-            head.lines().next().unwrap_or("")
-        ));
-    }
-    Ok(body.to_string())
-}
 
 /// A client of the bench's own (not the library's), on every member.
 async fn client(members: &[String]) -> Result<Client> {
@@ -424,10 +300,41 @@ async fn measure(
     );
     let label = "etcd";
 
+    let (evalsha, etcd_floor) = floor_rows(plan, report, label, &redis_url, &members).await?;
+    handover_rows(
+        plan,
+        report,
+        label,
+        &redis_url,
+        &etcd_url,
+        &evalsha,
+        &etcd_floor,
+    )
+    .await?;
+    takeover_rows(plan, report, label, &redis_url, &etcd_url, &members).await?;
+    idle_rows(plan, report, label, server, &redis_url, &etcd_url, &members).await?;
+
+    let n = plan.cluster_partitions;
+    eprintln!("  {label}: a set of {n} partitions in one process (Redis, then etcd) ...");
+    let redis_set = scale::run_child(&redis_url, "tenure", n, plan.scale_seconds).await?;
+    let etcd_set = scale::run_child(&etcd_url, "tenure", n, plan.scale_seconds).await?;
+    scale_rows(report, label, &etcd_set, &redis_set, plan.scale_seconds)
+}
+
+/// The floors' rows: Redis' EVALSHA, etcd's read, write and write seen by
+/// a watcher. Returns the EVALSHA samples and etcd's floors, that the
+/// hand-over's ratio compares with.
+async fn floor_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    redis_url: &str,
+    members: &[String],
+) -> Result<(Samples, Floors)> {
     eprintln!("  {label}: floors ...");
-    let conn = connect(&redis_url).await?;
+    let conn = connect(redis_url).await?;
     let (_, evalsha, _) = floor(&conn, plan.ops, 0).await?;
-    let etcd_floor = floors(&members, plan.etcd_ops).await?;
+    let etcd_floor = floors(members, plan.etcd_ops).await?;
     report.push(Row::latency(
         &format!("{label}: floor: Redis EVALSHA of `return 1`"),
         &evalsha,
@@ -455,10 +362,23 @@ async fn measure(
              can cost on etcd.",
         ),
     );
+    Ok((evalsha, etcd_floor))
+}
 
+/// The hand-over after a graceful resign, on Redis then etcd, and each
+/// one's ratio to its floor.
+async fn handover_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    redis_url: &str,
+    etcd_url: &str,
+    evalsha: &Samples,
+    etcd_floor: &Floors,
+) -> Result<()> {
     eprintln!("  {label}: handover after resign (Redis, then etcd) ...");
-    let redis_handover = handovers(&redis_url, plan.handovers).await?;
-    let etcd_handover = handovers(&etcd_url, plan.handovers).await?;
+    let redis_handover = handovers(redis_url, plan.handovers).await?;
+    let etcd_handover = handovers(etcd_url, plan.handovers).await?;
     report.push(
         Row::latency_target(
             &format!("{label}: handover after graceful resign"),
@@ -491,10 +411,23 @@ async fn measure(
         .targeted(false)
         .against(REDIS),
     );
+    Ok(())
+}
 
+/// The takeover after a crash, on Redis then etcd: from the lease's expiry
+/// as etcd carried it out and from its nominal end, the lag between the
+/// two, and the requests a takeover costs.
+async fn takeover_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    redis_url: &str,
+    etcd_url: &str,
+    members: &[String],
+) -> Result<()> {
     eprintln!("  {label}: takeover after a crash (Redis, then etcd) ...");
-    let redis_takeover = takeovers(&redis_url, plan.crashes).await?;
-    let etcd_takeover = takeovers_etcd(&etcd_url, &members, plan.crashes).await?;
+    let redis_takeover = takeovers(redis_url, plan.crashes).await?;
+    let etcd_takeover = takeovers_etcd(etcd_url, members, plan.crashes).await?;
     report.push(
         Row::latency_target(
             &format!("{label}: takeover after a crash, from lease expiry as the store saw it"),
@@ -530,11 +463,24 @@ async fn measure(
              expect 0-500 ms (each round starts at a random point of that tick).",
         ),
     );
+    takeover_cost_rows(plan, report, label, &etcd_takeover, &redis_takeover);
+    Ok(())
+}
+
+/// The takeover's other rows: from the lease's nominal end (what an
+/// application sees past the ttl), and the gRPC requests a takeover costs.
+fn takeover_cost_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    etcd_takeover: &Takeovers,
+    redis_takeover: &Samples,
+) {
     report.push(
         Row::latency(
             &format!("{label}: takeover after a crash, from the lease's nominal end"),
             &etcd_takeover.from_expiry,
-            Some(&redis_takeover),
+            Some(redis_takeover),
         )
         .against(REDIS)
         .noted(
@@ -564,44 +510,27 @@ async fn measure(
             per_round.describe()
         )),
     );
+}
 
+/// The requests of an idle leader and an idle follower per lease ttl, on
+/// Redis (MONITOR on `server`) then etcd (the members' metrics).
+async fn idle_rows(
+    plan: &Plan,
+    report: &mut Report,
+    label: &str,
+    server: &RedisServer,
+    redis_url: &str,
+    etcd_url: &str,
+    members: &[String],
+) -> Result<()> {
     let (ttl, terms) = (plan.load_ttl, plan.load_terms);
     eprintln!(
         "  {label}: requests of idle elections, {terms} ttls of {} s per window (Redis, then etcd) ...",
         ttl.as_secs()
     );
     let window = ttl * terms;
-    let redis_idle = {
-        let port = server.port();
-        let (leader, both) =
-            idle_requests(&redis_url, ttl, window, |w| requests_during(port, w)).await?;
-        Idle {
-            leader: leader / f64::from(terms),
-            follower: (both - leader) / f64::from(terms),
-            leader_methods: None,
-            follower_methods: None,
-        }
-    };
-    let etcd_idle = {
-        let count = |w: Duration| {
-            let members = members.clone();
-            async move {
-                let before = scrape(&members).await?;
-                tokio::time::sleep(w).await;
-                Ok::<_, String>(scrape(&members).await?.minus(&before))
-            }
-        };
-        let (leader, both) = idle_requests(&etcd_url, ttl, window, count).await?;
-        let per_ttl = 1.0 / f64::from(terms);
-        let follower = both.minus(&leader).scaled(per_ttl);
-        let leader = leader.scaled(per_ttl);
-        Idle {
-            leader: leader.total(),
-            follower: follower.total(),
-            leader_methods: Some(leader),
-            follower_methods: Some(follower),
-        }
-    };
+    let redis_idle = redis_idle(redis_url, server.port(), ttl, window, terms).await?;
+    let etcd_idle = etcd_idle(etcd_url, members, ttl, window, terms).await?;
     let how = format!(
         "An election of ttl {} s: the leader alone, then the leader and a follower waiting in \
          campaign(), each for {terms} ttls after half a ttl to settle; the follower's are the \
@@ -641,12 +570,55 @@ async fn measure(
             methods(&etcd_idle.follower_methods)
         )),
     );
+    Ok(())
+}
 
-    let n = plan.cluster_partitions;
-    eprintln!("  {label}: a set of {n} partitions in one process (Redis, then etcd) ...");
-    let redis_set = scale::run_child(&redis_url, "tenure", n, plan.scale_seconds).await?;
-    let etcd_set = scale::run_child(&etcd_url, "tenure", n, plan.scale_seconds).await?;
-    scale_rows(report, label, &etcd_set, &redis_set, plan.scale_seconds)
+/// Requests of an idle tenure leader and follower per lease ttl on Redis,
+/// counted with MONITOR on `port`.
+async fn redis_idle(
+    redis_url: &str,
+    port: u16,
+    ttl: Duration,
+    window: Duration,
+    terms: u32,
+) -> Result<Idle> {
+    let (leader, both) =
+        idle_requests(redis_url, ttl, window, |w| requests_during(port, w)).await?;
+    Ok(Idle {
+        leader: leader / f64::from(terms),
+        follower: (both - leader) / f64::from(terms),
+        leader_methods: None,
+        follower_methods: None,
+    })
+}
+
+/// Requests of an idle tenure leader and follower per lease ttl on etcd,
+/// counted by the members (`members`), with their methods.
+async fn etcd_idle(
+    etcd_url: &str,
+    members: &[String],
+    ttl: Duration,
+    window: Duration,
+    terms: u32,
+) -> Result<Idle> {
+    let count = |w: Duration| {
+        let members = members.to_vec();
+        async move {
+            let before = scrape(&members).await?;
+            tokio::time::sleep(w).await;
+            Ok::<_, String>(scrape(&members).await?.minus(&before))
+        }
+    };
+    let (leader, both) = idle_requests(etcd_url, ttl, window, count).await?;
+    let per_ttl = 1.0 / f64::from(terms);
+    let follower = both.minus(&leader).scaled(per_ttl);
+    let leader = leader.scaled(per_ttl);
+    Ok(Idle {
+        leader: leader.total(),
+        follower: follower.total(),
+        leader_methods: Some(leader),
+        follower_methods: Some(follower),
+    })
 }
 
 /// The partition sets' figures, etcd's beside Redis'.
@@ -670,6 +642,20 @@ fn scale_rows(
         .clone()
         .map(ByMethod)
         .ok_or("the etcd scale run counted no requests on the members")?;
+    set_cost_rows(report, &set, etcd, redis, seconds);
+    set_member_rows(report, &set, &server, etcd, redis);
+    Ok(())
+}
+
+/// The partition set's CPU, peak RSS and requests counted by the client,
+/// etcd's beside Redis'; `set` names the set in each row.
+fn set_cost_rows(
+    report: &mut Report,
+    set: &str,
+    etcd: &ScaleFigures,
+    redis: &ScaleFigures,
+    seconds: u64,
+) {
     report.push(
         Row::plain(
             &format!("{set}: CPU, % of one core"),
@@ -714,6 +700,18 @@ fn scale_rows(
              renewal).",
         ),
     );
+}
+
+/// The partition set's requests counted by the members (`server`, per
+/// renew interval, by method), its keep-alives against the issue's target
+/// and its renewal cycles; `set` names the set in each row.
+fn set_member_rows(
+    report: &mut Report,
+    set: &str,
+    server: &ByMethod,
+    etcd: &ScaleFigures,
+    redis: &ScaleFigures,
+) {
     report.push(
         Row::plain(
             &format!("{set}: gRPC requests per renew interval, counted by the members"),
@@ -755,66 +753,13 @@ fn scale_rows(
         .targeted(false)
         .against(REDIS),
     );
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
-
-    #[test]
-    fn metrics_are_summed_by_method() {
-        let text = "\
-# HELP grpc_server_msg_received_total Total number of RPC stream messages received on the server.
-# TYPE grpc_server_msg_received_total counter
-grpc_server_msg_received_total{grpc_method=\"LeaseKeepAlive\",grpc_service=\"etcdserverpb.Lease\",grpc_type=\"bidi_stream\"} 1381
-grpc_server_msg_received_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 2.5e+06
-grpc_server_msg_received_total{grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 0
-grpc_server_msg_sent_total{grpc_method=\"Range\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 99
-grpc_server_started_total{grpc_method=\"Txn\",grpc_service=\"etcdserverpb.KV\",grpc_type=\"unary\"} 7
-";
-        let counts = parse_metrics(text);
-        assert_eq!(counts.get("LeaseKeepAlive"), 1381.0);
-        assert_eq!(counts.get("Range"), 2_500_000.0, "exponent notation");
-        assert_eq!(counts.get("Txn"), 0.0, "only messages received are counted");
-        assert_eq!(counts.total(), 2_501_381.0);
-    }
-
-    #[test]
-    fn a_window_keeps_what_changed_and_describes_the_busiest_first() {
-        let before = ByMethod(BTreeMap::from([
-            ("LeaseKeepAlive".to_string(), 10.0),
-            ("Range".to_string(), 5.0),
-            ("Watch".to_string(), 2.0),
-        ]));
-        let after = ByMethod(BTreeMap::from([
-            ("LeaseKeepAlive".to_string(), 13.0),
-            ("Range".to_string(), 11.0),
-            ("Watch".to_string(), 2.0),
-            ("Txn".to_string(), 3.0),
-        ]));
-        let window = after.minus(&before);
-        assert_eq!(window.get("Watch"), 0.0);
-        assert_eq!(window.0.len(), 3, "unchanged methods are left out");
-        assert_eq!(
-            window.scaled(0.5).describe(),
-            "Range 3.00, LeaseKeepAlive 1.50, Txn 1.50"
-        );
-        assert_eq!(ByMethod::default().describe(), "none");
-    }
-
-    #[test]
-    fn only_etcd_urls_name_members_to_read_metrics_from() {
-        assert_eq!(
-            metrics_endpoints("etcd://127.0.0.1:1,127.0.0.1:2/"),
-            Some(vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()])
-        );
-        assert_eq!(
-            metrics_endpoints("etcd://user:pw@h:3"),
-            Some(vec!["h:3".to_string()])
-        );
-        assert_eq!(metrics_endpoints("redis://127.0.0.1:6379"), None);
-    }
 
     /// Against a real member: each request is counted once, by its method,
     /// reading the metrics counts nothing, and the watch sees a put and a

@@ -13,8 +13,11 @@
 
 mod cli_handover;
 mod etcd;
+mod etcd_metrics;
+mod fixture;
 mod measure;
 mod naive;
+mod plan;
 mod report;
 mod scale;
 mod serve_handover;
@@ -26,7 +29,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use measure::Section;
+use plan::Section;
 
 #[derive(Debug, Parser)]
 #[command(

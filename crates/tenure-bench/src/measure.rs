@@ -6,12 +6,17 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis_process::RedisServer;
-use tenure::{Election, Leadership};
+use tenure::Election;
 use tokio::time::Instant;
 
 use crate::cli_handover;
 use crate::etcd;
+use crate::fixture::{
+    connect, election, first_term, floor, handovers, idle_requests, requests_during,
+    samples_len_jitter, takeovers,
+};
 use crate::naive::NaiveElection;
+use crate::plan::{Plan, Section};
 use crate::report::{Machine, Report, Row};
 use crate::scale;
 use crate::serve_handover;
@@ -20,107 +25,6 @@ use crate::svg::{Chart, Kind, Series};
 use crate::topology;
 
 type Result<T> = std::result::Result<T, String>;
-
-/// A part of the bench that can be run alone (`--only`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Section {
-    /// Every row on one private redis-server (floor, operations, hand-over,
-    /// CLI, takeover, idle load, scale).
-    Single,
-    /// Hand-over and takeover on a Sentinel group.
-    Sentinel,
-    /// Hand-over, takeover and a large partition set on a Redis Cluster.
-    Cluster,
-    /// Hand-over, takeover, idle load and a large partition set on a
-    /// 3-member etcd cluster, beside the same figures on a redis-server.
-    Etcd,
-}
-
-impl Section {
-    pub const ALL: [Section; 4] = [
-        Section::Single,
-        Section::Sentinel,
-        Section::Cluster,
-        Section::Etcd,
-    ];
-
-    /// The name `--only` takes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Section::Single => "single",
-            Section::Sentinel => "sentinel",
-            Section::Cluster => "cluster",
-            Section::Etcd => "etcd",
-        }
-    }
-}
-
-/// How much of everything to do.
-pub(crate) struct Plan {
-    quick: bool,
-    pub(crate) ops: usize,
-    /// Samples of calls made after an idle pause (20 ms each).
-    idle_ops: usize,
-    /// Lease ttls per load window.
-    pub(crate) load_terms: u32,
-    pub(crate) handovers: usize,
-    naive_handovers: usize,
-    /// Rounds of two real `tenure run` processes.
-    cli_handovers: usize,
-    pub(crate) crashes: usize,
-    pub(crate) load_ttl: Duration,
-    scales: Vec<usize>,
-    naive_scales: Vec<usize>,
-    pub(crate) scale_seconds: u64,
-    /// Partitions of the set on the Redis Cluster (and on etcd).
-    pub(crate) cluster_partitions: usize,
-    /// Samples of each etcd floor (a read, a write, a write seen by a
-    /// watcher): each costs a Raft round, so fewer than `ops`.
-    pub(crate) etcd_ops: usize,
-}
-
-impl Plan {
-    fn new(quick: bool) -> Plan {
-        if quick {
-            Plan {
-                quick,
-                ops: 200,
-                idle_ops: 60,
-                load_terms: 2,
-                handovers: 20,
-                // Enough rounds that the pictures' CDFs are curves, not
-                // two or three steps.
-                naive_handovers: 10,
-                cli_handovers: 20,
-                crashes: 6,
-                load_ttl: Duration::from_secs(1),
-                scales: vec![1_000, 10_000],
-                naive_scales: vec![1_000],
-                scale_seconds: 2,
-                cluster_partitions: 10_000,
-                etcd_ops: 100,
-            }
-        } else {
-            Plan {
-                quick,
-                ops: 2_000,
-                idle_ops: 300,
-                load_terms: 4,
-                handovers: 100,
-                naive_handovers: 20,
-                cli_handovers: 100,
-                crashes: 10,
-                load_ttl: Duration::from_secs(3),
-                scales: vec![1_000, 10_000, 100_000],
-                naive_scales: vec![1_000, 10_000],
-                scale_seconds: 12,
-                cluster_partitions: 10_000,
-                etcd_ops: 500,
-            }
-        }
-    }
-}
 
 /// Run the `sections` asked for (all when none is named), in the order
 /// single, sentinel, cluster, etcd; each starts its own Redis and stops it after.
@@ -172,7 +76,7 @@ pub async fn all(
     Ok(report)
 }
 
-/// Every row on one private redis-server.
+/// Every row on one private redis-server, section by section.
 async fn single(
     plan: &Plan,
     snapshotter: &metrics_util::debugging::Snapshotter,
@@ -186,9 +90,36 @@ async fn single(
     let url = server.url();
     let conn = connect(&url).await?;
     eprintln!("tenure-bench: redis-server on port {}", server.port());
+    let (evalsha, evalsha_idle) = floor_rows(report, plan, &conn).await?;
+    operation_rows(
+        report,
+        plan,
+        snapshotter,
+        &url,
+        &conn,
+        &evalsha,
+        &evalsha_idle,
+    )
+    .await?;
+    handover_rows(report, plan, &url, &conn, &evalsha).await?;
+    cli_rows(report, plan, tenure_binary, &url).await?;
+    takeover_rows(report, plan, &url, &conn, &evalsha).await?;
+    load_rows(report, plan, server.port(), &url, &conn).await?;
+    scale_rows(report, plan, &url).await?;
+    drop(server);
+    Ok(())
+}
 
+/// The floor's rows: PING and EVALSHA round trips, busy and after 20 ms
+/// idle. Returns the EVALSHA samples, busy and idle, that later rows
+/// compare with.
+async fn floor_rows(
+    report: &mut Report,
+    plan: &Plan,
+    conn: &MultiplexedConnection,
+) -> Result<(Samples, Samples)> {
     eprintln!("  floor ...");
-    let (ping, evalsha, evalsha_idle) = floor(&conn, plan.ops, plan.idle_ops).await?;
+    let (ping, evalsha, evalsha_idle) = floor(conn, plan.ops, plan.idle_ops).await?;
     report.push(Row::latency("floor: PING round trip", &ping, None));
     report.push(Row::latency("floor: EVALSHA of `return 1`", &evalsha, None));
     report.push(Row::latency(
@@ -196,12 +127,26 @@ async fn single(
         &evalsha_idle,
         None,
     ));
+    Ok((evalsha, evalsha_idle))
+}
 
+/// The operations' rows: the scripts' round trips, the keeper's renewals
+/// and the public API's calls, each beside the naive baseline's, and their
+/// ratios to the floor.
+async fn operation_rows(
+    report: &mut Report,
+    plan: &Plan,
+    snapshotter: &metrics_util::debugging::Snapshotter,
+    url: &str,
+    conn: &MultiplexedConnection,
+    evalsha: &Samples,
+    evalsha_idle: &Samples,
+) -> Result<()> {
     eprintln!("  operations ...");
-    let scripts = script_operations(&conn, &url, plan.ops).await?;
-    let keeper = keeper_renewals(&url, snapshotter, plan.idle_ops).await?;
-    let ops = operations(&url, plan.ops).await?;
-    let naive_ops = naive_operations(&conn, plan.ops, plan.idle_ops).await?;
+    let scripts = script_operations(conn, url, plan.ops).await?;
+    let keeper = keeper_renewals(url, snapshotter, plan.idle_ops).await?;
+    let ops = operations(url, plan.ops).await?;
+    let naive_ops = naive_operations(conn, plan.ops, plan.idle_ops).await?;
     let floor_p50 = evalsha.p50();
     report.push(Row::latency(
         "acquire script round trip (naive: SET NX PX)",
@@ -252,10 +197,21 @@ async fn single(
         &ops.leader,
         Some(&naive_ops.leader),
     ));
+    Ok(())
+}
 
+/// The hand-over after a graceful resign: its row and its chart, beside
+/// the naive baseline and the floor (`evalsha`).
+async fn handover_rows(
+    report: &mut Report,
+    plan: &Plan,
+    url: &str,
+    conn: &MultiplexedConnection,
+    evalsha: &Samples,
+) -> Result<()> {
     eprintln!("  handover after resign ...");
-    let handover = handovers(&url, plan.handovers).await?;
-    let naive_handover = naive_handovers(&conn, plan.naive_handovers).await?;
+    let handover = handovers(url, plan.handovers).await?;
+    let naive_handover = naive_handovers(conn, plan.naive_handovers).await?;
     report.push(Row::latency_target(
         "handover after graceful resign",
         &handover,
@@ -267,7 +223,7 @@ async fn single(
     report.charts.push(Chart {
         file: "handover",
         title: "Hand-over after a graceful resign".into(),
-        subtitle: machine.clone(),
+        subtitle: machine,
         x_label: "resign() called → the follower's campaign() returns".into(),
         series: vec![
             Series {
@@ -287,11 +243,21 @@ async fn single(
             },
         ],
     });
+    Ok(())
+}
 
+/// The hand-over through the CLI, `tenure run` and `tenure serve`, with
+/// their floors; left out without a `tenure` binary.
+async fn cli_rows(
+    report: &mut Report,
+    plan: &Plan,
+    tenure_binary: Option<PathBuf>,
+    url: &str,
+) -> Result<()> {
     match tenure_binary.or_else(cli_handover::default_binary) {
         Some(binary) => {
             eprintln!("  handover through the CLI ({}) ...", binary.display());
-            let cli = cli_handover::measure(&binary, &url, plan.cli_handovers).await?;
+            let cli = cli_handover::measure(&binary, url, plan.cli_handovers).await?;
             report.push(Row::latency(
                 "floor: fork/exec of `date +%s%N` until it prints",
                 &cli.floor,
@@ -311,7 +277,7 @@ async fn single(
                 None,
             ));
             eprintln!("  handover through `tenure serve` ...");
-            let serve = serve_handover::measure(&binary, &url, plan.cli_handovers).await?;
+            let serve = serve_handover::measure(&binary, url, plan.cli_handovers).await?;
             report.push(Row::latency(
                 "floor: one HTTP request and answer to `tenure serve` on a new connection",
                 &serve.floor,
@@ -329,10 +295,21 @@ async fn single(
              (cargo build --release -p tenure-cli, or --tenure PATH)"
         ),
     }
+    Ok(())
+}
 
+/// The takeover after a crash: its row and its chart, beside the naive
+/// baseline and the floor (`evalsha`).
+async fn takeover_rows(
+    report: &mut Report,
+    plan: &Plan,
+    url: &str,
+    conn: &MultiplexedConnection,
+    evalsha: &Samples,
+) -> Result<()> {
     eprintln!("  takeover after a crash ...");
-    let takeover = takeovers(&url, plan.crashes).await?;
-    let naive_takeover = naive_takeovers(&conn, plan.crashes).await?;
+    let takeover = takeovers(url, plan.crashes).await?;
+    let naive_takeover = naive_takeovers(conn, plan.crashes).await?;
     report.push(Row::latency_target(
         "takeover after a crash, from lease expiry",
         &takeover,
@@ -340,6 +317,7 @@ async fn single(
         "p99 <= 20 ms",
         takeover.p99() <= 20.0,
     ));
+    let machine = report.machine.short(plan.quick);
     report.charts.push(Chart {
         file: "takeover",
         title: "Takeover after the leader crashed".into(),
@@ -363,9 +341,20 @@ async fn single(
             },
         ],
     });
+    Ok(())
+}
 
+/// The Redis requests of an idle leader and an idle follower, per ttl and
+/// per second, counted with MONITOR on `port`.
+async fn load_rows(
+    report: &mut Report,
+    plan: &Plan,
+    port: u16,
+    url: &str,
+    conn: &MultiplexedConnection,
+) -> Result<()> {
     eprintln!("  Redis load of idle elections ...");
-    let load = load(server.port(), &url, &conn, plan.load_ttl, plan.load_terms).await?;
+    let load = load(port, url, conn, plan.load_ttl, plan.load_terms).await?;
     report.push(Row::plain(
         "idle leader: Redis requests per lease ttl",
         load.leader,
@@ -401,12 +390,17 @@ async fn single(
         )
         .targeted(false),
     );
+    Ok(())
+}
 
+/// Many elections in one process, at each scale of the plan: CPU, peak RSS
+/// and round trips per renew interval, against the targets.
+async fn scale_rows(report: &mut Report, plan: &Plan, url: &str) -> Result<()> {
     for &n in &plan.scales {
         eprintln!("  {n} elections in one process ...");
-        let tenure = scale::run_child(&url, "tenure", n, plan.scale_seconds).await?;
+        let tenure = scale::run_child(url, "tenure", n, plan.scale_seconds).await?;
         let naive = if plan.naive_scales.contains(&n) {
-            Some(scale::run_child(&url, "naive", n, plan.scale_seconds).await?)
+            Some(scale::run_child(url, "naive", n, plan.scale_seconds).await?)
         } else {
             None
         };
@@ -452,63 +446,7 @@ async fn single(
             );
         }
     }
-    drop(server);
     Ok(())
-}
-
-pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// PING and EVALSHA of `return 1` back to back (a busy client), and
-/// EVALSHA after 20 ms idle (a client that wakes up for each call, as a
-/// keeper renewing on a timer does).
-pub(crate) async fn floor(
-    conn: &MultiplexedConnection,
-    n: usize,
-    idle_n: usize,
-) -> Result<(Samples, Samples, Samples)> {
-    let mut conn = conn.clone();
-    let trivial = redis::Script::new("return 1");
-    let _: i64 = trivial
-        .invoke_async(&mut conn)
-        .await
-        .map_err(|e| e.to_string())?;
-    let evalsha = || {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(trivial.get_hash()).arg(0);
-        cmd
-    };
-    let (mut ping, mut busy, mut idle) =
-        (Samples::default(), Samples::default(), Samples::default());
-    for _ in 0..n {
-        let t = Instant::now();
-        let _: String = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        ping.push(t.elapsed());
-        let t = Instant::now();
-        let _: i64 = evalsha()
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        busy.push(t.elapsed());
-    }
-    for _ in 0..idle_n {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let t = Instant::now();
-        let _: i64 = evalsha()
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        idle.push(t.elapsed());
-    }
-    Ok((ping, busy, idle))
 }
 
 #[derive(Default)]
@@ -527,21 +465,6 @@ struct Ops {
 struct ScriptOps {
     acquire: Samples,
     renew: Samples,
-}
-
-pub(crate) async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Result<Election> {
-    Election::builder(name)
-        .redis(url)
-        .ttl(ttl)
-        .id(id)
-        .build()
-        .await
-        .map_err(|e| e.to_string())
-}
-
-/// Wait out the start-up grace period of a fresh election.
-pub(crate) async fn first_term(e: &Election) -> Result<Leadership> {
-    e.campaign().await.map_err(|e| e.to_string())
 }
 
 /// End to end through the public API: `try_campaign` (acquire and start the
@@ -726,39 +649,6 @@ async fn naive_operations(conn: &MultiplexedConnection, n: usize, idle_n: usize)
     Ok(ops)
 }
 
-/// The election [`handovers`] hands over.
-pub(crate) const HANDOVER_ELECTION: &str = "bench-handover";
-
-/// Time from `resign()` being called to the follower's `campaign()` returning.
-pub(crate) async fn handovers(url: &str, rounds: usize) -> Result<Samples> {
-    let ttl = Duration::from_secs(5);
-    let a = election(url, HANDOVER_ELECTION, "a", ttl).await?;
-    let b = election(url, HANDOVER_ELECTION, "b", ttl).await?;
-    let mut term = first_term(&a).await?;
-    let (mut leader, mut follower) = (a, b);
-    let mut samples = Samples::default();
-    for _ in 0..rounds {
-        let waiting = tokio::spawn({
-            let follower = follower.clone();
-            async move {
-                let term = follower.campaign().await;
-                (Instant::now(), term)
-            }
-        });
-        // Let the follower find the holder and go to sleep on it.
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let t = Instant::now();
-        term.resign().await.map_err(|e| e.to_string())?;
-        let (elected, next) = waiting.await.map_err(|e| e.to_string())?;
-        samples.push(elected - t);
-        term = next.map_err(|e| e.to_string())?;
-        std::mem::swap(&mut leader, &mut follower);
-    }
-    term.resign().await.map_err(|e| e.to_string())?;
-    drop(leader);
-    Ok(samples)
-}
-
 async fn naive_handovers(conn: &MultiplexedConnection, rounds: usize) -> Result<Samples> {
     let ttl = Duration::from_secs(3);
     let a = NaiveElection::new(conn.clone(), "handover", "a", ttl);
@@ -787,87 +677,6 @@ async fn naive_handovers(conn: &MultiplexedConnection, rounds: usize) -> Result<
         std::mem::swap(&mut leader, &mut follower);
     }
     leader.release().await.map_err(|e| e.to_string())?;
-    Ok(samples)
-}
-
-/// A pseudo-random number of milliseconds from the clock, to spread events
-/// over a polling period.
-pub(crate) fn samples_len_jitter(salt: usize) -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    u64::from(nanos / 1000) ^ salt as u64
-}
-
-/// A leader on a runtime of its own, so it can vanish like a crashed process.
-pub(crate) struct Crashable {
-    runtime: tokio::runtime::Runtime,
-    /// When its `campaign()` returned: its lease was granted (or set)
-    /// before, by the acquire that won, and renewed only after
-    /// `renew_every` (ttl/3) more.
-    pub(crate) elected: Instant,
-}
-
-impl Crashable {
-    pub(crate) async fn lead(url: &str, name: &str, ttl: Duration) -> Result<Crashable> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?;
-        let (url, name) = (url.to_string(), name.to_string());
-        let (elected_tx, elected_rx) = tokio::sync::oneshot::channel();
-        runtime.spawn(async move {
-            let Ok(e) = election(&url, &name, "crashing", ttl).await else {
-                return;
-            };
-            let Ok(term) = e.campaign().await else { return };
-            let _ = elected_tx.send(Instant::now());
-            let _keep = (e, term);
-            std::future::pending::<()>().await;
-        });
-        let elected = elected_rx
-            .await
-            .map_err(|_| "the crashing leader never led".to_string())?;
-        Ok(Crashable { runtime, elected })
-    }
-
-    pub(crate) fn crash(self) {
-        self.runtime.shutdown_background();
-    }
-}
-
-/// Time from the crashed leader's lease expiry to the follower's election.
-pub(crate) async fn takeovers(url: &str, rounds: usize) -> Result<Samples> {
-    let ttl = Duration::from_secs(1);
-    let mut samples = Samples::default();
-    let admin = tenure::Store::open(url)
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
-    for round in 0..rounds {
-        let name = format!("bench-crash-{round}");
-        let crashing = Crashable::lead(url, &name, ttl).await?;
-        let follower = election(url, &name, "follower", ttl).await?;
-        let waiting = tokio::spawn(async move {
-            let term = follower.campaign().await;
-            (Instant::now(), term)
-        });
-        tokio::time::sleep(Duration::from_millis(100 + samples_len_jitter(round) % 300)).await;
-        crashing.crash();
-        let crashed_at = Instant::now();
-        let ttl_left = admin
-            .leader_of("tenure", &name)
-            .await
-            .map_err(|e| e.to_string())?
-            .map_or(Duration::ZERO, |l| l.ttl_left);
-        let (elected, term) = waiting.await.map_err(|e| e.to_string())?;
-        let term = term.map_err(|e| e.to_string())?;
-        let expiry = crashed_at + ttl_left;
-        samples.push(elected.saturating_duration_since(expiry));
-        term.resign().await.map_err(|e| e.to_string())?;
-    }
     Ok(samples)
 }
 
@@ -916,75 +725,6 @@ struct Load {
     follower_per_s: f64,
     naive_leader_per_s: f64,
     naive_follower_per_s: f64,
-}
-
-/// Requests that clients sent during `window`, counted with MONITOR
-/// (commands that scripts run inside Redis are not requests and are not
-/// counted; MONITOR marks them `lua`).
-pub(crate) async fn requests_during(port: u16, window: Duration) -> Result<f64> {
-    tokio::task::spawn_blocking(move || {
-        use std::io::{BufRead, BufReader, Write};
-        let mut stream =
-            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-        stream
-            .write_all(b"MONITOR\r\n")
-            .map_err(|e| e.to_string())?;
-        let deadline = std::time::Instant::now() + window;
-        stream
-            .set_read_timeout(Some(Duration::from_millis(50)))
-            .map_err(|e| e.to_string())?;
-        let mut reader = BufReader::new(stream);
-        let mut line = String::new();
-        let mut requests = 0u64;
-        let mut started = false;
-        while std::time::Instant::now() < deadline {
-            line.clear();
-            match reader.read_line(&mut line) {
-                Ok(0) => break,
-                Ok(_) if line.starts_with("+OK") && !started => started = true,
-                Ok(_) => {
-                    if line.contains("] \"") && !line.contains(" lua] ") {
-                        requests += 1;
-                    }
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Ok(requests as f64)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-}
-
-/// Requests an idle tenure leader makes during `window`, then a leader
-/// and a follower waiting in `campaign()` together (the follower's are the
-/// difference), each window after half a ttl to settle. `count` counts the
-/// requests the store receives during a window.
-pub(crate) async fn idle_requests<C, F>(
-    url: &str,
-    ttl: Duration,
-    window: Duration,
-    count: impl Fn(Duration) -> F,
-) -> Result<(C, C)>
-where
-    F: std::future::Future<Output = Result<C>>,
-{
-    let a = election(url, "bench-load", "a", ttl).await?;
-    let term = first_term(&a).await?;
-    tokio::time::sleep(ttl / 2).await;
-    let leader = count(window).await?;
-    let b = election(url, "bench-load", "b", ttl).await?;
-    let follower_task = tokio::spawn(async move { b.campaign().await.map(|t| t.token()) });
-    tokio::time::sleep(ttl / 2).await;
-    let both = count(window).await?;
-    follower_task.abort();
-    term.resign().await.map_err(|e| e.to_string())?;
-    Ok((leader, both))
 }
 
 async fn load(

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::measure::Section;
+use crate::plan::Section;
 use crate::stats::Samples;
 use crate::svg::Chart;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::etcd::{self, ByMethod};
+use crate::etcd_metrics::{self, ByMethod};
 use crate::naive::NaiveElection;
 
 /// Lease ttl of the scale runs; renewals every ttl/3.
@@ -80,79 +80,103 @@ pub async fn child(
     let round_trips = Arc::new(AtomicU64::new(0));
     let stop = tokio_stop();
     match design {
-        "tenure" => {
-            let set = tenure::PartitionSet::builder(format!("scale-{elections}"), names)
-                .redis(url)
-                .ttl(TTL)
-                .id("scale")
-                .build()
-                .await
-                .map_err(|e| e.to_string())?;
-            let observer = set.observer();
-            let stop_rx = stop.1;
-            tokio::spawn(set.run(
-                |_partition, term| async move {
-                    term.lost().await;
-                },
-                async move {
-                    let _ = stop_rx.await;
-                },
-            ));
-            wait_until(
-                || observer.owned_count() == elections,
-                TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
-            )
-            .await?;
-            let members = etcd::metrics_endpoints(url);
-            let figures = window(seconds, members.as_deref(), || {
-                (observer.round_trips(), observer.cycles())
-            })
-            .await?;
-            held.store(observer.owned_count() as u64, Ordering::Relaxed);
-            let _ = stop.0.send(());
-            Ok(finish(
-                elections,
-                held.load(Ordering::Relaxed) as usize,
-                figures,
-            ))
-        }
-        "naive" => {
-            let client = redis::Client::open(url).map_err(|e| e.to_string())?;
-            let conn = client
-                .get_multiplexed_async_connection()
-                .await
-                .map_err(|e| e.to_string())?;
-            for name in &names {
-                let e = NaiveElection::new(conn.clone(), name, "scale", TTL);
-                let (held, round_trips) = (held.clone(), round_trips.clone());
-                // One task per election, one command per election per tick.
-                tokio::spawn(async move {
-                    round_trips.fetch_add(1, Ordering::Relaxed);
-                    if !matches!(e.acquire().await, Ok(true)) {
-                        return;
-                    }
-                    held.fetch_add(1, Ordering::Relaxed);
-                    loop {
-                        tokio::time::sleep(TTL / 3).await;
-                        round_trips.fetch_add(1, Ordering::Relaxed);
-                        if !matches!(e.renew().await, Ok(true)) {
-                            return;
-                        }
-                    }
-                });
-            }
-            let total = elections as u64;
-            wait_until(|| held.load(Ordering::Relaxed) == total, TTL * 4).await?;
-            let figures =
-                window(seconds, None, || (round_trips.load(Ordering::Relaxed), 0)).await?;
-            Ok(finish(
-                elections,
-                held.load(Ordering::Relaxed) as usize,
-                figures,
-            ))
-        }
+        "tenure" => tenure_child(url, names, elections, seconds, held, stop).await,
+        "naive" => naive_child(url, names, elections, seconds, held, round_trips).await,
         other => Err(format!("unknown design {other:?}")),
     }
+}
+
+/// The child's side for tenure: one partition set holding every election
+/// (`names`); `stop` ends it.
+async fn tenure_child(
+    url: &str,
+    names: Vec<String>,
+    elections: usize,
+    seconds: u64,
+    held: Arc<AtomicU64>,
+    stop: (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::sync::oneshot::Receiver<()>,
+    ),
+) -> Result<ScaleFigures, String> {
+    let set = tenure::PartitionSet::builder(format!("scale-{elections}"), names)
+        .redis(url)
+        .ttl(TTL)
+        .id("scale")
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    let observer = set.observer();
+    let stop_rx = stop.1;
+    tokio::spawn(set.run(
+        |_partition, term| async move {
+            term.lost().await;
+        },
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    wait_until(
+        || observer.owned_count() == elections,
+        TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
+    )
+    .await?;
+    let members = etcd_metrics::metrics_endpoints(url);
+    let figures = window(seconds, members.as_deref(), || {
+        (observer.round_trips(), observer.cycles())
+    })
+    .await?;
+    held.store(observer.owned_count() as u64, Ordering::Relaxed);
+    let _ = stop.0.send(());
+    Ok(finish(
+        elections,
+        held.load(Ordering::Relaxed) as usize,
+        figures,
+    ))
+}
+
+/// The child's side for the naive baseline: one task per election
+/// (`names`), one command per election per tick.
+async fn naive_child(
+    url: &str,
+    names: Vec<String>,
+    elections: usize,
+    seconds: u64,
+    held: Arc<AtomicU64>,
+    round_trips: Arc<AtomicU64>,
+) -> Result<ScaleFigures, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    for name in &names {
+        let e = NaiveElection::new(conn.clone(), name, "scale", TTL);
+        let (held, round_trips) = (held.clone(), round_trips.clone());
+        // One task per election, one command per election per tick.
+        tokio::spawn(async move {
+            round_trips.fetch_add(1, Ordering::Relaxed);
+            if !matches!(e.acquire().await, Ok(true)) {
+                return;
+            }
+            held.fetch_add(1, Ordering::Relaxed);
+            loop {
+                tokio::time::sleep(TTL / 3).await;
+                round_trips.fetch_add(1, Ordering::Relaxed);
+                if !matches!(e.renew().await, Ok(true)) {
+                    return;
+                }
+            }
+        });
+    }
+    let total = elections as u64;
+    wait_until(|| held.load(Ordering::Relaxed) == total, TTL * 4).await?;
+    let figures = window(seconds, None, || (round_trips.load(Ordering::Relaxed), 0)).await?;
+    Ok(finish(
+        elections,
+        held.load(Ordering::Relaxed) as usize,
+        figures,
+    ))
 }
 
 fn tokio_stop() -> (
@@ -201,7 +225,7 @@ async fn window(
         tokio::time::sleep(TTL / 6).await;
     }
     let server0 = match members {
-        Some(members) => Some(etcd::scrape(members).await?),
+        Some(members) => Some(etcd_metrics::scrape(members).await?),
         None => None,
     };
     let (cpu0, (trips0, cycles0), t0) = (cpu_seconds(), counters(), Instant::now());
@@ -209,7 +233,7 @@ async fn window(
     let (trips1, cycles1) = counters();
     let (cpu1, wall) = (cpu_seconds(), t0.elapsed().as_secs_f64());
     let server = match (members, server0) {
-        (Some(members), Some(before)) => Some(etcd::scrape(members).await?.minus(&before)),
+        (Some(members), Some(before)) => Some(etcd_metrics::scrape(members).await?.minus(&before)),
         _ => None,
     };
     Ok(Window {

@@ -70,23 +70,59 @@ const LEGEND_LINE: f64 = 20.0;
 /// bench computed) are drawn at the left edge of an axis at least this low.
 const SMALLEST_MS: f64 = 0.001;
 
+/// A series to draw: the series and its samples sorted, in ms.
+type Curve<'a> = (&'a Series, Vec<f64>);
+
+/// Where things go in the picture: the plot's axis and edges.
+struct Frame {
+    axis: Axis,
+    plot_width: f64,
+    bottom: f64,
+    height: f64,
+}
+
+impl Frame {
+    /// The x of `ms`.
+    fn x(&self, ms: f64) -> f64 {
+        LEFT + self.plot_width * self.axis.fraction(ms)
+    }
+
+    /// The y of a share of the rounds (0 to 1).
+    fn y(&self, share: f64) -> f64 {
+        self.bottom - PLOT_HEIGHT * share
+    }
+}
+
 impl Chart {
     /// The picture as a standalone SVG document.
     pub fn svg(&self) -> String {
-        let series: Vec<(&Series, Vec<f64>)> = self
+        let series: Vec<Curve> = self
             .series
             .iter()
             .filter(|s| !s.samples.is_empty())
             .map(|s| (s, s.samples.sorted_ms()))
             .collect();
         let axis = Axis::spanning(series.iter().flat_map(|(_, ms)| ms.iter().copied()));
-        let plot_width = WIDTH - LEFT - RIGHT;
         let bottom = TOP + PLOT_HEIGHT;
-        let height = bottom + 62.0 + LEGEND_LINE * series.len() as f64;
-        let x = |ms: f64| LEFT + plot_width * axis.fraction(ms);
-        let y = |share: f64| bottom - PLOT_HEIGHT * share;
-
+        let frame = Frame {
+            axis,
+            plot_width: WIDTH - LEFT - RIGHT,
+            bottom,
+            height: bottom + 62.0 + LEGEND_LINE * series.len() as f64,
+        };
         let mut out = String::new();
+        self.header(&mut out, &frame);
+        grid(&mut out, &frame);
+        self.axes(&mut out, &frame);
+        curves(&mut out, &frame, &series);
+        legend(&mut out, &frame, &series);
+        out.push_str("</svg>\n");
+        out
+    }
+
+    /// The document's start, its background, the title and the subtitle.
+    fn header(&self, out: &mut String, frame: &Frame) {
+        let height = frame.height;
         // Writing to a String cannot fail.
         let _ = writeln!(
             out,
@@ -106,44 +142,23 @@ impl Chart {
             r##"<text x="{LEFT}" y="44" fill="#555">{}</text>"##,
             escape(&self.subtitle)
         );
+    }
 
-        // Grid and axes.
-        out.push_str("<g stroke=\"#e3e3e3\" stroke-width=\"1\">\n");
-        for minor in axis.minor_ticks() {
-            let _ = writeln!(
-                out,
-                r#"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{bottom}"/>"#,
-                x(minor)
-            );
-        }
-        out.push_str("</g>\n<g stroke=\"#bdbdbd\" stroke-width=\"1\">\n");
-        for decade in axis.decades() {
-            let _ = writeln!(
-                out,
-                r#"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{bottom}"/>"#,
-                x(decade)
-            );
-        }
-        for percent in [25, 50, 75, 100] {
-            let _ = writeln!(
-                out,
-                r#"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}"/>"#,
-                y(f64::from(percent) / 100.0),
-                LEFT + plot_width
-            );
-        }
-        out.push_str("</g>\n");
+    /// The axes: their lines, the decades' and percentages' labels and the
+    /// axes' titles.
+    fn axes(&self, out: &mut String, frame: &Frame) {
+        let (plot_width, bottom) = (frame.plot_width, frame.bottom);
         let _ = writeln!(
             out,
             r##"<path d="M{LEFT},{TOP} V{bottom} H{}" fill="none" stroke="#333" stroke-width="1"/>"##,
             LEFT + plot_width
         );
         out.push_str("<g text-anchor=\"middle\">\n");
-        for decade in axis.decades() {
+        for decade in frame.axis.decades() {
             let _ = writeln!(
                 out,
                 r#"<text x="{:.1}" y="{}">{}</text>"#,
-                x(decade),
+                frame.x(decade),
                 bottom + 18.0,
                 tick_label(decade)
             );
@@ -161,7 +176,7 @@ impl Chart {
                 out,
                 r#"<text x="{}" y="{:.1}">{percent} %</text>"#,
                 LEFT - 8.0,
-                y(f64::from(percent) / 100.0) + 4.5
+                frame.y(f64::from(percent) / 100.0) + 4.5
             );
         }
         out.push_str("</g>\n");
@@ -170,43 +185,76 @@ impl Chart {
             r#"<text transform="translate(18 {:.1}) rotate(-90)" text-anchor="middle">rounds done within x (%)</text>"#,
             TOP + PLOT_HEIGHT / 2.0
         );
+    }
+}
 
-        // The curves, tenure last so that it is drawn on top.
-        let mut order: Vec<&(&Series, Vec<f64>)> = series.iter().collect();
-        order.sort_by_key(|(s, _)| s.kind == Kind::Tenure);
-        for (s, ms) in order {
-            let _ = writeln!(
-                out,
-                r#"<path class="cdf" d="{}" fill="none" stroke="{}" stroke-width="2.2"{}/>"#,
-                step_path(ms, x, y),
-                s.kind.stroke(),
-                s.kind.dash()
-            );
-        }
+/// The grid: a light line at each minor tick, a darker one at each decade
+/// and at each quarter of the rounds.
+fn grid(out: &mut String, frame: &Frame) {
+    let bottom = frame.bottom;
+    out.push_str("<g stroke=\"#e3e3e3\" stroke-width=\"1\">\n");
+    for minor in frame.axis.minor_ticks() {
+        let _ = writeln!(
+            out,
+            r#"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{bottom}"/>"#,
+            frame.x(minor)
+        );
+    }
+    out.push_str("</g>\n<g stroke=\"#bdbdbd\" stroke-width=\"1\">\n");
+    for decade in frame.axis.decades() {
+        let _ = writeln!(
+            out,
+            r#"<line x1="{0:.1}" y1="{TOP}" x2="{0:.1}" y2="{bottom}"/>"#,
+            frame.x(decade)
+        );
+    }
+    for percent in [25, 50, 75, 100] {
+        let _ = writeln!(
+            out,
+            r#"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}"/>"#,
+            frame.y(f64::from(percent) / 100.0),
+            LEFT + frame.plot_width
+        );
+    }
+    out.push_str("</g>\n");
+}
 
-        // The legend, under the axis title, one line per series.
-        for (i, (s, ms)) in series.iter().enumerate() {
-            let line_y = bottom + 62.0 + LEGEND_LINE * i as f64;
-            let _ = writeln!(
-                out,
-                r#"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="{2}" stroke-width="2.5"{3}/>"#,
-                line_y - 4.5,
-                LEFT + 28.0,
-                s.kind.stroke(),
-                s.kind.dash()
-            );
-            let _ = writeln!(
-                out,
-                r#"<text x="{}" y="{line_y:.1}">{} (n = {}, p50 {} ms, p99 {} ms)</text>"#,
-                LEFT + 36.0,
-                escape(&s.label),
-                ms.len(),
-                figure(s.samples.p50()),
-                figure(s.samples.p99())
-            );
-        }
-        out.push_str("</svg>\n");
-        out
+/// The curves, tenure last so that it is drawn on top.
+fn curves(out: &mut String, frame: &Frame, series: &[Curve]) {
+    let mut order: Vec<&Curve> = series.iter().collect();
+    order.sort_by_key(|(s, _)| s.kind == Kind::Tenure);
+    for (s, ms) in order {
+        let _ = writeln!(
+            out,
+            r#"<path class="cdf" d="{}" fill="none" stroke="{}" stroke-width="2.2"{}/>"#,
+            step_path(ms, |ms| frame.x(ms), |share| frame.y(share)),
+            s.kind.stroke(),
+            s.kind.dash()
+        );
+    }
+}
+
+/// The legend, under the axis title, one line per series.
+fn legend(out: &mut String, frame: &Frame, series: &[Curve]) {
+    for (i, (s, ms)) in series.iter().enumerate() {
+        let line_y = frame.bottom + 62.0 + LEGEND_LINE * i as f64;
+        let _ = writeln!(
+            out,
+            r#"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="{2}" stroke-width="2.5"{3}/>"#,
+            line_y - 4.5,
+            LEFT + 28.0,
+            s.kind.stroke(),
+            s.kind.dash()
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{}" y="{line_y:.1}">{} (n = {}, p50 {} ms, p99 {} ms)</text>"#,
+            LEFT + 36.0,
+            escape(&s.label),
+            ms.len(),
+            figure(s.samples.p50()),
+            figure(s.samples.p99())
+        );
     }
 }
 

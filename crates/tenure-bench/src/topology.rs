@@ -14,7 +14,8 @@
 
 use redis_process::{slot_of, RedisCluster, SentinelGroup};
 
-use crate::measure::{connect, floor, handovers, takeovers, Plan, HANDOVER_ELECTION};
+use crate::fixture::{connect, floor, handovers, takeovers, HANDOVER_ELECTION};
+use crate::plan::Plan;
 use crate::report::{Report, Row};
 use crate::scale;
 use crate::stats::Samples;

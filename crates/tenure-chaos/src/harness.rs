@@ -468,6 +468,71 @@ impl RunConfig {
     fn mixed_ttl(&self) -> bool {
         self.faults.iter().any(|f| f == "mixed-ttl")
     }
+
+    /// Library mode: this binary's `instance` campaigning as `inst`
+    /// (under `id`, default `inst`) through `url`, with lease `ttl`.
+    fn library_command(
+        &self,
+        exe: &std::path::Path,
+        inst: &str,
+        id: Option<&str>,
+        url: &str,
+        ttl: &str,
+    ) -> Command {
+        let mut c = Command::new(exe);
+        c.args(["instance", "--inst", inst, "--redis", url, "--ttl", ttl]);
+        if let Some(id) = id {
+            c.args(["--id", id]);
+        }
+        if self.mixed_ttl() {
+            c.arg("--max-ttl")
+                .arg(humantime::format_duration(self.ttl).to_string());
+        }
+        if !self.deadline {
+            c.arg("--unsafe-no-deadline");
+        }
+        if self.issue_9_bugs {
+            c.arg("--unsafe-issue-9-bugs");
+        }
+        for bug in &self.store_bugs {
+            c.args(["--unsafe-bug", bug]);
+        }
+        c
+    }
+
+    /// CLI mode: `tenure run` campaigning as `inst` (under `id`, default
+    /// `inst`) through `url`, with lease `ttl`, running this binary's
+    /// `writer` (through [`ESCAPING_CMD`] with `--escaping-cmd`).
+    fn cli_command(
+        &self,
+        tenure: &std::path::Path,
+        exe: &std::path::Path,
+        inst: &str,
+        id: Option<&str>,
+        url: &str,
+        ttl: &str,
+    ) -> Command {
+        let mut c = Command::new(tenure);
+        c.args([
+            "run",
+            "--election",
+            ELECTION,
+            "--redis",
+            url,
+            "--ttl",
+            ttl,
+            "--id",
+            id.unwrap_or(inst),
+            "--kill-grace",
+            "1s",
+            "--",
+        ]);
+        if self.escaping_cmd {
+            c.args(["sh", "-c", ESCAPING_CMD]);
+        }
+        c.arg(exe).args(["writer", "--inst", inst]);
+        c
+    }
 }
 
 struct Slot {
@@ -505,6 +570,19 @@ enum Store {
 }
 
 impl Store {
+    /// Why `kind` is not a fault of this store.
+    fn refusal(&self, kind: &str) -> String {
+        let topology = match self {
+            Store::Single { .. } => Topology::Single,
+            Store::Sentinel(_) => Topology::Sentinel,
+            Store::Cluster(_) => Topology::Cluster,
+            Store::Etcd(_) => Topology::Etcd,
+        };
+        topology
+            .refusal(kind)
+            .unwrap_or_else(|| format!("fault {kind} is not a fault of the store"))
+    }
+
     async fn start(config: &RunConfig) -> Result<Store, String> {
         let (min_replicas, full_coverage) =
             (config.sentinel_min_replicas, config.cluster_full_coverage);
@@ -765,6 +843,362 @@ async fn kill_and_rejoin(
     Ok((t, until))
 }
 
+/// A fault under way, as [`Harness::inject`] records it: its kind, the
+/// instance aimed at (empty when none), when it began and when its hold
+/// ends (ns).
+struct Aim<'a> {
+    kind: &'a str,
+    target: String,
+    t: u64,
+    until: u64,
+}
+
+impl Aim<'_> {
+    /// The fault's event, recorded as lasting until `until`.
+    fn ending(&self, until: u64) -> Event {
+        self.event(until, None)
+    }
+
+    /// The fault's event, recorded as lasting until `until`, saying
+    /// whether the store could not serve meanwhile.
+    fn event(&self, until: u64, store_down: Option<bool>) -> Event {
+        Event::Fault {
+            kind: self.kind.to_string(),
+            target: self.target.clone(),
+            t: self.t,
+            until,
+            store_down,
+        }
+    }
+}
+
+/// A fault of the store as [`Harness::store_fault`] records it: from `t`
+/// until the store could serve the election again (ns), and whether it
+/// could not serve meanwhile (etcd: told apart per fault; Redis: `None`,
+/// by kind, see the checker).
+struct Outage {
+    t: u64,
+    until: u64,
+    store_down: Option<bool>,
+}
+
+impl Outage {
+    /// The window `(t, until)` with `store_down`.
+    fn of((t, until): (u64, u64), store_down: Option<bool>) -> Outage {
+        Outage {
+            t,
+            until,
+            store_down,
+        }
+    }
+}
+
+/// `sentinel-kill-primary`: kill the primary (keeping its snapshot or not,
+/// by `coin`), wait for a replica's promotion, hold, then start the old
+/// primary again as a stale primary, until the sentinels demote it.
+async fn sentinel_kill_primary(
+    group: &Arc<SentinelGroup>,
+    coin: bool,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let g = group.clone();
+    let t = now_ns();
+    let old = blocking("killing the primary", move || {
+        if coin {
+            g.kill_primary_keep_snapshot()
+        } else {
+            g.kill_primary()
+        }
+    })
+    .await?;
+    let g = group.clone();
+    let promoted = blocking("a replica is promoted", move || {
+        g.wait_for_new_primary(old, TOPOLOGY_WAIT)
+    })
+    .await;
+    let until = now_ns();
+    if promoted.is_ok() {
+        tokio::time::sleep(hold).await;
+    }
+    // Back as a stale primary, until the sentinels demote it.
+    let g = group.clone();
+    let resumed = blocking("the old primary starts again", move || {
+        g.node(old)?.resume()
+    })
+    .await;
+    promoted?;
+    resumed?;
+    Ok(Outage::of((t, until), None))
+}
+
+/// `sentinel-failover`: `SENTINEL FAILOVER`, recorded until it returns.
+async fn sentinel_failover(group: &Arc<SentinelGroup>) -> Result<Outage, String> {
+    let g = group.clone();
+    let t = now_ns();
+    blocking("SENTINEL FAILOVER", move || g.failover()).await?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `hang-sentinel`: pause the sentinel at `first` (modulo their number),
+/// fail over through a healthy one, wait until the old primary is
+/// demoted, hold, then let the hung sentinel run again.
+async fn hang_sentinel(
+    group: &Arc<SentinelGroup>,
+    first: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let ports = group.sentinel_ports();
+    let hung = ports[first % ports.len()];
+    let t = now_ns();
+    group
+        .node(hung)
+        .map_err(|e| e.to_string())?
+        .pause()
+        .map_err(|e| e.to_string())?;
+    // `failover` and `wait_until_ready` skip paused sentinels:
+    // the failover goes through a healthy one, and the others
+    // demote the old primary without the hung one.
+    let g = group.clone();
+    let promoted = blocking("SENTINEL FAILOVER while a sentinel hangs", move || {
+        g.failover()
+    })
+    .await;
+    let until = now_ns();
+    let demoted = match promoted {
+        Ok(_) => {
+            let g = group.clone();
+            blocking("the old primary is demoted", move || {
+                g.wait_until_ready(TOPOLOGY_WAIT)
+            })
+            .await
+        }
+        Err(_) => Ok(0),
+    };
+    if promoted.is_ok() && demoted.is_ok() {
+        tokio::time::sleep(hold).await;
+    }
+    let g = group.clone();
+    let resumed = blocking("the hung sentinel runs again", move || {
+        g.node(hung)?.unpause()
+    })
+    .await;
+    promoted?;
+    demoted?;
+    resumed?;
+    Ok(Outage::of((t, until), None))
+}
+
+/// `sentinel-kill-sentinel`: kill the sentinel at `pick` (modulo their
+/// number), hold, start it again.
+async fn sentinel_kill_sentinel(
+    group: &Arc<SentinelGroup>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let ports = group.sentinel_ports();
+    let port = ports[pick % ports.len()];
+    let t = now_ns();
+    group.node(port).map_err(|e| e.to_string())?.kill();
+    tokio::time::sleep(hold).await;
+    let g = group.clone();
+    blocking("the sentinel starts again", move || g.node(port)?.resume()).await?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `cluster-failover`: `CLUSTER FAILOVER` on the replica of the election's
+/// primary, recorded until it returns.
+async fn cluster_failover(cluster: &Arc<RedisCluster>) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("CLUSTER FAILOVER", move || {
+        c.failover(c.primary_of_slot(election_slot())?)
+    })
+    .await?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `kill-shard-primary`: another shard's primary (the one at `pick` among
+/// them) killed and rejoined; the election's shard keeps serving.
+async fn kill_shard_primary(
+    cluster: &Arc<RedisCluster>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let (_, others) = primaries(cluster).await?;
+    let Some(old) = others.get(pick % others.len().max(1)).copied() else {
+        return Err("the cluster has no primary but the election's to kill".into());
+    };
+    Ok(Outage::of(
+        kill_and_rejoin(cluster, old, hold).await?,
+        Some(false),
+    ))
+}
+
+/// `cluster-reshard`: migrate the election's slot to another primary (the
+/// one at `pick` among them) in three steps a third of `hold` apart.
+async fn cluster_reshard(
+    cluster: &Arc<RedisCluster>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let slot = election_slot();
+    let (_, others) = primaries(cluster).await?;
+    let Some(to) = others.get(pick % others.len().max(1)).copied() else {
+        return Err("the cluster has no other primary to move the slot to".into());
+    };
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("beginning the migration", move || {
+        c.begin_migration(slot, to)
+    })
+    .await?;
+    tokio::time::sleep(hold / 3).await;
+    let c = cluster.clone();
+    let moved = blocking("moving the slot's keys", move || c.migrate_keys(slot)).await;
+    if moved.is_ok() {
+        tokio::time::sleep(hold / 3).await;
+    }
+    // Keys written meanwhile (on the importing node, after ASK,
+    // or on the old owner while the lease was still there), then
+    // the hand-over; tried even after a failed step, so the slot
+    // is not left half-migrated.
+    let c = cluster.clone();
+    let finished = blocking("handing the slot over", move || {
+        c.migrate_keys(slot)?;
+        c.finish_migration(slot)
+    })
+    .await;
+    moved?;
+    finished?;
+    Ok(Outage::of((t, now_ns()), None))
+}
+
+/// `etcd-kill-member` (`kill`) or `etcd-pause-member`: stop the raft
+/// leader (when `coin`, or when it has no follower) or the follower at
+/// `pick`, wait for another leader if it was the leader, hold, then
+/// restart or resume it. The store is down only when the leader stopped.
+async fn etcd_stop_member(
+    cluster: &Arc<Mutex<EtcdCluster>>,
+    kill: bool,
+    coin: bool,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let (member, leader) = blocking("the etcd leader", move || {
+        let c = lock(&c);
+        let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
+        let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
+        let member = match followers.get(pick % followers.len().max(1)) {
+            Some(follower) if !coin => *follower,
+            _ => leader,
+        };
+        Ok::<_, etcd_process::Error>((member, leader))
+    })
+    .await?;
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("stopping an etcd member", move || {
+        if kill {
+            lock(&c).kill(member);
+            Ok(())
+        } else {
+            lock(&c).pause(member)
+        }
+    })
+    .await?;
+    // The raft leader gone, nobody can lead until the others
+    // have elected another; a follower gone costs nothing.
+    let (until, elected) = if member == leader {
+        let c = cluster.clone();
+        let elected = blocking("another etcd member leads", move || {
+            lock(&c).wait_for_leader(TOPOLOGY_WAIT).map(|_| ())
+        })
+        .await;
+        (now_ns(), elected)
+    } else {
+        (t, Ok(()))
+    };
+    let store_down = Some(member == leader);
+    if elected.is_ok() {
+        tokio::time::sleep(hold).await;
+    }
+    let c = cluster.clone();
+    let back = blocking("the etcd member runs again", move || {
+        if kill {
+            lock(&c).restart(member)
+        } else {
+            lock(&c).resume(member)
+        }
+    })
+    .await;
+    elected?;
+    back?;
+    Ok(Outage::of((t, until), store_down))
+}
+
+/// `etcd-restart-all`: kill every member, hold, start them all again and
+/// wait for a leader; the store is down throughout.
+async fn etcd_restart_all(
+    cluster: &Arc<Mutex<EtcdCluster>>,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("killing every etcd member", move || {
+        lock(&c).kill_all();
+        Ok::<_, etcd_process::Error>(())
+    })
+    .await?;
+    tokio::time::sleep(hold).await;
+    let c = cluster.clone();
+    blocking("every etcd member starts again", move || {
+        let mut c = lock(&c);
+        c.restart_all()?;
+        c.wait_for_leader(TOPOLOGY_WAIT)
+    })
+    .await?;
+    Ok(Outage::of((t, now_ns()), Some(true)))
+}
+
+/// `pause-minority-member`: pause the follower at `pick`, hold, resume it;
+/// the store keeps serving.
+async fn pause_minority_member(
+    cluster: &Arc<Mutex<EtcdCluster>>,
+    pick: usize,
+    hold: Duration,
+) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let member = blocking("an etcd follower", move || {
+        let c = lock(&c);
+        let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
+        let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
+        followers
+            .get(pick % followers.len().max(1))
+            .copied()
+            .ok_or_else(|| etcd_process::Error::Topology("no follower member".into()))
+    })
+    .await?;
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("pausing an etcd follower", move || lock(&c).pause(member)).await?;
+    tokio::time::sleep(hold).await;
+    let c = cluster.clone();
+    blocking("the etcd follower runs again", move || {
+        lock(&c).resume(member)
+    })
+    .await?;
+    Ok(Outage::of((t, now_ns()), Some(false)))
+}
+
+/// `etcd-compact`: compact etcd's history now; the store keeps serving.
+async fn etcd_compact(cluster: &Arc<Mutex<EtcdCluster>>) -> Result<Outage, String> {
+    let c = cluster.clone();
+    let t = now_ns();
+    blocking("compacting etcd", move || lock(&c).compact_now()).await?;
+    Ok(Outage::of((t, now_ns()), Some(false)))
+}
+
 pub struct Harness {
     config: RunConfig,
     rng: StdRng,
@@ -893,51 +1327,8 @@ impl Harness {
         let proxy_url = url;
         let ttl = humantime::format_duration(ttl).to_string();
         let mut command = match &config.cli {
-            None => {
-                let mut c = Command::new(&exe);
-                c.args([
-                    "instance", "--inst", inst, "--redis", proxy_url, "--ttl", &ttl,
-                ]);
-                if let Some(id) = id {
-                    c.args(["--id", id]);
-                }
-                if config.mixed_ttl() {
-                    c.arg("--max-ttl")
-                        .arg(humantime::format_duration(config.ttl).to_string());
-                }
-                if !config.deadline {
-                    c.arg("--unsafe-no-deadline");
-                }
-                if config.issue_9_bugs {
-                    c.arg("--unsafe-issue-9-bugs");
-                }
-                for bug in &config.store_bugs {
-                    c.args(["--unsafe-bug", bug]);
-                }
-                c
-            }
-            Some(tenure) => {
-                let mut c = Command::new(tenure);
-                c.args([
-                    "run",
-                    "--election",
-                    ELECTION,
-                    "--redis",
-                    proxy_url,
-                    "--ttl",
-                    &ttl,
-                    "--id",
-                    id.unwrap_or(inst),
-                    "--kill-grace",
-                    "1s",
-                    "--",
-                ]);
-                if config.escaping_cmd {
-                    c.args(["sh", "-c", ESCAPING_CMD]);
-                }
-                c.arg(&exe).args(["writer", "--inst", inst]);
-                c
-            }
+            None => config.library_command(&exe, inst, id, proxy_url, &ttl),
+            Some(tenure) => config.cli_command(tenure, &exe, inst, id, proxy_url, &ttl),
         };
         command
             .args(["--resource", &self.resource_redis.url()])
@@ -1079,6 +1470,9 @@ impl Harness {
         })
     }
 
+    /// Inject one fault of `kind`, aimed at the instance in slot `target`
+    /// (the leader, if there is one), held for `hold`, and record it. A
+    /// kind that needs a target does nothing without one.
     async fn inject(
         &mut self,
         kind: &str,
@@ -1086,187 +1480,55 @@ impl Harness {
         hold: Duration,
     ) -> Result<(), String> {
         let t = now_ns();
-        let target_name = target.map(|i| self.slots[i].inst()).unwrap_or_default();
-        let until = t + hold.as_nanos() as u64;
-        let record = |log: &mut EventLog, until: u64| {
-            log.record(&Event::Fault {
-                kind: kind.to_string(),
-                target: target_name.clone(),
-                t,
-                until,
-                store_down: None,
-            });
+        let aim = Aim {
+            kind,
+            target: target.map(|i| self.slots[i].inst()).unwrap_or_default(),
+            t,
+            until: t + hold.as_nanos() as u64,
         };
         match (kind, target) {
             ("kill", Some(i)) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 self.signal_slot(i, Signal::SIGKILL);
                 self.reap(i, "killed");
             }
             ("graceful", Some(i)) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 if let Some(pid) = self.slots[i].pid() {
                     let _ = kill(pid, Signal::SIGTERM);
                 }
                 self.wait_exit(i, Duration::from_secs(10), "exit").await;
             }
             ("pause", Some(i)) => {
-                record(&mut self.log, until);
+                self.log.record(&aim.ending(aim.until));
                 self.signal_slot(i, Signal::SIGSTOP);
                 tokio::time::sleep(hold).await;
                 self.signal_slot(i, Signal::SIGCONT);
             }
-            // tenure stopped while its guardian and command run on: the
-            // guardian must kill the command at the deadline by itself.
             ("pause-tenure-only", Some(i)) if self.config.cli.is_some() => {
-                record(&mut self.log, until);
-                if let Some(pid) = self.slots[i].pid() {
-                    let _ = kill(pid, Signal::SIGSTOP);
-                    tokio::time::sleep(hold).await;
-                    let _ = kill(pid, Signal::SIGCONT);
-                }
+                self.pause_tenure_only(&aim, i, hold).await;
             }
-            // The guardian dies; tenure must kill the command before it
-            // resigns (and then exits; the harness starts it again).
             ("kill-guardian", Some(i)) if self.config.cli.is_some() => {
-                record(&mut self.log, t);
-                if let Some(pid) = self.slots[i].pid() {
-                    for guardian in child_groups(pid.as_raw()) {
-                        let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
-                    }
-                }
-                self.wait_exit(i, Duration::from_secs(10), "guardian-killed")
-                    .await;
+                self.kill_guardian(&aim, i).await;
             }
-            ("cut" | "drop" | "delay", Some(i)) => {
-                record(&mut self.log, until);
-                let mode = match kind {
-                    "cut" => Mode::Blackhole,
-                    "drop" => Mode::Drop,
-                    // A slow link (each chunk ttl/20 late each way) that
-                    // leases must survive.
-                    _ => Mode::Delay(self.config.ttl / 20),
-                };
-                self.set_link(i, mode);
-                tokio::time::sleep(hold).await;
-                self.set_link(i, Mode::Pass);
-            }
+            ("cut" | "drop" | "delay", Some(i)) => self.bad_link(&aim, i, hold).await,
             ("restart", _) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 self.restart_redis(false)?;
             }
             ("churn", Some(i)) => {
-                record(&mut self.log, t);
+                self.log.record(&aim.ending(t));
                 if let Some(pid) = self.slots[i].pid() {
                     let _ = kill(pid, Signal::SIGUSR1);
                 }
             }
-            ("rollback", Some(i)) => {
-                // The snapshot holds the leader's lease; it hands over; a
-                // moment later Redis comes back from the snapshot, with that
-                // lease and an older token counter. The lease must still be
-                // live then, so the restart follows within a tenth of a ttl.
-                self.single_redis()?
-                    .command(&["SAVE"])
-                    .map_err(|e| e.to_string())?;
-                if let Some(pid) = self.slots[i].pid() {
-                    let _ = kill(pid, Signal::SIGUSR2);
-                }
-                let after = self.config.ttl.mul_f64(self.rng.random_range(0.03..0.1));
-                tokio::time::sleep(after).await;
-                self.restart_redis(true)?;
-                record(&mut self.log, now_ns());
-            }
-            // On etcd, only the cut: the store keeps the lease (see the
-            // module docs), and the fault is not an outage of the store.
-            ("mixed-ttl", Some(i)) if matches!(self.store, Store::Etcd(_)) => {
-                self.log.record(&Event::Fault {
-                    kind: kind.to_string(),
-                    target: target_name.clone(),
-                    t,
-                    until,
-                    store_down: Some(false),
-                });
-                self.set_link(i, Mode::Blackhole);
-                tokio::time::sleep(hold).await;
-                self.set_link(i, Mode::Pass);
-            }
-            ("mixed-ttl", Some(i)) => {
-                record(&mut self.log, until);
-                self.set_link(i, Mode::Blackhole);
-                self.restart_redis(false)?;
-                tokio::time::sleep(hold).await;
-                self.set_link(i, Mode::Pass);
-            }
-            ("dup-id", Some(i)) => {
-                record(&mut self.log, until);
-                self.twins += 1;
-                let twin = format!("dup#{}", self.twins);
-                let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
-                let url = self.instance_url(&self.twin_links, 0);
-                let mut child = self.launch(&twin, Some(&id), ttl, &url)?;
-                tokio::time::sleep(hold).await;
-                let how = stop_child(&mut child, Duration::from_secs(10)).await;
-                self.log.record(&Event::Exit {
-                    inst: twin,
-                    t: now_ns(),
-                    how,
-                });
-            }
-            ("forged", Some(i)) => {
-                record(&mut self.log, until);
-                self.signal_slot(i, Signal::SIGKILL);
-                self.reap(i, "killed");
-                // As anyone allowed to publish on the channel could: a
-                // renewal that claims the dead leader's lease lasts an hour.
-                self.publish(&["renewed:1:3600000".to_string()]).await?;
-                // Kept down for the hold, so a respawned instance does not
-                // hide followers that overslept.
-                tokio::time::sleep(hold).await;
-                let releases: Vec<String> = (0..FORGED_RELEASES)
-                    .map(|n| format!("released:{n}"))
-                    .collect();
-                self.publish(&releases).await?;
-            }
-            ("stall", _) => {
-                let ms = hold.as_millis().to_string();
-                record(&mut self.log, until);
-                // CLIENT PAUSE answers at once; the blocking call is brief.
-                self.single_redis()?
-                    .command(&["CLIENT", "PAUSE", &ms, "ALL"])
-                    .map_err(|e| e.to_string())?;
-                tokio::time::sleep(hold).await;
-            }
-            // An operator forces a re-election by hand: the leader's lease
-            // deleted (`DEL`, `etcdctl del`) or its etcd lease revoked. Only
-            // the holder's release may let a candidate in early, so nobody
-            // may be elected until the holder stopped; the wait it costs
-            // (up to a ttl for a holder that does not notice) is by design.
-            //
-            // A candidate that starts right after (a new process of a
-            // deploy) campaigns at once, while the followers that were
-            // running may be asleep until the lease's old expiry.
+            ("rollback", Some(i)) => self.rollback(&aim, i).await?,
+            ("mixed-ttl", Some(i)) => self.mixed_ttl(&aim, i, hold).await?,
+            ("dup-id", Some(i)) => self.dup_id(&aim, i, hold).await?,
+            ("forged", Some(i)) => self.forged(&aim, i, hold).await?,
+            ("stall", _) => self.stall(&aim, hold).await?,
             ("delete-lease" | "revoke-lease", Some(i)) => {
-                self.log.record(&Event::Fault {
-                    kind: kind.to_string(),
-                    target: target_name.clone(),
-                    t,
-                    until,
-                    store_down: Some(true),
-                });
-                self.lease_by_hand(kind == "revoke-lease").await?;
-                self.twins += 1;
-                let newcomer = format!("new#{}", self.twins);
-                let ttl = self.slots[i].ttl;
-                let url = self.instance_url(&self.twin_links, 0);
-                let mut child = self.launch(&newcomer, None, ttl, &url)?;
-                tokio::time::sleep(hold).await;
-                let how = stop_child(&mut child, Duration::from_secs(10)).await;
-                self.log.record(&Event::Exit {
-                    inst: newcomer,
-                    t: now_ns(),
-                    how,
-                });
+                self.lease_by_hand_and_newcomer(&aim, i, hold).await?;
             }
             ("restore-snapshot", _) => {
                 self.restore_snapshot(hold).await?;
@@ -1276,11 +1538,176 @@ impl Harness {
                     || CLUSTER_ONLY.contains(&store)
                     || ETCD_ONLY.contains(&store) =>
             {
-                self.store_fault(store, target_name.clone(), hold).await?;
+                self.store_fault(store, aim.target.clone(), hold).await?;
             }
             // No leader to aim at right now: nothing to do this round.
             _ => {}
         }
+        Ok(())
+    }
+
+    /// `pause-tenure-only` (CLI mode): tenure stopped while its guardian
+    /// and command run on: the guardian must kill the command at the
+    /// deadline by itself.
+    async fn pause_tenure_only(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) {
+        self.log.record(&aim.ending(aim.until));
+        if let Some(pid) = self.slots[i].pid() {
+            let _ = kill(pid, Signal::SIGSTOP);
+            tokio::time::sleep(hold).await;
+            let _ = kill(pid, Signal::SIGCONT);
+        }
+    }
+
+    /// `kill-guardian` (CLI mode): the guardian dies; tenure must kill the
+    /// command before it resigns (and then exits; the harness starts it
+    /// again).
+    async fn kill_guardian(&mut self, aim: &Aim<'_>, i: usize) {
+        self.log.record(&aim.ending(aim.t));
+        if let Some(pid) = self.slots[i].pid() {
+            for guardian in child_groups(pid.as_raw()) {
+                let _ = kill(Pid::from_raw(guardian), Signal::SIGKILL);
+            }
+        }
+        self.wait_exit(i, Duration::from_secs(10), "guardian-killed")
+            .await;
+    }
+
+    /// `cut`, `drop` or `delay`: the instance's links black-holed, dropped
+    /// or slowed for the hold.
+    async fn bad_link(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) {
+        self.log.record(&aim.ending(aim.until));
+        let mode = match aim.kind {
+            "cut" => Mode::Blackhole,
+            "drop" => Mode::Drop,
+            // A slow link (each chunk ttl/20 late each way) that
+            // leases must survive.
+            _ => Mode::Delay(self.config.ttl / 20),
+        };
+        self.set_link(i, mode);
+        tokio::time::sleep(hold).await;
+        self.set_link(i, Mode::Pass);
+    }
+
+    /// `rollback`: the snapshot holds the leader's lease; it hands over; a
+    /// moment later Redis comes back from the snapshot, with that lease and
+    /// an older token counter. The lease must still be live then, so the
+    /// restart follows within a tenth of a ttl.
+    async fn rollback(&mut self, aim: &Aim<'_>, i: usize) -> Result<(), String> {
+        self.single_redis()?
+            .command(&["SAVE"])
+            .map_err(|e| e.to_string())?;
+        if let Some(pid) = self.slots[i].pid() {
+            let _ = kill(pid, Signal::SIGUSR2);
+        }
+        let after = self.config.ttl.mul_f64(self.rng.random_range(0.03..0.1));
+        tokio::time::sleep(after).await;
+        self.restart_redis(true)?;
+        self.log.record(&aim.ending(now_ns()));
+        Ok(())
+    }
+
+    /// `mixed-ttl`: the instance cut off for the hold and, on Redis, the
+    /// store restarted meanwhile. On etcd, only the cut: the store keeps
+    /// the lease (see the module docs), and the fault is not an outage of
+    /// the store.
+    async fn mixed_ttl(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
+        if matches!(self.store, Store::Etcd(_)) {
+            self.log.record(&aim.event(aim.until, Some(false)));
+            self.set_link(i, Mode::Blackhole);
+            tokio::time::sleep(hold).await;
+            self.set_link(i, Mode::Pass);
+        } else {
+            self.log.record(&aim.ending(aim.until));
+            self.set_link(i, Mode::Blackhole);
+            self.restart_redis(false)?;
+            tokio::time::sleep(hold).await;
+            self.set_link(i, Mode::Pass);
+        }
+        Ok(())
+    }
+
+    /// `dup-id`: a second process campaigning under the instance's id, for
+    /// the hold.
+    async fn dup_id(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
+        self.log.record(&aim.ending(aim.until));
+        self.twins += 1;
+        let twin = format!("dup#{}", self.twins);
+        let (id, ttl) = (self.slots[i].inst(), self.slots[i].ttl);
+        let url = self.instance_url(&self.twin_links, 0);
+        let mut child = self.launch(&twin, Some(&id), ttl, &url)?;
+        tokio::time::sleep(hold).await;
+        let how = stop_child(&mut child, Duration::from_secs(10)).await;
+        self.log.record(&Event::Exit {
+            inst: twin,
+            t: now_ns(),
+            how,
+        });
+        Ok(())
+    }
+
+    /// `forged`: the leader killed, then announcements forged on its
+    /// channel: a renewal of its lease, and after the hold a flood of
+    /// releases.
+    async fn forged(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
+        self.log.record(&aim.ending(aim.until));
+        self.signal_slot(i, Signal::SIGKILL);
+        self.reap(i, "killed");
+        // As anyone allowed to publish on the channel could: a
+        // renewal that claims the dead leader's lease lasts an hour.
+        self.publish(&["renewed:1:3600000".to_string()]).await?;
+        // Kept down for the hold, so a respawned instance does not
+        // hide followers that overslept.
+        tokio::time::sleep(hold).await;
+        let releases: Vec<String> = (0..FORGED_RELEASES)
+            .map(|n| format!("released:{n}"))
+            .collect();
+        self.publish(&releases).await?;
+        Ok(())
+    }
+
+    /// `stall`: the single redis-server paused (`CLIENT PAUSE`) for the
+    /// hold.
+    async fn stall(&mut self, aim: &Aim<'_>, hold: Duration) -> Result<(), String> {
+        let ms = hold.as_millis().to_string();
+        self.log.record(&aim.ending(aim.until));
+        // CLIENT PAUSE answers at once; the blocking call is brief.
+        self.single_redis()?
+            .command(&["CLIENT", "PAUSE", &ms, "ALL"])
+            .map_err(|e| e.to_string())?;
+        tokio::time::sleep(hold).await;
+        Ok(())
+    }
+
+    /// `delete-lease` or `revoke-lease`: an operator forces a re-election
+    /// by hand: the leader's lease deleted (`DEL`, `etcdctl del`) or its
+    /// etcd lease revoked. Only the holder's release may let a candidate in
+    /// early, so nobody may be elected until the holder stopped; the wait
+    /// it costs (up to a ttl for a holder that does not notice) is by
+    /// design.
+    ///
+    /// A candidate that starts right after (a new process of a deploy)
+    /// campaigns at once, while the followers that were running may be
+    /// asleep until the lease's old expiry.
+    async fn lease_by_hand_and_newcomer(
+        &mut self,
+        aim: &Aim<'_>,
+        i: usize,
+        hold: Duration,
+    ) -> Result<(), String> {
+        self.log.record(&aim.event(aim.until, Some(true)));
+        self.lease_by_hand(aim.kind == "revoke-lease").await?;
+        self.twins += 1;
+        let newcomer = format!("new#{}", self.twins);
+        let ttl = self.slots[i].ttl;
+        let url = self.instance_url(&self.twin_links, 0);
+        let mut child = self.launch(&newcomer, None, ttl, &url)?;
+        tokio::time::sleep(hold).await;
+        let how = stop_child(&mut child, Duration::from_secs(10)).await;
+        self.log.record(&Event::Exit {
+            inst: newcomer,
+            t: now_ns(),
+            how,
+        });
         Ok(())
     }
 
@@ -1299,273 +1726,49 @@ impl Harness {
         let coin = self.rng.random_bool(0.5);
         let pick: usize = self.rng.random_range(0..1000);
         self.store.settle().await?;
-        // Whether the store could not serve from `t` to `until` (etcd: told
-        // apart per fault; Redis: by kind, see the checker).
-        let mut store_down = None;
-        let (t, until) = match (&self.store, kind) {
+        let Outage {
+            t,
+            until,
+            store_down,
+        } = match (&self.store, kind) {
             (Store::Sentinel(group), "sentinel-kill-primary") => {
-                let g = group.clone();
-                let t = now_ns();
-                let old = blocking("killing the primary", move || {
-                    if coin {
-                        g.kill_primary_keep_snapshot()
-                    } else {
-                        g.kill_primary()
-                    }
-                })
-                .await?;
-                let g = group.clone();
-                let promoted = blocking("a replica is promoted", move || {
-                    g.wait_for_new_primary(old, TOPOLOGY_WAIT)
-                })
-                .await;
-                let until = now_ns();
-                if promoted.is_ok() {
-                    tokio::time::sleep(hold).await;
-                }
-                // Back as a stale primary, until the sentinels demote it.
-                let g = group.clone();
-                let resumed = blocking("the old primary starts again", move || {
-                    g.node(old)?.resume()
-                })
-                .await;
-                promoted?;
-                resumed?;
-                (t, until)
+                sentinel_kill_primary(group, coin, hold).await?
             }
-            (Store::Sentinel(group), "sentinel-failover") => {
-                let g = group.clone();
-                let t = now_ns();
-                blocking("SENTINEL FAILOVER", move || g.failover()).await?;
-                (t, now_ns())
-            }
+            (Store::Sentinel(group), "sentinel-failover") => sentinel_failover(group).await?,
             (Store::Sentinel(group), "hang-sentinel") => {
                 // The sentinel the leader lists first (see `instance_url`):
                 // the one an instance following a single sentinel hears.
-                let ports = group.sentinel_ports();
                 let first = self
                     .slots
                     .iter()
                     .position(|slot| slot.inst() == target)
                     .unwrap_or(pick);
-                let hung = ports[first % ports.len()];
-                let t = now_ns();
-                group
-                    .node(hung)
-                    .map_err(|e| e.to_string())?
-                    .pause()
-                    .map_err(|e| e.to_string())?;
-                // `failover` and `wait_until_ready` skip paused sentinels:
-                // the failover goes through a healthy one, and the others
-                // demote the old primary without the hung one.
-                let g = group.clone();
-                let promoted = blocking("SENTINEL FAILOVER while a sentinel hangs", move || {
-                    g.failover()
-                })
-                .await;
-                let until = now_ns();
-                let demoted = match promoted {
-                    Ok(_) => {
-                        let g = group.clone();
-                        blocking("the old primary is demoted", move || {
-                            g.wait_until_ready(TOPOLOGY_WAIT)
-                        })
-                        .await
-                    }
-                    Err(_) => Ok(0),
-                };
-                if promoted.is_ok() && demoted.is_ok() {
-                    tokio::time::sleep(hold).await;
-                }
-                let g = group.clone();
-                let resumed = blocking("the hung sentinel runs again", move || {
-                    g.node(hung)?.unpause()
-                })
-                .await;
-                promoted?;
-                demoted?;
-                resumed?;
-                (t, until)
+                hang_sentinel(group, first, hold).await?
             }
             (Store::Sentinel(group), "sentinel-kill-sentinel") => {
-                let ports = group.sentinel_ports();
-                let port = ports[pick % ports.len()];
-                let t = now_ns();
-                group.node(port).map_err(|e| e.to_string())?.kill();
-                tokio::time::sleep(hold).await;
-                let g = group.clone();
-                blocking("the sentinel starts again", move || g.node(port)?.resume()).await?;
-                (t, now_ns())
+                sentinel_kill_sentinel(group, pick, hold).await?
             }
-            (Store::Cluster(cluster), "cluster-failover") => {
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("CLUSTER FAILOVER", move || {
-                    c.failover(c.primary_of_slot(election_slot())?)
-                })
-                .await?;
-                (t, now_ns())
-            }
+            (Store::Cluster(cluster), "cluster-failover") => cluster_failover(cluster).await?,
             (Store::Cluster(cluster), "cluster-kill-primary") => {
                 let (own, _) = primaries(cluster).await?;
-                kill_and_rejoin(cluster, own, hold).await?
+                Outage::of(kill_and_rejoin(cluster, own, hold).await?, None)
             }
-            // Another shard's primary: the election's shard keeps serving.
             (Store::Cluster(cluster), "kill-shard-primary") => {
-                let (_, others) = primaries(cluster).await?;
-                let Some(old) = others.get(pick % others.len().max(1)).copied() else {
-                    return Err("the cluster has no primary but the election's to kill".into());
-                };
-                store_down = Some(false);
-                kill_and_rejoin(cluster, old, hold).await?
+                kill_shard_primary(cluster, pick, hold).await?
             }
             (Store::Cluster(cluster), "cluster-reshard") => {
-                let slot = election_slot();
-                let (_, others) = primaries(cluster).await?;
-                let Some(to) = others.get(pick % others.len().max(1)).copied() else {
-                    return Err("the cluster has no other primary to move the slot to".into());
-                };
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("beginning the migration", move || {
-                    c.begin_migration(slot, to)
-                })
-                .await?;
-                tokio::time::sleep(hold / 3).await;
-                let c = cluster.clone();
-                let moved = blocking("moving the slot's keys", move || c.migrate_keys(slot)).await;
-                if moved.is_ok() {
-                    tokio::time::sleep(hold / 3).await;
-                }
-                // Keys written meanwhile (on the importing node, after ASK,
-                // or on the old owner while the lease was still there), then
-                // the hand-over; tried even after a failed step, so the slot
-                // is not left half-migrated.
-                let c = cluster.clone();
-                let finished = blocking("handing the slot over", move || {
-                    c.migrate_keys(slot)?;
-                    c.finish_migration(slot)
-                })
-                .await;
-                moved?;
-                finished?;
-                (t, now_ns())
+                cluster_reshard(cluster, pick, hold).await?
             }
             (Store::Etcd(cluster), "etcd-kill-member" | "etcd-pause-member") => {
                 let kill = kind == "etcd-kill-member";
-                let c = cluster.clone();
-                let (member, leader) = blocking("the etcd leader", move || {
-                    let c = lock(&c);
-                    let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
-                    let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
-                    let member = match followers.get(pick % followers.len().max(1)) {
-                        Some(follower) if !coin => *follower,
-                        _ => leader,
-                    };
-                    Ok::<_, etcd_process::Error>((member, leader))
-                })
-                .await?;
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("stopping an etcd member", move || {
-                    if kill {
-                        lock(&c).kill(member);
-                        Ok(())
-                    } else {
-                        lock(&c).pause(member)
-                    }
-                })
-                .await?;
-                // The raft leader gone, nobody can lead until the others
-                // have elected another; a follower gone costs nothing.
-                let (until, elected) = if member == leader {
-                    let c = cluster.clone();
-                    let elected = blocking("another etcd member leads", move || {
-                        lock(&c).wait_for_leader(TOPOLOGY_WAIT).map(|_| ())
-                    })
-                    .await;
-                    (now_ns(), elected)
-                } else {
-                    (t, Ok(()))
-                };
-                store_down = Some(member == leader);
-                if elected.is_ok() {
-                    tokio::time::sleep(hold).await;
-                }
-                let c = cluster.clone();
-                let back = blocking("the etcd member runs again", move || {
-                    if kill {
-                        lock(&c).restart(member)
-                    } else {
-                        lock(&c).resume(member)
-                    }
-                })
-                .await;
-                elected?;
-                back?;
-                (t, until)
+                etcd_stop_member(cluster, kill, coin, pick, hold).await?
             }
-            (Store::Etcd(cluster), "etcd-restart-all") => {
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("killing every etcd member", move || {
-                    lock(&c).kill_all();
-                    Ok::<_, etcd_process::Error>(())
-                })
-                .await?;
-                tokio::time::sleep(hold).await;
-                let c = cluster.clone();
-                blocking("every etcd member starts again", move || {
-                    let mut c = lock(&c);
-                    c.restart_all()?;
-                    c.wait_for_leader(TOPOLOGY_WAIT)
-                })
-                .await?;
-                store_down = Some(true);
-                (t, now_ns())
-            }
+            (Store::Etcd(cluster), "etcd-restart-all") => etcd_restart_all(cluster, hold).await?,
             (Store::Etcd(cluster), "pause-minority-member") => {
-                let c = cluster.clone();
-                let member = blocking("an etcd follower", move || {
-                    let c = lock(&c);
-                    let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
-                    let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
-                    followers
-                        .get(pick % followers.len().max(1))
-                        .copied()
-                        .ok_or_else(|| etcd_process::Error::Topology("no follower member".into()))
-                })
-                .await?;
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("pausing an etcd follower", move || lock(&c).pause(member)).await?;
-                tokio::time::sleep(hold).await;
-                let c = cluster.clone();
-                blocking("the etcd follower runs again", move || {
-                    lock(&c).resume(member)
-                })
-                .await?;
-                store_down = Some(false);
-                (t, now_ns())
+                pause_minority_member(cluster, pick, hold).await?
             }
-            (Store::Etcd(cluster), "etcd-compact") => {
-                let c = cluster.clone();
-                let t = now_ns();
-                blocking("compacting etcd", move || lock(&c).compact_now()).await?;
-                store_down = Some(false);
-                (t, now_ns())
-            }
-            (store, kind) => {
-                let topology = match store {
-                    Store::Single { .. } => Topology::Single,
-                    Store::Sentinel(_) => Topology::Sentinel,
-                    Store::Cluster(_) => Topology::Cluster,
-                    Store::Etcd(_) => Topology::Etcd,
-                };
-                return Err(topology
-                    .refusal(kind)
-                    .unwrap_or_else(|| format!("fault {kind} is not a fault of the store")));
-            }
+            (Store::Etcd(cluster), "etcd-compact") => etcd_compact(cluster).await?,
+            (store, kind) => return Err(store.refusal(kind)),
         };
         self.log.record(&Event::Fault {
             kind: kind.to_string(),

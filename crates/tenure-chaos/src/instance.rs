@@ -3,7 +3,9 @@
 //! both perform a fenced write to the shared resource every tick and log
 //! every attempt.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +113,25 @@ enum End {
     Handover,
 }
 
+/// The signals the harness sends an instance.
+struct Signals {
+    /// SIGTERM or SIGINT: resign and exit.
+    shutdown: Pin<Box<dyn Future<Output = ()>>>,
+    /// SIGUSR1: `churn`.
+    churn: tokio::signal::unix::Signal,
+    /// SIGUSR2: `rollback`'s hand-over.
+    handover: tokio::signal::unix::Signal,
+}
+
+/// A library-mode instance at work: its name, its event log, the signals
+/// it listens to and its connection to the resource.
+struct Instance {
+    inst: String,
+    log: EventLog,
+    signals: Signals,
+    resource: Resource,
+}
+
 /// Library mode: campaign, write while leader, log everything, until SIGTERM.
 ///
 /// With `deadline = false` (the unsafe mode that shows the checker can
@@ -140,21 +161,66 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
         t: now_ns(),
     });
     log.healthy()?;
-    let mut shutdown = Box::pin(async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
-        }
-    });
-    let mut churn = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
-    let mut handover = signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?;
-    let mut resource = tokio::select! {
-        resource = Resource::connect(&settings.resource_url, settings.fencing) => resource?,
-        _ = &mut shutdown => return Ok(()),
+    let mut signals = Signals {
+        shutdown: Box::pin(async move {
+            tokio::select! {
+                _ = terminate.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+        }),
+        churn: signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?,
+        handover: signal(SignalKind::user_defined2()).map_err(|e| e.to_string())?,
     };
+    let resource = tokio::select! {
+        resource = Resource::connect(&settings.resource_url, settings.fencing) => resource?,
+        _ = &mut signals.shutdown => return Ok(()),
+    };
+    let Some(election) = build_election(&campaign, &mut signals.shutdown).await? else {
+        return Ok(());
+    };
+    let mut me = Instance {
+        inst: settings.inst,
+        log,
+        signals,
+        resource,
+    };
+    let mut churns = 0u32;
+    loop {
+        let campaigning = election.campaign();
+        tokio::pin!(campaigning);
+        let term = loop {
+            tokio::select! {
+                term = &mut campaigning => break term.map_err(|e| e.to_string())?,
+                _ = &mut me.signals.shutdown => return Ok(()),
+                // Not leading: nothing to churn or hand over.
+                _ = me.signals.churn.recv() => {}
+                _ = me.signals.handover.recv() => {}
+            }
+        };
+        me.log.record(&Event::Elected {
+            inst: me.inst.clone(),
+            token: term.token(),
+            t: now_ns(),
+        });
+        me.log.healthy()?;
+        let end = me.lead(&election, &term, campaign.deadline).await?;
+        if me
+            .end_term(end, term, campaign.deadline, campaign.ttl, &mut churns)
+            .await?
+        {
+            return Ok(());
+        }
+    }
+}
+
+/// The instance's election, built again and again while the proxy cuts it
+/// off or the store fails over; `None` on shutdown.
+async fn build_election(
+    campaign: &Campaign,
+    shutdown: &mut Pin<Box<dyn Future<Output = ()>>>,
+) -> Result<Option<Election>, String> {
     let ttl = campaign.ttl;
-    let deadline = campaign.deadline;
-    let election = loop {
+    loop {
         let mut builder = Election::builder(ELECTION)
             .redis(&campaign.redis_url)
             .ttl(ttl)
@@ -170,36 +236,29 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
         // over; keep trying.
         let built = tokio::select! {
             built = builder.build() => built,
-            _ = &mut shutdown => return Ok(()),
+            _ = &mut *shutdown => return Ok(None),
         };
         match built {
-            Ok(election) => break election,
+            Ok(election) => return Ok(Some(election)),
             Err(err) if err.is_transient() => tokio::select! {
                 _ = tokio::time::sleep(ttl / 4) => {}
-                _ = &mut shutdown => return Ok(()),
+                _ = &mut *shutdown => return Ok(None),
             },
             Err(err) => return Err(err.to_string()),
         }
-    };
-    let mut churns = 0u32;
-    loop {
-        let campaigning = election.campaign();
-        tokio::pin!(campaigning);
-        let term = loop {
-            tokio::select! {
-                term = &mut campaigning => break term.map_err(|e| e.to_string())?,
-                _ = &mut shutdown => return Ok(()),
-                // Not leading: nothing to churn or hand over.
-                _ = churn.recv() => {}
-                _ = handover.recv() => {}
-            }
-        };
-        log.record(&Event::Elected {
-            inst: settings.inst.clone(),
-            token: term.token(),
-            t: now_ns(),
-        });
-        log.healthy()?;
+    }
+}
+
+impl Instance {
+    /// Act on `term`: a write to the resource every tick, each logged,
+    /// until the term is lost (by its deadline or, with `deadline` off,
+    /// by the heartbeat's flag) or a signal ends it.
+    async fn lead(
+        &mut self,
+        election: &Election,
+        term: &Leadership,
+        deadline: bool,
+    ) -> Result<End, String> {
         let believes = Arc::new(AtomicBool::new(true));
         let heartbeat = (!deadline).then(|| {
             tokio::spawn(naive_heartbeat(
@@ -211,9 +270,9 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
         let end = loop {
             tokio::select! {
                 _ = tokio::time::sleep(TICK) => {}
-                _ = &mut shutdown => break End::Shutdown,
-                _ = churn.recv() => break End::Churn,
-                _ = handover.recv() => break End::Handover,
+                _ = &mut self.signals.shutdown => break End::Shutdown,
+                _ = self.signals.churn.recv() => break End::Churn,
+                _ = self.signals.handover.recv() => break End::Handover,
             }
             let t = now_ns();
             let until = if deadline {
@@ -227,31 +286,45 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
                 }
                 u64::MAX
             };
-            if let Some(ok) = resource.write(term.token(), &settings.inst).await {
-                log.record(&Event::Write {
-                    inst: settings.inst.clone(),
+            if let Some(ok) = self.resource.write(term.token(), &self.inst).await {
+                self.log.record(&Event::Write {
+                    inst: self.inst.clone(),
                     token: term.token(),
                     t,
                     until,
                     ok,
                 });
-                log.healthy()?;
+                self.log.healthy()?;
             }
         };
         if let Some(heartbeat) = heartbeat {
             heartbeat.abort();
         }
+        Ok(end)
+    }
+
+    /// Leave `term` the way `end` says, and log it; `true` when the
+    /// instance is to exit (shutdown), else it campaigns again.
+    async fn end_term(
+        &mut self,
+        end: End,
+        term: Leadership,
+        deadline: bool,
+        ttl: Duration,
+        churns: &mut u32,
+    ) -> Result<bool, String> {
         match end {
             End::Shutdown => {
                 let _ = term.resign().await;
-                log.record(&lost(&settings.inst, &term, LostReason::Shutdown));
-                log.healthy()?;
-                return Ok(());
+                self.log
+                    .record(&lost(&self.inst, &term, LostReason::Shutdown));
+                self.log.healthy()?;
+                return Ok(true);
             }
             End::Lost => {
                 let reason = term.lost_reason().unwrap_or(LostReason::DeadlinePassed);
-                log.record(&lost(&settings.inst, &term, reason));
-                log.healthy()?;
+                self.log.record(&lost(&self.inst, &term, reason));
+                self.log.healthy()?;
                 if !deadline {
                     // Make sure the keeper has let go before campaigning again.
                     let _ = term.resign().await;
@@ -260,14 +333,14 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
             End::Churn => {
                 // The instance stops acting now; the term itself lives on
                 // until its keeper (or the stale handle) lets go.
-                log.record(&Event::Lost {
-                    inst: settings.inst.clone(),
+                self.log.record(&Event::Lost {
+                    inst: self.inst.clone(),
                     token: term.token(),
                     t: now_ns(),
                     reason: "dropped".into(),
                 });
-                log.healthy()?;
-                churns += 1;
+                self.log.healthy()?;
+                *churns += 1;
                 if churns.is_multiple_of(2) {
                     let stale = term;
                     tokio::spawn(async move {
@@ -281,11 +354,13 @@ pub async fn run_instance(settings: Settings, campaign: Campaign) -> Result<(), 
             }
             End::Handover => {
                 let _ = term.resign().await;
-                log.record(&lost(&settings.inst, &term, LostReason::Resigned));
-                log.healthy()?;
+                self.log
+                    .record(&lost(&self.inst, &term, LostReason::Resigned));
+                self.log.healthy()?;
                 tokio::time::sleep(ttl / 10).await;
             }
         }
+        Ok(false)
     }
 }
 

@@ -31,91 +31,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a cluster under seeded faults, then check it.
-    Run {
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
-        duration: Duration,
-        #[arg(long, default_value_t = 5)]
-        instances: usize,
-        /// The lease ttl (default: 1s on Redis; 2s on etcd, whose leases
-        /// count whole seconds).
-        #[arg(long, value_parser = humantime::parse_duration)]
-        ttl: Option<Duration>,
-        /// Where logs, report and timeline go.
-        #[arg(long, default_value = "target/chaos")]
-        out: PathBuf,
-        /// Run instances through `tenure run` (path to the tenure binary).
-        #[arg(long)]
-        cli: Option<PathBuf>,
-        /// CLI mode: CMD starts the writer through `setsid` and a double
-        /// fork, out of CMD's process group.
-        #[arg(long, requires = "cli")]
-        escaping_cmd: bool,
-        /// Where the election's data lives: one redis-server behind a proxy
-        /// per instance, a Sentinel group (a primary, a replica, three
-        /// sentinels; `redis+sentinel://`), a Redis Cluster (three
-        /// primaries, three replicas; `redis+cluster://`), or an etcd
-        /// cluster (three members, three proxies per instance; `etcd://`).
-        #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
-        topology: harness::Topology,
-        /// Sentinel: run the group with Redis's defaults (one replica,
-        /// `min-replicas-to-write 0`, sentinels announcing every 2 s, so an
-        /// old primary is demoted about 8 s after a failover; down after
-        /// 1 s) instead of the configuration the book's Topologies page
-        /// requires (two replicas, `min-replicas-to-write 1`,
-        /// `min-replicas-max-lag 1`, down after 2 s).
-        #[arg(long)]
-        sentinel_without_min_replicas: bool,
-        /// Cluster: run the nodes with Redis's default
-        /// `cluster-require-full-coverage yes` instead of `no` (the book's
-        /// recommendation). Every node then answers CLUSTERDOWN while any
-        /// shard fails over, and `kill-shard-primary` costs the election
-        /// its term: the failing case of issue 22.
-        #[arg(long)]
-        cluster_full_coverage: bool,
-        /// Fault kinds to draw from (comma-separated). Default: every kind
-        /// of the mode and topology (library mode: all but
-        /// `pause-tenure-only` and `kill-guardian`; CLI mode: all but churn,
-        /// rollback, mixed-ttl and dup-id; single: all but the sentinel-*,
-        /// cluster-* and etcd-* kinds and revoke-lease; sentinel and cluster:
-        /// their own kinds and kill, pause, graceful, churn, dup-id, forged,
-        /// delete-lease, not the faults of the whole Redis or of the proxies;
-        /// etcd: its own kinds and kill, pause, cut, drop, delay, graceful,
-        /// churn, dup-id, delete-lease, revoke-lease, and mixed-ttl when half
-        /// the ttl is whole seconds, not restart, stall, rollback or forged,
-        /// which are faults of Redis).
-        #[arg(long, value_delimiter = ',')]
-        faults: Vec<String>,
-        /// Unsafe: instances ignore their local deadline (the checker must object).
-        #[arg(long)]
-        unsafe_no_deadline: bool,
-        /// Unsafe: the resource accepts stale tokens (the checker must object).
-        #[arg(long)]
-        unsafe_no_fencing: bool,
-        /// Unsafe: instances run with the bugs issue 9 fixed switched back on
-        /// (the checker must object under churn, rollback, mixed-ttl, dup-id;
-        /// forged announcements cost liveness).
-        #[arg(long)]
-        unsafe_issue_9_bugs: bool,
-        /// Unsafe: `delete-lease` and `revoke-lease` also remove the
-        /// lease's witness, as before tenure kept one (the checker must
-        /// object: a candidate is elected while the holder still acts).
-        #[arg(long)]
-        unsafe_lease_by_hand_without_witness: bool,
-        /// Unsafe: a fixed bug of one store switched back on in every
-        /// instance (library mode; repeatable): `etcd-tokens-without-clock`
-        /// (tokens repeat after `restore-snapshot`), `etcd-no-hedges`
-        /// (`pause-minority-member` costs terms), `first-sentinel-only`
-        /// (instances listen to the first sentinel of their URL only and ask
-        /// only it for the primary: with `--sentinel-without-min-replicas`,
-        /// `hang-sentinel` gives two leaders).
-        #[arg(long = "unsafe-bug", value_name = "NAME")]
-        unsafe_bugs: Vec<String>,
-        /// Exit 1 also when the liveness goal is missed.
-        #[arg(long)]
-        require_live: bool,
-    },
+    Run(RunArgs),
     /// Check the logs of an earlier run.
     Check {
         #[arg(default_value = "target/chaos")]
@@ -155,6 +71,93 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    #[arg(long, default_value_t = 5)]
+    instances: usize,
+    /// The lease ttl (default: 1s on Redis; 2s on etcd, whose leases
+    /// count whole seconds).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Option<Duration>,
+    /// Where logs, report and timeline go.
+    #[arg(long, default_value = "target/chaos")]
+    out: PathBuf,
+    /// Run instances through `tenure run` (path to the tenure binary).
+    #[arg(long)]
+    cli: Option<PathBuf>,
+    /// CLI mode: CMD starts the writer through `setsid` and a double
+    /// fork, out of CMD's process group.
+    #[arg(long, requires = "cli")]
+    escaping_cmd: bool,
+    /// Where the election's data lives: one redis-server behind a proxy
+    /// per instance, a Sentinel group (a primary, a replica, three
+    /// sentinels; `redis+sentinel://`), a Redis Cluster (three
+    /// primaries, three replicas; `redis+cluster://`), or an etcd
+    /// cluster (three members, three proxies per instance; `etcd://`).
+    #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
+    topology: harness::Topology,
+    /// Sentinel: run the group with Redis's defaults (one replica,
+    /// `min-replicas-to-write 0`, sentinels announcing every 2 s, so an
+    /// old primary is demoted about 8 s after a failover; down after
+    /// 1 s) instead of the configuration the book's Topologies page
+    /// requires (two replicas, `min-replicas-to-write 1`,
+    /// `min-replicas-max-lag 1`, down after 2 s).
+    #[arg(long)]
+    sentinel_without_min_replicas: bool,
+    /// Cluster: run the nodes with Redis's default
+    /// `cluster-require-full-coverage yes` instead of `no` (the book's
+    /// recommendation). Every node then answers CLUSTERDOWN while any
+    /// shard fails over, and `kill-shard-primary` costs the election
+    /// its term: the failing case of issue 22.
+    #[arg(long)]
+    cluster_full_coverage: bool,
+    /// Fault kinds to draw from (comma-separated). Default: every kind
+    /// of the mode and topology (library mode: all but
+    /// `pause-tenure-only` and `kill-guardian`; CLI mode: all but churn,
+    /// rollback, mixed-ttl and dup-id; single: all but the sentinel-*,
+    /// cluster-* and etcd-* kinds and revoke-lease; sentinel and cluster:
+    /// their own kinds and kill, pause, graceful, churn, dup-id, forged,
+    /// delete-lease, not the faults of the whole Redis or of the proxies;
+    /// etcd: its own kinds and kill, pause, cut, drop, delay, graceful,
+    /// churn, dup-id, delete-lease, revoke-lease, and mixed-ttl when half
+    /// the ttl is whole seconds, not restart, stall, rollback or forged,
+    /// which are faults of Redis).
+    #[arg(long, value_delimiter = ',')]
+    faults: Vec<String>,
+    /// Unsafe: instances ignore their local deadline (the checker must object).
+    #[arg(long)]
+    unsafe_no_deadline: bool,
+    /// Unsafe: the resource accepts stale tokens (the checker must object).
+    #[arg(long)]
+    unsafe_no_fencing: bool,
+    /// Unsafe: instances run with the bugs issue 9 fixed switched back on
+    /// (the checker must object under churn, rollback, mixed-ttl, dup-id;
+    /// forged announcements cost liveness).
+    #[arg(long)]
+    unsafe_issue_9_bugs: bool,
+    /// Unsafe: `delete-lease` and `revoke-lease` also remove the
+    /// lease's witness, as before tenure kept one (the checker must
+    /// object: a candidate is elected while the holder still acts).
+    #[arg(long)]
+    unsafe_lease_by_hand_without_witness: bool,
+    /// Unsafe: a fixed bug of one store switched back on in every
+    /// instance (library mode; repeatable): `etcd-tokens-without-clock`
+    /// (tokens repeat after `restore-snapshot`), `etcd-no-hedges`
+    /// (`pause-minority-member` costs terms), `first-sentinel-only`
+    /// (instances listen to the first sentinel of their URL only and ask
+    /// only it for the primary: with `--sentinel-without-min-replicas`,
+    /// `hang-sentinel` gives two leaders).
+    #[arg(long = "unsafe-bug", value_name = "NAME")]
+    unsafe_bugs: Vec<String>,
+    /// Exit 1 also when the liveness goal is missed.
+    #[arg(long)]
+    require_live: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -215,131 +218,146 @@ fn main() {
                 report_err(instance::run_writer(settings(inst, common)).await)
             }
             Command::Check { dir, ttl } => check(&dir, ttl, Vec::new(), false),
-            Command::Run {
-                seed,
-                duration,
-                instances,
-                ttl,
-                out,
-                cli,
-                escaping_cmd,
-                topology,
-                sentinel_without_min_replicas,
-                cluster_full_coverage,
-                faults,
-                unsafe_no_deadline,
-                unsafe_no_fencing,
-                unsafe_issue_9_bugs,
-                unsafe_lease_by_hand_without_witness,
-                unsafe_bugs,
-                require_live,
-            } => {
-                let ttl = ttl.unwrap_or(topology.default_ttl());
-                if let Some(why) = topology.refuse_ttl(ttl) {
-                    eprintln!("tenure-chaos: {why}");
-                    return 2;
-                }
-                let faults: Vec<String> = if faults.is_empty() {
-                    harness::default_kinds(topology, cli.is_some(), ttl)
-                } else {
-                    faults
-                };
-                if let Some(bad) = faults
-                    .iter()
-                    .find(|f| !harness::FAULT_KINDS.contains(&f.as_str()))
-                {
-                    eprintln!(
-                        "tenure-chaos: unknown fault {bad:?}; known: {}",
-                        harness::FAULT_KINDS.join(",")
-                    );
-                    return 2;
-                }
-                if let (Some(_), Some(bad)) = (
-                    &cli,
-                    faults
-                        .iter()
-                        .find(|f| harness::LIBRARY_ONLY.contains(&f.as_str())),
-                ) {
-                    eprintln!("tenure-chaos: fault {bad:?} needs library mode (no --cli)");
-                    return 2;
-                }
-                if let Some(bad) = unsafe_bugs
-                    .iter()
-                    .find(|b| !instance::STORE_BUGS.contains(&b.as_str()))
-                {
-                    eprintln!(
-                        "tenure-chaos: unknown --unsafe-bug {bad:?}; known: {}",
-                        instance::STORE_BUGS.join(",")
-                    );
-                    return 2;
-                }
-                if cli.is_some() && !unsafe_bugs.is_empty() {
-                    eprintln!("tenure-chaos: --unsafe-bug needs library mode (no --cli)");
-                    return 2;
-                }
-                if unsafe_bugs.iter().any(|b| b == "first-sentinel-only")
-                    && topology != harness::Topology::Sentinel
-                {
-                    eprintln!(
-                        "tenure-chaos: --unsafe-bug first-sentinel-only needs --topology sentinel"
-                    );
-                    return 2;
-                }
-                if let Some(why) = faults.iter().find_map(|f| topology.refusal(f)) {
-                    eprintln!("tenure-chaos: {why}");
-                    return 2;
-                }
-                if faults.iter().any(|f| f == "mixed-ttl") && !topology.fits_mixed_ttl(ttl) {
-                    eprintln!(
-                        "tenure-chaos: mixed-ttl runs every second instance at half the ttl, \
-                         and half of {} does not suit {}: use a ttl of 2s or more, in even \
-                         seconds",
-                        humantime::format_duration(ttl),
-                        topology.name()
-                    );
-                    return 2;
-                }
-                let config = harness::RunConfig {
-                    seed,
-                    duration,
-                    instances,
-                    ttl,
-                    out: out.clone(),
-                    cli,
-                    escaping_cmd,
-                    deadline: !unsafe_no_deadline,
-                    fencing: !unsafe_no_fencing,
-                    issue_9_bugs: unsafe_issue_9_bugs,
-                    witness_too: unsafe_lease_by_hand_without_witness,
-                    store_bugs: unsafe_bugs,
-                    faults,
-                    topology,
-                    sentinel_min_replicas: !sentinel_without_min_replicas,
-                    cluster_full_coverage,
-                };
-                println!(
-                    "tenure-chaos: seed {seed}, {} topology, {instances} instances, ttl {}, {} -> {}",
-                    topology.name(),
-                    humantime::format_duration(ttl),
-                    humantime::format_duration(duration),
-                    out.display()
-                );
-                let outcome = match harness::Harness::start(config).await {
-                    Ok(harness) => harness.run().await,
-                    Err(err) => Err(err),
-                };
-                match outcome {
-                    Ok(outcome) => check(&out, ttl, leaked(&out, &outcome.started), require_live),
-                    Err(err) => {
-                        eprintln!("tenure-chaos: {err}");
-                        2
-                    }
-                }
-            }
+            Command::Run(args) => run(args).await,
         }
     });
     runtime.shutdown_timeout(Duration::from_millis(500));
     std::process::exit(code);
+}
+
+/// `tenure-chaos run`: check the arguments, run the cluster under faults,
+/// then judge it (see [`check`]); 2 for arguments that do not fit.
+async fn run(args: RunArgs) -> i32 {
+    let RunArgs {
+        seed,
+        duration,
+        instances,
+        ttl,
+        out,
+        cli,
+        escaping_cmd,
+        topology,
+        sentinel_without_min_replicas,
+        cluster_full_coverage,
+        faults,
+        unsafe_no_deadline,
+        unsafe_no_fencing,
+        unsafe_issue_9_bugs,
+        unsafe_lease_by_hand_without_witness,
+        unsafe_bugs,
+        require_live,
+    } = args;
+    let ttl = ttl.unwrap_or(topology.default_ttl());
+    let faults = match fault_kinds(topology, ttl, cli.is_some(), faults, &unsafe_bugs) {
+        Ok(faults) => faults,
+        Err(why) => {
+            eprintln!("tenure-chaos: {why}");
+            return 2;
+        }
+    };
+    let config = harness::RunConfig {
+        seed,
+        duration,
+        instances,
+        ttl,
+        out: out.clone(),
+        cli,
+        escaping_cmd,
+        deadline: !unsafe_no_deadline,
+        fencing: !unsafe_no_fencing,
+        issue_9_bugs: unsafe_issue_9_bugs,
+        witness_too: unsafe_lease_by_hand_without_witness,
+        store_bugs: unsafe_bugs,
+        faults,
+        topology,
+        sentinel_min_replicas: !sentinel_without_min_replicas,
+        cluster_full_coverage,
+    };
+    println!(
+        "tenure-chaos: seed {seed}, {} topology, {instances} instances, ttl {}, {} -> {}",
+        topology.name(),
+        humantime::format_duration(ttl),
+        humantime::format_duration(duration),
+        out.display()
+    );
+    let outcome = match harness::Harness::start(config).await {
+        Ok(harness) => harness.run().await,
+        Err(err) => Err(err),
+    };
+    match outcome {
+        Ok(outcome) => check(&out, ttl, leaked(&out, &outcome.started), require_live),
+        Err(err) => {
+            eprintln!("tenure-chaos: {err}");
+            2
+        }
+    }
+}
+
+/// The fault kinds a run draws from (`faults`, or the default ones of the
+/// topology and mode), once the ttl, the kinds and the `--unsafe-bug`s are
+/// found to fit the topology and the mode (`cli`); else why not.
+fn fault_kinds(
+    topology: harness::Topology,
+    ttl: Duration,
+    cli: bool,
+    faults: Vec<String>,
+    unsafe_bugs: &[String],
+) -> Result<Vec<String>, String> {
+    if let Some(why) = topology.refuse_ttl(ttl) {
+        return Err(why);
+    }
+    let faults: Vec<String> = if faults.is_empty() {
+        harness::default_kinds(topology, cli, ttl)
+    } else {
+        faults
+    };
+    if let Some(bad) = faults
+        .iter()
+        .find(|f| !harness::FAULT_KINDS.contains(&f.as_str()))
+    {
+        return Err(format!(
+            "unknown fault {bad:?}; known: {}",
+            harness::FAULT_KINDS.join(",")
+        ));
+    }
+    if let (true, Some(bad)) = (
+        cli,
+        faults
+            .iter()
+            .find(|f| harness::LIBRARY_ONLY.contains(&f.as_str())),
+    ) {
+        return Err(format!("fault {bad:?} needs library mode (no --cli)"));
+    }
+    if let Some(bad) = unsafe_bugs
+        .iter()
+        .find(|b| !instance::STORE_BUGS.contains(&b.as_str()))
+    {
+        return Err(format!(
+            "unknown --unsafe-bug {bad:?}; known: {}",
+            instance::STORE_BUGS.join(",")
+        ));
+    }
+    if cli && !unsafe_bugs.is_empty() {
+        return Err("--unsafe-bug needs library mode (no --cli)".into());
+    }
+    if unsafe_bugs.iter().any(|b| b == "first-sentinel-only")
+        && topology != harness::Topology::Sentinel
+    {
+        return Err("--unsafe-bug first-sentinel-only needs --topology sentinel".into());
+    }
+    if let Some(why) = faults.iter().find_map(|f| topology.refusal(f)) {
+        return Err(why);
+    }
+    if faults.iter().any(|f| f == "mixed-ttl") && !topology.fits_mixed_ttl(ttl) {
+        return Err(format!(
+            "mixed-ttl runs every second instance at half the ttl, \
+             and half of {} does not suit {}: use a ttl of 2s or more, in even \
+             seconds",
+            humantime::format_duration(ttl),
+            topology.name()
+        ));
+    }
+    Ok(faults)
 }
 
 fn settings(inst: String, common: Common) -> instance::Settings {

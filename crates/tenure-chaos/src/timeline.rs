@@ -54,42 +54,73 @@ fn fault_colour(kind: &str) -> &'static str {
     }
 }
 
-pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
-    let first = events.first().map(Event::t).unwrap_or(0);
-    let last = events
-        .last()
-        .map(Event::t)
-        .unwrap_or(first + 1)
-        .max(first + 1);
-    // About 8 px per second, so that long runs stay readable when zoomed.
-    let seconds = (last - first) as f64 / 1e9;
-    let width = (seconds * 8.0).clamp(1400.0, 8000.0);
-    let x = |t: u64| {
-        LEFT + (t.saturating_sub(first)) as f64 / (last - first) as f64 * (width - LEFT - 10.0)
-    };
-    let slot = |inst: &str| inst.split('#').next().unwrap_or(inst).to_string();
-    let mut names: Vec<String> = terms
-        .iter()
-        .map(|t| slot(&t.inst))
-        .chain(events.iter().filter_map(|e| match e {
-            Event::Start { inst, .. } => Some(slot(inst)),
-            _ => None,
-        }))
-        .collect();
-    names.sort_by_key(|n| n.trim_start_matches('i').parse::<u32>().unwrap_or(u32::MAX));
-    names.dedup();
-    let row_of: BTreeMap<String, usize> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.clone(), i))
-        .collect();
-    let rows_height = ROW * names.len() as f64;
-    let height = TOP + rows_height + 60.0;
-    let fault_count = events
-        .iter()
-        .filter(|e| matches!(e, Event::Fault { .. }))
-        .count();
+/// Where things go in the picture: time on x, one row per instance slot.
+struct Frame {
+    /// The first and last event's times (ns), `last` > `first`.
+    first: u64,
+    last: u64,
+    seconds: f64,
+    width: f64,
+    height: f64,
+    rows_height: f64,
+    /// The row of each slot (`i3`), in slot order.
+    row_of: BTreeMap<String, usize>,
+}
 
+impl Frame {
+    fn new(events: &[Event], terms: &[Term]) -> Frame {
+        let first = events.first().map(Event::t).unwrap_or(0);
+        let last = events
+            .last()
+            .map(Event::t)
+            .unwrap_or(first + 1)
+            .max(first + 1);
+        // About 8 px per second, so that long runs stay readable when zoomed.
+        let seconds = (last - first) as f64 / 1e9;
+        let width = (seconds * 8.0).clamp(1400.0, 8000.0);
+        let mut names: Vec<String> = terms
+            .iter()
+            .map(|t| slot(&t.inst))
+            .chain(events.iter().filter_map(|e| match e {
+                Event::Start { inst, .. } => Some(slot(inst)),
+                _ => None,
+            }))
+            .collect();
+        names.sort_by_key(|n| n.trim_start_matches('i').parse::<u32>().unwrap_or(u32::MAX));
+        names.dedup();
+        let row_of: BTreeMap<String, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        let rows_height = ROW * names.len() as f64;
+        let height = TOP + rows_height + 60.0;
+        Frame {
+            first,
+            last,
+            seconds,
+            width,
+            height,
+            rows_height,
+            row_of,
+        }
+    }
+
+    /// The x of time `t` (ns).
+    fn x(&self, t: u64) -> f64 {
+        LEFT + (t.saturating_sub(self.first)) as f64 / (self.last - self.first) as f64
+            * (self.width - LEFT - 10.0)
+    }
+}
+
+/// The slot of an instance: `i3` of `i3#2`.
+fn slot(inst: &str) -> String {
+    inst.split('#').next().unwrap_or(inst).to_string()
+}
+
+pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
+    let frame = Frame::new(events, terms);
+    let (width, height) = (frame.width, frame.height);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -101,7 +132,18 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
         r#"<text x="{LEFT}" y="14" font-size="13">{}</text>"#,
         escape(title)
     );
-    for (name, row) in &row_of {
+    rows(&mut out, &frame);
+    faults(&mut out, &frame, events);
+    term_bars(&mut out, &frame, terms);
+    legend(&mut out, &frame);
+    out.push_str("</svg>\n");
+    out
+}
+
+/// Each slot's name and the line under its row.
+fn rows(out: &mut String, frame: &Frame) {
+    let width = frame.width;
+    for (name, row) in &frame.row_of {
         let y = TOP + ROW * *row as f64;
         let _ = writeln!(
             out,
@@ -111,6 +153,16 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
             y + 28.0
         );
     }
+}
+
+/// Each fault: a shaded column over every row, a mark above them and,
+/// when there is room, a label.
+fn faults(out: &mut String, frame: &Frame, events: &[Event]) {
+    let rows_height = frame.rows_height;
+    let fault_count = events
+        .iter()
+        .filter(|e| matches!(e, Event::Fault { .. }))
+        .count();
     for event in events {
         if let Event::Fault {
             kind,
@@ -120,7 +172,7 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
             ..
         } = event
         {
-            let (x0, x1) = (x(*t), x((*until).max(*t)));
+            let (x0, x1) = (frame.x(*t), frame.x((*until).max(*t)));
             let colour = fault_colour(kind);
             let _ = writeln!(
                 out,
@@ -147,13 +199,18 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
             }
         }
     }
+}
+
+/// Each term: a bar on its slot's row (labelled with its token when there
+/// is room), and a red line for each of its writes that was rejected.
+fn term_bars(out: &mut String, frame: &Frame, terms: &[Term]) {
     for term in terms {
-        let Some(row) = row_of.get(&slot(&term.inst)) else {
+        let Some(row) = frame.row_of.get(&slot(&term.inst)) else {
             continue;
         };
         let y = TOP + ROW * *row as f64 + 6.0;
-        let end = term.end.min(last);
-        let (x0, x1) = (x(term.elected), x(end.max(term.elected)));
+        let end = term.end.min(frame.last);
+        let (x0, x1) = (frame.x(term.elected), frame.x(end.max(term.elected)));
         let hue = (term.token.wrapping_mul(2_654_435_761) % 360) as u32;
         let _ = writeln!(
             out,
@@ -173,7 +230,7 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
         }
         for (t, ok) in &term.writes {
             if !ok {
-                let xt = x(*t);
+                let xt = frame.x(*t);
                 let _ = writeln!(
                     out,
                     r#"<line x1="{xt:.1}" x2="{xt:.1}" y1="{:.1}" y2="{:.1}" stroke="red" stroke-width="2"/>"#,
@@ -183,6 +240,11 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
             }
         }
     }
+}
+
+/// The colour of every fault kind, and a line saying what the marks are.
+fn legend(out: &mut String, frame: &Frame) {
+    let (height, seconds) = (frame.height, frame.seconds);
     let mut legend_x = LEFT;
     for kind in FAULT_KINDS {
         let _ = writeln!(
@@ -200,8 +262,6 @@ pub fn svg(events: &[Event], terms: &[Term], title: &str) -> String {
         r#"<text x="{LEFT}" y="{:.1}">bars: terms (label: last 5 digits of the token) - red lines: stale writes rejected by fencing - shaded: faults - {seconds:.0} s</text>"#,
         height - 12.0
     );
-    out.push_str("</svg>\n");
-    out
 }
 
 fn escape(text: &str) -> String {

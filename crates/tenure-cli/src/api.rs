@@ -37,7 +37,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::exit::Failure;
 use crate::http::{self, Body, Handler, Limits};
-use crate::serve::{Rejoin, Resigned, Seat, Seats, View};
+use crate::seat::{Rejoin, Resigned, Seat, Seats, View};
 
 /// How often an idle event stream carries a comment, so that proxies and
 /// clients can tell a quiet stream from a dead one.
@@ -322,26 +322,65 @@ fn term_of(seat: &Seat, view: &View) -> (bool, Option<(String, u64)>) {
     }
 }
 
+/// An event stream's state between its frames (see [`events`]).
+struct EventStream {
+    seat: Seat,
+    began_in: Option<(bool, Option<(String, u64)>)>,
+    /// The term the last event showed.
+    said: Option<(bool, Option<(String, u64)>)>,
+    /// When to repeat the state (while leading).
+    refresh: Option<Instant>,
+    done: bool,
+    keep_alive: tokio::time::Interval,
+    /// Held for as long as the stream lives.
+    _slot: OwnedSemaphorePermit,
+}
+
+impl EventStream {
+    /// The event `view` calls for: one when the term it shows changed or
+    /// the state is due to be repeated, else `None`. The event that shows
+    /// another term than the stream began in is its last.
+    fn event(&mut self, view: &View) -> Option<Bytes> {
+        let term = term_of(&self.seat, view);
+        let due = self.refresh.is_some_and(|at| Instant::now() >= at);
+        if self.said.as_ref() != Some(&term) || due {
+            let began_in = self.began_in.get_or_insert_with(|| term.clone());
+            self.done = *began_in != term;
+            let event = state(&self.seat, view);
+            self.refresh = event
+                .is_leader
+                .then(|| Instant::now() + self.seat.max_deadline / 3);
+            self.said = Some(term);
+            let frame = format!("data: {}\n\n", to_json(&event));
+            return Some(Bytes::from(frame));
+        }
+        None
+    }
+
+    /// With nothing new: when to look again without a change, the time to
+    /// repeat the state or the deadline of this instance's term (it may no
+    /// longer act then, whether or not the seat has noticed).
+    fn wake(&self, view: &View) -> Option<Instant> {
+        let deadline = view
+            .term
+            .as_ref()
+            .filter(|term| term.is_leader())
+            .map(|term| term.deadline());
+        match (deadline, self.refresh) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 /// The event stream of `seat`: its state now, then one event per change,
 /// until the event that ends the term it began in. While this instance
 /// leads, the state is repeated every third of `--max-deadline`, so that
 /// a client's deadline is renewed long before it runs out.
 fn events(seat: Seat, slot: OwnedSemaphorePermit) -> Response<Body> {
-    struct Stream {
-        seat: Seat,
-        began_in: Option<(bool, Option<(String, u64)>)>,
-        /// The term the last event showed.
-        said: Option<(bool, Option<(String, u64)>)>,
-        /// When to repeat the state (while leading).
-        refresh: Option<Instant>,
-        done: bool,
-        keep_alive: tokio::time::Interval,
-        /// Held for as long as the stream lives.
-        _slot: OwnedSemaphorePermit,
-    }
     let mut keep_alive = tokio::time::interval(KEEP_ALIVE);
     keep_alive.reset();
-    let stream = Stream {
+    let stream = EventStream {
         seat,
         began_in: None,
         said: None,
@@ -356,32 +395,13 @@ fn events(seat: Seat, slot: OwnedSemaphorePermit) -> Response<Body> {
         }
         loop {
             let view = stream.seat.view.borrow_and_update().clone();
-            let term = term_of(&stream.seat, &view);
-            let due = stream.refresh.is_some_and(|at| Instant::now() >= at);
-            if stream.said.as_ref() != Some(&term) || due {
-                let began_in = stream.began_in.get_or_insert_with(|| term.clone());
-                stream.done = *began_in != term;
-                let event = state(&stream.seat, &view);
-                stream.refresh = event
-                    .is_leader
-                    .then(|| Instant::now() + stream.seat.max_deadline / 3);
-                stream.said = Some(term);
-                let frame = format!("data: {}\n\n", to_json(&event));
-                return Some((Bytes::from(frame), stream));
+            if let Some(frame) = stream.event(&view) {
+                return Some((frame, stream));
             }
             // Nothing new: wait for a change, the time to repeat the
-            // state, the deadline of this instance's term (it may no
-            // longer act then, whether or not the seat has noticed), or
-            // the keep-alive.
-            let deadline = view
-                .term
-                .as_ref()
-                .filter(|term| term.is_leader())
-                .map(|term| term.deadline());
-            let wake = match (deadline, stream.refresh) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            // state, the deadline of this instance's term, or the
+            // keep-alive.
+            let wake = stream.wake(&view);
             let at_wake = async {
                 match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
@@ -455,7 +475,7 @@ fn param(query: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::Seat;
+    use crate::seat::Seat;
     use tokio::task::JoinSet;
     use tokio_util::sync::CancellationToken;
 
@@ -479,7 +499,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let mut tasks = JoinSet::new();
         let opened = election.clone();
-        let open: crate::serve::Open = Arc::new(move || {
+        let open: crate::seat::Open = Arc::new(move || {
             let election = opened.clone();
             Box::pin(async move { Ok(election) })
         });
@@ -550,8 +570,8 @@ mod tests {
         };
         assert_eq!(handed, 1500);
         let asked = Instant::now();
-        let resigned = seat.resign(crate::serve::Rejoin::AfterTtl).await;
-        assert!(matches!(resigned, crate::serve::Resigned::Term(_)));
+        let resigned = seat.resign(crate::seat::Rejoin::AfterTtl).await;
+        assert!(matches!(resigned, crate::seat::Resigned::Term(_)));
         assert_eq!(
             Instant::now() - asked,
             max,

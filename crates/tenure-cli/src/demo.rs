@@ -151,10 +151,44 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     Ok(exit::OK)
 }
 
+/// The candidates, by id, and the events they report.
+type Candidates = HashMap<&'static str, Candidate>;
+type Events = mpsc::UnboundedReceiver<Event>;
+
 /// Tell the story; `reached` says whether the store was reached (and so
 /// may hold the demo's keys).
 async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Result<(), Failure> {
     let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (mut candidates, first, token1) =
+        first_leader(url, name, ttl, reached, &events_tx, &mut events).await?;
+    let wait = ttl * 5;
+    let etcd = url.starts_with("etcd://") || url.starts_with("etcds://");
+    if etcd {
+        say!("      (the token counts up from the clock in ms, so it rises even across a restore");
+        say!("       of an older etcd snapshot, which rolls etcd's own revision back)");
+    } else {
+        say!("      (a Redis new to the election grants no lease for one ttl: a leader from");
+        say!("       before a restart or failover might still believe it leads)");
+    }
+    let (second, token2) =
+        crash_the_leader(url, name, etcd, first, &mut candidates, &mut events, wait).await?;
+    let (third, token3) = resign_the_leader(second, &candidates, &mut events, wait).await?;
+    say!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
+    refuse_a_late_write(url, name, etcd, (first, token1), (third, token3)).await?;
+    drop(candidates);
+    Ok(())
+}
+
+/// Step 1: three candidates campaign, reporting to `events_tx`; the
+/// candidates, the first leader and its token.
+async fn first_leader(
+    url: &str,
+    name: &str,
+    ttl: Duration,
+    reached: &mut bool,
+    events_tx: &mpsc::UnboundedSender<Event>,
+    events: &mut Events,
+) -> Result<(Candidates, &'static str, u64), Failure> {
     let mut candidates = HashMap::new();
     let mut renew_every = Duration::ZERO;
     let campaign_started = Instant::now();
@@ -176,20 +210,24 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
         humantime::format_duration(Duration::from_millis(renew_every.as_millis() as u64)),
     );
     let wait = ttl * 5;
-    let (first, token1, at) = next_elected(&mut events, wait).await?;
+    let (first, token1, at) = next_elected(events, wait).await?;
     say!(
         "   -> {first} leads after {}, fencing token {token1}",
         ms(at - campaign_started)
     );
-    let etcd = url.starts_with("etcd://") || url.starts_with("etcds://");
-    if etcd {
-        say!("      (the token counts up from the clock in ms, so it rises even across a restore");
-        say!("       of an older etcd snapshot, which rolls etcd's own revision back)");
-    } else {
-        say!("      (a Redis new to the election grants no lease for one ttl: a leader from");
-        say!("       before a restart or failover might still believe it leads)");
-    }
+    Ok((candidates, first, token1))
+}
 
+/// Step 2: the leader `first` crashes; the next leader and its token.
+async fn crash_the_leader(
+    url: &str,
+    name: &str,
+    etcd: bool,
+    first: &str,
+    candidates: &mut Candidates,
+    events: &mut Events,
+    wait: Duration,
+) -> Result<(&'static str, u64), Failure> {
     let store = tenure::Store::open(url).connect().await?;
     say!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
     let ttl_left = store
@@ -201,7 +239,7 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
         candidate.crash();
     }
     let expires_at = crashed_at + ttl_left;
-    let (second, token2, at) = next_elected(&mut events, wait).await?;
+    let (second, token2, at) = next_elected(events, wait).await?;
     if etcd {
         // etcd reports a lease's time left in whole seconds (rounded
         // down) and removes expired leases on a 500 ms tick.
@@ -220,26 +258,45 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
             signed_ms(at, expires_at)
         );
     }
+    Ok((second, token2))
+}
 
+/// Step 3: the leader `second` resigns; the next leader and its token.
+async fn resign_the_leader(
+    second: &str,
+    candidates: &Candidates,
+    events: &mut Events,
+    wait: Duration,
+) -> Result<(&'static str, u64), Failure> {
     say!("\n3. {second} steps down gracefully (resign releases the lease and announces it)");
     let resigned_at = Instant::now();
     if let Some(candidate) = candidates.get(second) {
         let _ = candidate.resign.send(());
     }
-    let (third, token3, at) = next_elected(&mut events, wait).await?;
+    let (third, token3, at) = next_elected(events, wait).await?;
     say!(
         "   -> {third} took over {} after the resignation, without waiting for the ttl",
         ms(at - resigned_at)
     );
+    Ok((third, token3))
+}
 
-    say!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
+/// Step 4: the resource, written by the last leader, refuses a late write
+/// with the first leader's token (on Redis, through a fenced key; on etcd,
+/// told).
+async fn refuse_a_late_write(
+    url: &str,
+    name: &str,
+    etcd: bool,
+    (first, token1): (&str, u64),
+    (third, token3): (&str, u64),
+) -> Result<(), Failure> {
     if etcd {
         // A resource that keeps the highest token it has accepted, as the
         // book's Guarantees page asks of every resource a leader writes.
         let highest = token3;
         say!("   -> a resource that {third} wrote with token {token3} refuses a late write by {first}");
         say!("      with its old token {token1} ({token1} < {highest})");
-        drop(candidates);
         return Ok(());
     }
     let mut conn = fence::connect(url, None, Duration::from_secs(2)).await?;
@@ -255,7 +312,6 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
             return Err(Failure::new(1, "the stale write was accepted: fencing is broken"));
         }
     }
-    drop(candidates);
     Ok(())
 }
 

@@ -42,8 +42,10 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::Command;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::Signal;
 use tokio::time::{sleep_until, Instant};
 
 use tenure_procs::cgroup::Cgroup;
@@ -83,11 +85,26 @@ pub fn main(args: &GuardianArgs) -> i32 {
     runtime.block_on(guard(&args.channel, &args.command, cgroup))
 }
 
+/// The signals a guardian outlives: it ignores them while it is
+/// responsible for a job.
+struct Ignored {
+    term: Signal,
+    int: Signal,
+    hup: Signal,
+}
+
+/// The guardian's end of its channel to tenure: lines from tenure, and
+/// the half it writes to.
+struct Channel {
+    messages: Lines<BufReader<OwnedReadHalf>>,
+    writer: OwnedWriteHalf,
+}
+
 async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool)>) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     // Handlers before anything else, so none of these signals can end the
     // guardian while it is responsible for a job.
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+    let (Ok(term), Ok(int), Ok(hup)) = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
         signal(SignalKind::hangup()),
@@ -95,31 +112,17 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
         crate::output::err_line("tenure guardian: cannot install signal handlers");
         return 1;
     };
+    let mut ignored = Ignored { term, int, hup };
     if let Err(err) = nix::sys::prctl::set_child_subreaper(true) {
         crate::output::err_line(&format!(
             "tenure guardian: cannot become a child subreaper: {err}"
         ));
         return 1;
     }
-    // Into the cgroup now, while the term has not begun: a move between
-    // cgroups takes milliseconds (the kernel synchronises with every CPU),
-    // and CMD, born in it, must not wait for one. The guardian leaves again
-    // once CMD has started (see the module docs).
-    let mut entered = None;
-    if let Some((group, required)) = cgroup {
-        match group.enter() {
-            Ok(()) => entered = Some(group),
-            Err(err) if required => {
-                crate::output::err_line(&format!(
-                    "tenure: cannot put the command in cgroup {}: {err}",
-                    group.dir().display()
-                ));
-                return CANNOT_EXECUTE;
-            }
-            // `--cgroup auto`: the subreaper still holds the tree.
-            Err(_) => {}
-        }
-    }
+    let entered = match enter_cgroup(cgroup) {
+        Ok(entered) => entered,
+        Err(code) => return code,
+    };
     // tenure may be gone already; then there is nobody to run CMD for.
     // (Started by hand, the guardian has nobody to run CMD for either: say
     // so rather than exit 0 having run nothing.)
@@ -133,12 +136,15 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
             return crate::exit::USAGE;
         }
     };
-    let (reader, mut writer) = channel.into_split();
-    let mut messages = BufReader::new(reader).lines();
+    let (reader, writer) = channel.into_split();
+    let mut channel = Channel {
+        messages: BufReader::new(reader).lines(),
+        writer,
+    };
     // Standby until tenure wins a term, or lets go of this guardian.
     let (kill_at, token) = loop {
         tokio::select! {
-            message = messages.next_line() => match message {
+            message = channel.messages.next_line() => match message {
                 Ok(Some(line)) => {
                     if let Some(start) = parse_start(&line) {
                         break start;
@@ -146,20 +152,59 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
                 }
                 Ok(None) | Err(_) => return NOT_STARTED,
             },
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-            _ = hup.recv() => {}
+            _ = ignored.term.recv() => {}
+            _ = ignored.int.recv() => {}
+            _ = ignored.hup.recv() => {}
         }
     };
-    let mut kill_at = instant_of(kill_at);
+    let kill_at = instant_of(kill_at);
     if Instant::now() >= kill_at {
-        let _ = writer
+        let _ = channel
+            .writer
             .write_all(format!("{DEADLINE_MESSAGE}\n").as_bytes())
             .await;
         return KILLED;
     }
+    let (child, cgroup) = match start_cmd(command, token, entered).await {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
+    watch(child, cgroup.as_ref(), kill_at, &mut channel, &mut ignored).await
+}
+
+/// Into the cgroup now, while the term has not begun: a move between
+/// cgroups takes milliseconds (the kernel synchronises with every CPU),
+/// and CMD, born in it, must not wait for one. The guardian leaves again
+/// once CMD has started (see the module docs). The cgroup entered, if any;
+/// the exit status if it is required and could not be entered.
+fn enter_cgroup(cgroup: Option<(Cgroup, bool)>) -> Result<Option<Cgroup>, i32> {
+    let mut entered = None;
+    if let Some((group, required)) = cgroup {
+        match group.enter() {
+            Ok(()) => entered = Some(group),
+            Err(err) if required => {
+                crate::output::err_line(&format!(
+                    "tenure: cannot put the command in cgroup {}: {err}",
+                    group.dir().display()
+                ));
+                return Err(CANNOT_EXECUTE);
+            }
+            // `--cgroup auto`: the subreaper still holds the tree.
+            Err(_) => {}
+        }
+    }
+    Ok(entered)
+}
+
+/// Start CMD with its term's `token`, then leave the cgroup `entered` (CMD
+/// stays in it). CMD and its cgroup; the exit status if either step failed.
+async fn start_cmd(
+    command: &[OsString],
+    token: u64,
+    entered: Option<Cgroup>,
+) -> Result<(Child, Option<Cgroup>), i32> {
     let Some((program, args)) = command.split_first() else {
-        return 2;
+        return Err(2);
     };
     let spawned = Command::new(program)
         .args(args)
@@ -177,21 +222,34 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
                 let _ = child.start_kill();
                 let _ = child.wait().await;
             }
-            return CANNOT_EXECUTE;
+            return Err(CANNOT_EXECUTE);
         }
     }
     let cgroup = entered;
-    let mut child = match spawned {
+    let child = match spawned {
         Ok(child) => child,
         Err(err) => {
             crate::output::err_line(&format!("tenure: cannot start {program:?}: {err}"));
-            return if err.kind() == std::io::ErrorKind::NotFound {
+            return Err(if err.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
                 CANNOT_EXECUTE
-            };
+            });
         }
     };
+    Ok((child, cgroup))
+}
+
+/// Guard the running CMD until it exits (its status is the guardian's), or
+/// kill its whole job at `kill_at` (moved by each `kill-at` from tenure) or
+/// as soon as tenure is gone.
+async fn watch(
+    mut child: Child,
+    cgroup: Option<&Cgroup>,
+    mut kill_at: Instant,
+    channel: &mut Channel,
+    ignored: &mut Ignored,
+) -> i32 {
     let me = std::process::id() as i32;
     let deadline = sleep_until(kill_at);
     tokio::pin!(deadline);
@@ -201,8 +259,8 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
                 // CMD is reaped; anything it left behind is a child of
                 // ours now (we are its subreaper). Usually nothing is, and
                 // then there is nothing to look for in /proc.
-                if children_left() || cgroup.as_ref().is_some_and(Cgroup::populated) {
-                    kill_job(me, cgroup.as_ref()).await;
+                if children_left() || cgroup.is_some_and(Cgroup::populated) {
+                    kill_job(me, cgroup).await;
                     reap_orphans();
                 }
                 let code = match status {
@@ -214,12 +272,12 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
                 let message = format!("{EXITED_MESSAGE} {code}\n");
                 let _ = tokio::time::timeout(
                     Duration::from_millis(100),
-                    writer.write_all(message.as_bytes()),
+                    channel.writer.write_all(message.as_bytes()),
                 )
                 .await;
                 return code;
             }
-            message = messages.next_line() => match message {
+            message = channel.messages.next_line() => match message {
                 Ok(Some(line)) => {
                     if let Some(at) = parse_kill_at(&line) {
                         kill_at = instant_of(at);
@@ -229,27 +287,27 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
                 // tenure is gone (or broke the channel): nobody renews the
                 // lease any more.
                 Ok(None) | Err(_) => {
-                    kill_job(me, cgroup.as_ref()).await;
+                    kill_job(me, cgroup).await;
                     let _ = child.wait().await;
                     reap_orphans();
                     return KILLED;
                 }
             },
             () = &mut deadline => {
-                kill_job(me, cgroup.as_ref()).await;
+                kill_job(me, cgroup).await;
                 let message = format!("{DEADLINE_MESSAGE}\n");
                 let _ = tokio::time::timeout(
                     Duration::from_millis(100),
-                    writer.write_all(message.as_bytes()),
+                    channel.writer.write_all(message.as_bytes()),
                 )
                 .await;
                 let _ = child.wait().await;
                 reap_orphans();
                 return KILLED;
             }
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-            _ = hup.recv() => {}
+            _ = ignored.term.recv() => {}
+            _ = ignored.int.recv() => {}
+            _ = ignored.hup.recv() => {}
         }
     }
 }

@@ -24,6 +24,7 @@ mod observe;
 mod output;
 mod password;
 mod run;
+mod seat;
 mod serve;
 mod supervisor;
 

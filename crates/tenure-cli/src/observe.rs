@@ -68,6 +68,33 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
         tenure::validate_name(&args.redis.prefix, name)?;
     }
     let store = args.redis.connect().await?;
+    let (names, unread) = election_names(&args, &store).await?;
+    let rows = read_rows(&args, &store, names, &unread).await?;
+    print_status(&args, &rows, &unread);
+    let mut unreadable = 0;
+    for row in &rows {
+        if let Some(error) = &row.error {
+            unreadable += 1;
+            complain!(
+                "tenure: election {:?} is unreadable: {}",
+                row.name,
+                printable(error)
+            );
+        }
+    }
+    Ok(if unreadable == 0 && unread.is_empty() {
+        exit::OK
+    } else {
+        exit::UNAVAILABLE
+    })
+}
+
+/// The elections to show: those named, or every election in the store
+/// (sorted), with the nodes whose elections could not be listed.
+async fn election_names(
+    args: &StatusArgs,
+    store: &tenure::Store,
+) -> Result<(Vec<String>, Vec<UnreadNode>), Failure> {
     let mut unread = Vec::new();
     let names = if args.names.is_empty() {
         let mut names = Vec::new();
@@ -86,6 +113,17 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     } else {
         args.names.clone()
     };
+    Ok((names, unread))
+}
+
+/// Each election's leader, or why it could not be read; an error when the
+/// store could not be read at all.
+async fn read_rows(
+    args: &StatusArgs,
+    store: &tenure::Store,
+    names: Vec<String>,
+    unread: &[UnreadNode],
+) -> Result<Vec<ElectionStatus>, Failure> {
     let mut rows = Vec::new();
     for name in names {
         let row = match store.leader_of(&args.redis.prefix, &name).await {
@@ -106,7 +144,13 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
         };
         rows.push(row);
     }
-    for node in &unread {
+    Ok(rows)
+}
+
+/// Say which nodes were unreadable, then print the rows as a table or as
+/// JSON (`--json`).
+fn print_status(args: &StatusArgs, rows: &[ElectionStatus], unread: &[UnreadNode]) {
+    for node in unread {
         complain!(
             "tenure: the elections on node {} are unreadable: {}",
             node.node,
@@ -117,8 +161,8 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
         let json = serde_json::json!({ "elections": rows, "unreadable_nodes": unread });
         crate::output::line(&json.to_string());
     } else if !unread.is_empty() {
-        let mut text = table(&rows);
-        for node in &unread {
+        let mut text = table(rows);
+        for node in unread {
             text.push_str(&format!("(elections on {}: unreadable)\n", node.node));
         }
         crate::output::text(&text);
@@ -128,24 +172,8 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
             args.redis.prefix
         ));
     } else {
-        crate::output::text(&table(&rows));
+        crate::output::text(&table(rows));
     }
-    let mut unreadable = 0;
-    for row in &rows {
-        if let Some(error) = &row.error {
-            unreadable += 1;
-            complain!(
-                "tenure: election {:?} is unreadable: {}",
-                row.name,
-                printable(error)
-            );
-        }
-    }
-    Ok(if unreadable == 0 && unread.is_empty() {
-        exit::OK
-    } else {
-        exit::UNAVAILABLE
-    })
 }
 
 fn table(rows: &[ElectionStatus]) -> String {

@@ -65,15 +65,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         )
         .await?;
     }
-    let shutdown = CancellationToken::new();
-    tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            shutdown_signal().await;
-            tracing::info!("shutdown requested");
-            shutdown.cancel();
-        }
-    });
+    let shutdown = cancel_on_shutdown();
     let kill_slack = KILL_SLACK.min(election.margin());
     let limits = StopLimits {
         stop_lead: stop_lead(&election, args.kill_grace, kill_slack),
@@ -95,76 +87,9 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             .await
             .map_err(cannot_start)?;
         tracing::info!(election = %name, guardian = standby.pid(), "the next term's guardian is ready; campaigning");
-        let term = if args.no_wait {
-            let mut term = election.try_campaign().await?;
-            if term.is_none() && election.leader().await.ok().flatten().is_none() {
-                // Nobody leads: the store is new, restarted or failed over
-                // less than the largest ttl ago, and grants no lease until
-                // then. That is a wait, not a competitor: wait it out (it
-                // ends within the largest ttl; one more ttl to campaign),
-                // and give up as soon as another instance leads.
-                let hold_off = args.term.max_ttl.unwrap_or(election.ttl()) + election.ttl();
-                tracing::info!(election = %name, wait = ?hold_off, "the store grants no lease yet; waiting out its start-up hold-off (--no-wait)");
-                term = tokio::select! {
-                    term = election.campaign_timeout(hold_off) => term?,
-                    () = another_leads(&election) => {
-                        // The abandoned campaign cannot have won while
-                        // another instance led; release_if_held makes sure.
-                        let _ = election.release_if_held().await;
-                        None
-                    }
-                    _ = shutdown.cancelled() => {
-                        let _ = election.release_if_held().await;
-                        return Ok(exit::OK);
-                    }
-                };
-            }
-            match term {
-                Some(term) => term,
-                None => {
-                    match election.leader().await.ok().flatten() {
-                        Some(l) => complain!(
-                            "tenure: {} (token {}) leads election {name:?}; not waiting (--no-wait)",
-                            l.id, l.token
-                        ),
-                        None => complain!(
-                            "tenure: election {name:?} granted no lease within its start-up \
-                             hold-off; not waiting (--no-wait)"
-                        ),
-                    }
-                    return Ok(exit::SOMEONE_ELSE_LEADS);
-                }
-            }
-        } else if let Some(wait) = args.wait_timeout {
-            tokio::select! {
-                term = election.campaign_timeout(wait) => match term? {
-                    Some(term) => term,
-                    None => {
-                        let leader = match election.leader().await.ok().flatten() {
-                            Some(l) => format!("{} (token {}) leads", l.id, l.token),
-                            None => "no lease was granted".to_string(),
-                        };
-                        complain!(
-                            "tenure: not elected in election {name:?} within {} ({leader}); \
-                             giving up (--wait-timeout)",
-                            humantime::format_duration(wait)
-                        );
-                        return Ok(exit::SOMEONE_ELSE_LEADS);
-                    }
-                },
-                _ = shutdown.cancelled() => {
-                    let _ = election.release_if_held().await;
-                    return Ok(exit::OK);
-                }
-            }
-        } else {
-            tokio::select! {
-                term = election.campaign() => term?,
-                _ = shutdown.cancelled() => {
-                    let _ = election.release_if_held().await;
-                    return Ok(exit::OK);
-                }
-            }
+        let term = match campaign(&args, &election, &name, &shutdown).await? {
+            Campaigned::Term(term) => term,
+            Campaigned::Exit(code) => return Ok(code),
         };
         health.set(Phase::Leading { term: term.clone() });
         let began = Instant::now();
@@ -180,8 +105,159 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         .await;
         gauge!("tenure_child_running", "election" => name.clone()).set(0.0);
         health.set(Phase::Campaigning);
-        // Every way out of a term ends here, and CMD is gone by now: release
-        // the lease (the keeper checks it is still ours).
+        let ended = TermEnd {
+            name: &name,
+            once: args.once,
+            began,
+            shutdown: &shutdown,
+        };
+        if let Some(code) = ended.release(term, led, &mut backoff).await? {
+            return Ok(code);
+        }
+    }
+}
+
+/// A token cancelled once a shutdown signal arrives (see
+/// [`shutdown_signal`]).
+fn cancel_on_shutdown() -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown_signal().await;
+            tracing::info!("shutdown requested");
+            shutdown.cancel();
+        }
+    });
+    shutdown
+}
+
+/// What a campaign of `tenure run` came to.
+enum Campaigned {
+    /// Elected: this term.
+    Term(Leadership),
+    /// Not elected (`--no-wait`, `--wait-timeout`) or shut down while
+    /// campaigning: the exit code to end with.
+    Exit(i32),
+}
+
+/// Campaign once, the way the options say: at once and only once
+/// (`--no-wait`), for at most `--wait-timeout`, or until elected. A
+/// shutdown meanwhile gives back any lease the campaign won.
+async fn campaign(
+    args: &RunArgs,
+    election: &Election,
+    name: &str,
+    shutdown: &CancellationToken,
+) -> Result<Campaigned, Failure> {
+    if args.no_wait {
+        return campaign_no_wait(args, election, name, shutdown).await;
+    }
+    if let Some(wait) = args.wait_timeout {
+        return Ok(tokio::select! {
+            term = election.campaign_timeout(wait) => match term? {
+                Some(term) => Campaigned::Term(term),
+                None => {
+                    let leader = match election.leader().await.ok().flatten() {
+                        Some(l) => format!("{} (token {}) leads", l.id, l.token),
+                        None => "no lease was granted".to_string(),
+                    };
+                    complain!(
+                        "tenure: not elected in election {name:?} within {} ({leader}); \
+                         giving up (--wait-timeout)",
+                        humantime::format_duration(wait)
+                    );
+                    Campaigned::Exit(exit::SOMEONE_ELSE_LEADS)
+                }
+            },
+            _ = shutdown.cancelled() => {
+                let _ = election.release_if_held().await;
+                Campaigned::Exit(exit::OK)
+            }
+        });
+    }
+    Ok(tokio::select! {
+        term = election.campaign() => Campaigned::Term(term?),
+        _ = shutdown.cancelled() => {
+            let _ = election.release_if_held().await;
+            Campaigned::Exit(exit::OK)
+        }
+    })
+}
+
+/// `--no-wait`: one attempt; when nobody leads, wait out the store's
+/// start-up hold-off (giving up as soon as another instance leads).
+async fn campaign_no_wait(
+    args: &RunArgs,
+    election: &Election,
+    name: &str,
+    shutdown: &CancellationToken,
+) -> Result<Campaigned, Failure> {
+    let mut term = election.try_campaign().await?;
+    if term.is_none() && election.leader().await.ok().flatten().is_none() {
+        // Nobody leads: the store is new, restarted or failed over
+        // less than the largest ttl ago, and grants no lease until
+        // then. That is a wait, not a competitor: wait it out (it
+        // ends within the largest ttl; one more ttl to campaign),
+        // and give up as soon as another instance leads.
+        let hold_off = args.term.max_ttl.unwrap_or(election.ttl()) + election.ttl();
+        tracing::info!(election = %name, wait = ?hold_off, "the store grants no lease yet; waiting out its start-up hold-off (--no-wait)");
+        term = tokio::select! {
+            term = election.campaign_timeout(hold_off) => term?,
+            () = another_leads(election) => {
+                // The abandoned campaign cannot have won while
+                // another instance led; release_if_held makes sure.
+                let _ = election.release_if_held().await;
+                None
+            }
+            _ = shutdown.cancelled() => {
+                let _ = election.release_if_held().await;
+                return Ok(Campaigned::Exit(exit::OK));
+            }
+        };
+    }
+    match term {
+        Some(term) => Ok(Campaigned::Term(term)),
+        None => {
+            match election.leader().await.ok().flatten() {
+                Some(l) => complain!(
+                    "tenure: {} (token {}) leads election {name:?}; not waiting (--no-wait)",
+                    l.id,
+                    l.token
+                ),
+                None => complain!(
+                    "tenure: election {name:?} granted no lease within its start-up \
+                     hold-off; not waiting (--no-wait)"
+                ),
+            }
+            Ok(Campaigned::Exit(exit::SOMEONE_ELSE_LEADS))
+        }
+    }
+}
+
+/// What [`TermEnd::release`] needs of the loop of [`run`].
+struct TermEnd<'a> {
+    name: &'a str,
+    /// `--once`: a lost term ends the command.
+    once: bool,
+    /// When the term began.
+    began: Instant,
+    shutdown: &'a CancellationToken,
+}
+
+impl TermEnd<'_> {
+    /// Every way out of a term ends here, and CMD is gone by now: release
+    /// the lease, count how CMD stopped, and say whether to end (the exit
+    /// code) or to campaign again (`None`, after `backoff` if terms keep
+    /// ending early).
+    async fn release(
+        &self,
+        term: Leadership,
+        led: Result<Outcome, Failure>,
+        backoff: &mut RestartBackoff,
+    ) -> Result<Option<i32>, Failure> {
+        let name = self.name;
+        // The keeper checks the lease is still ours.
         let resigned = term.resign().await;
         let outcome = match led {
             Ok(outcome) => outcome,
@@ -199,35 +275,36 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         }
         match outcome {
             Outcome::Exited(code) => {
-                counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "exited")
+                counter!("tenure_child_stops_total", "election" => name.to_string(), "how" => "exited")
                     .increment(1);
                 tracing::info!(election = %name, code, "command exited; lease released");
-                return Ok(code);
+                Ok(Some(code))
             }
             Outcome::Shutdown(code) => {
-                counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "shutdown").increment(1);
-                return Ok(code);
+                counter!("tenure_child_stops_total", "election" => name.to_string(), "how" => "shutdown").increment(1);
+                Ok(Some(code))
             }
-            Outcome::Skipped => return Ok(exit::OK),
+            Outcome::Skipped => Ok(Some(exit::OK)),
             Outcome::Lost(reason) => {
-                counter!("tenure_child_stops_total", "election" => name.clone(), "how" => "lost")
+                counter!("tenure_child_stops_total", "election" => name.to_string(), "how" => "lost")
                     .increment(1);
-                if args.once {
+                if self.once {
                     complain!(
                         "tenure: leadership lost while the command ran ({reason}); it was stopped"
                     );
-                    return Ok(exit::LOST);
+                    return Ok(Some(exit::LOST));
                 }
-                let wait = backoff.after_lost(began.elapsed());
+                let wait = backoff.after_lost(self.began.elapsed());
                 if wait.is_zero() {
                     tracing::info!(election = %name, %reason, "command stopped; campaigning again");
                 } else {
                     tracing::info!(election = %name, %reason, wait = ?wait, "command stopped; terms keep ending early, so waiting before campaigning again");
                     tokio::select! {
                         _ = tokio::time::sleep(wait) => {}
-                        _ = shutdown.cancelled() => return Ok(exit::OK),
+                        _ = self.shutdown.cancelled() => return Ok(Some(exit::OK)),
                     }
                 }
+                Ok(None)
             }
         }
     }

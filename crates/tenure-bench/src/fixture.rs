@@ -1,0 +1,267 @@
+//! The measurements every section shares, run on whatever store a URL
+//! names (one redis-server, a Sentinel group, a Redis Cluster, etcd): the
+//! floor of raw round trips, hand-overs, takeovers after a crash and the
+//! requests of idle elections. A leaf: it knows no section.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use tenure::{Election, Leadership};
+use tokio::time::Instant;
+
+use crate::stats::Samples;
+
+type Result<T> = std::result::Result<T, String>;
+
+pub(crate) async fn connect(url: &str) -> Result<MultiplexedConnection> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// PING and EVALSHA of `return 1` back to back (a busy client), and
+/// EVALSHA after 20 ms idle (a client that wakes up for each call, as a
+/// keeper renewing on a timer does).
+pub(crate) async fn floor(
+    conn: &MultiplexedConnection,
+    n: usize,
+    idle_n: usize,
+) -> Result<(Samples, Samples, Samples)> {
+    let mut conn = conn.clone();
+    let trivial = redis::Script::new("return 1");
+    let _: i64 = trivial
+        .invoke_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let evalsha = || {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(trivial.get_hash()).arg(0);
+        cmd
+    };
+    let (mut ping, mut busy, mut idle) =
+        (Samples::default(), Samples::default(), Samples::default());
+    for _ in 0..n {
+        let t = Instant::now();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        ping.push(t.elapsed());
+        let t = Instant::now();
+        let _: i64 = evalsha()
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        busy.push(t.elapsed());
+    }
+    for _ in 0..idle_n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let t = Instant::now();
+        let _: i64 = evalsha()
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        idle.push(t.elapsed());
+    }
+    Ok((ping, busy, idle))
+}
+
+pub(crate) async fn election(url: &str, name: &str, id: &str, ttl: Duration) -> Result<Election> {
+    Election::builder(name)
+        .redis(url)
+        .ttl(ttl)
+        .id(id)
+        .build()
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Wait out the start-up grace period of a fresh election.
+pub(crate) async fn first_term(e: &Election) -> Result<Leadership> {
+    e.campaign().await.map_err(|e| e.to_string())
+}
+
+/// The election [`handovers`] hands over.
+pub(crate) const HANDOVER_ELECTION: &str = "bench-handover";
+
+/// Time from `resign()` being called to the follower's `campaign()` returning.
+pub(crate) async fn handovers(url: &str, rounds: usize) -> Result<Samples> {
+    let ttl = Duration::from_secs(5);
+    let a = election(url, HANDOVER_ELECTION, "a", ttl).await?;
+    let b = election(url, HANDOVER_ELECTION, "b", ttl).await?;
+    let mut term = first_term(&a).await?;
+    let (mut leader, mut follower) = (a, b);
+    let mut samples = Samples::default();
+    for _ in 0..rounds {
+        let waiting = tokio::spawn({
+            let follower = follower.clone();
+            async move {
+                let term = follower.campaign().await;
+                (Instant::now(), term)
+            }
+        });
+        // Let the follower find the holder and go to sleep on it.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let t = Instant::now();
+        term.resign().await.map_err(|e| e.to_string())?;
+        let (elected, next) = waiting.await.map_err(|e| e.to_string())?;
+        samples.push(elected - t);
+        term = next.map_err(|e| e.to_string())?;
+        std::mem::swap(&mut leader, &mut follower);
+    }
+    term.resign().await.map_err(|e| e.to_string())?;
+    drop(leader);
+    Ok(samples)
+}
+
+/// A pseudo-random number of milliseconds from the clock, to spread events
+/// over a polling period.
+pub(crate) fn samples_len_jitter(salt: usize) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    u64::from(nanos / 1000) ^ salt as u64
+}
+
+/// A leader on a runtime of its own, so it can vanish like a crashed process.
+pub(crate) struct Crashable {
+    runtime: tokio::runtime::Runtime,
+    /// When its `campaign()` returned: its lease was granted (or set)
+    /// before, by the acquire that won, and renewed only after
+    /// `renew_every` (ttl/3) more.
+    pub(crate) elected: Instant,
+}
+
+impl Crashable {
+    pub(crate) async fn lead(url: &str, name: &str, ttl: Duration) -> Result<Crashable> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let (url, name) = (url.to_string(), name.to_string());
+        let (elected_tx, elected_rx) = tokio::sync::oneshot::channel();
+        runtime.spawn(async move {
+            let Ok(e) = election(&url, &name, "crashing", ttl).await else {
+                return;
+            };
+            let Ok(term) = e.campaign().await else { return };
+            let _ = elected_tx.send(Instant::now());
+            let _keep = (e, term);
+            std::future::pending::<()>().await;
+        });
+        let elected = elected_rx
+            .await
+            .map_err(|_| "the crashing leader never led".to_string())?;
+        Ok(Crashable { runtime, elected })
+    }
+
+    pub(crate) fn crash(self) {
+        self.runtime.shutdown_background();
+    }
+}
+
+/// Time from the crashed leader's lease expiry to the follower's election.
+pub(crate) async fn takeovers(url: &str, rounds: usize) -> Result<Samples> {
+    let ttl = Duration::from_secs(1);
+    let mut samples = Samples::default();
+    let admin = tenure::Store::open(url)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    for round in 0..rounds {
+        let name = format!("bench-crash-{round}");
+        let crashing = Crashable::lead(url, &name, ttl).await?;
+        let follower = election(url, &name, "follower", ttl).await?;
+        let waiting = tokio::spawn(async move {
+            let term = follower.campaign().await;
+            (Instant::now(), term)
+        });
+        tokio::time::sleep(Duration::from_millis(100 + samples_len_jitter(round) % 300)).await;
+        crashing.crash();
+        let crashed_at = Instant::now();
+        let ttl_left = admin
+            .leader_of("tenure", &name)
+            .await
+            .map_err(|e| e.to_string())?
+            .map_or(Duration::ZERO, |l| l.ttl_left);
+        let (elected, term) = waiting.await.map_err(|e| e.to_string())?;
+        let term = term.map_err(|e| e.to_string())?;
+        let expiry = crashed_at + ttl_left;
+        samples.push(elected.saturating_duration_since(expiry));
+        term.resign().await.map_err(|e| e.to_string())?;
+    }
+    Ok(samples)
+}
+
+/// Requests that clients sent during `window`, counted with MONITOR
+/// (commands that scripts run inside Redis are not requests and are not
+/// counted; MONITOR marks them `lua`).
+pub(crate) async fn requests_during(port: u16, window: Duration) -> Result<f64> {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{BufRead, BufReader, Write};
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        stream
+            .write_all(b"MONITOR\r\n")
+            .map_err(|e| e.to_string())?;
+        let deadline = std::time::Instant::now() + window;
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .map_err(|e| e.to_string())?;
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        let mut requests = 0u64;
+        let mut started = false;
+        while std::time::Instant::now() < deadline {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) if line.starts_with("+OK") && !started => started = true,
+                Ok(_) => {
+                    if line.contains("] \"") && !line.contains(" lua] ") {
+                        requests += 1;
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(requests as f64)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// Requests an idle tenure leader makes during `window`, then a leader
+/// and a follower waiting in `campaign()` together (the follower's are the
+/// difference), each window after half a ttl to settle. `count` counts the
+/// requests the store receives during a window.
+pub(crate) async fn idle_requests<C, F>(
+    url: &str,
+    ttl: Duration,
+    window: Duration,
+    count: impl Fn(Duration) -> F,
+) -> Result<(C, C)>
+where
+    F: std::future::Future<Output = Result<C>>,
+{
+    let a = election(url, "bench-load", "a", ttl).await?;
+    let term = first_term(&a).await?;
+    tokio::time::sleep(ttl / 2).await;
+    let leader = count(window).await?;
+    let b = election(url, "bench-load", "b", ttl).await?;
+    let follower_task = tokio::spawn(async move { b.campaign().await.map(|t| t.token()) });
+    tokio::time::sleep(ttl / 2).await;
+    let both = count(window).await?;
+    follower_task.abort();
+    term.resign().await.map_err(|e| e.to_string())?;
+    Ok((leader, both))
+}
