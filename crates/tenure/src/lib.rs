@@ -168,7 +168,9 @@ mod store;
 mod term;
 mod testing;
 
-pub use backend::memory::{Announcements, Calls, Fault, MemoryStore, Snapshot};
+pub use backend::memory::MemoryStore;
+#[cfg(feature = "testing")]
+pub use backend::memory::{Announcements, Calls, Fault, Snapshot};
 pub use election::{Election, ElectionBuilder, DEFAULT_PREFIX, DEFAULT_TTL};
 pub use error::{redact_url, Error, Result, MIN_ACL};
 pub use fence::{FencedKey, FencedWrite};

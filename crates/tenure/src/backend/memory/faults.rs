@@ -34,6 +34,7 @@ use crate::Error;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub enum Fault {
     /// Calls work.
     #[default]
@@ -68,6 +69,7 @@ pub enum Fault {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub enum Announcements {
     /// Each arrives at once.
     #[default]

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::super::{Notices, Op, Reply};
-use super::Fault;
+use super::faults::Fault;
 #[cfg(doc)]
 use super::MemoryStore;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
@@ -113,6 +113,7 @@ pub(super) struct Lease {
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
 pub struct Snapshot {
     pub(super) leases: HashMap<String, Lease>,
     pub(super) last_tokens: HashMap<String, u64>,
