@@ -1,23 +1,56 @@
 //! Where leases live: the seam between the election logic and storage.
 //!
-//! A [`Store`] carries out atomic operations on leases ([`Op`]: acquire,
-//! renew, resign, inspect, a partition-set member's heartbeat, and the
-//! last-run marker that [`crate::Runner::every`] and `tenure run
-//! --at-most-every` share), any
-//! number of them in one round trip ([`Store::batch`]), and a [`Backend`]
-//! is one election's view of it, with a stream of hints that the lease
-//! changed hands. [`redis`] (one server, Sentinel or Cluster) and `etcd`
-//! (behind the `etcd` feature: a lease per instance, the key's creating
-//! revision as the token) are the production backends; [`memory`] is a
-//! deterministic in-process stand-in for tests. Nothing outside this module
-//! talks to a store. A new store is one more variant of [`Store`], with no
-//! change to the public API (the book's *Architecture* page says what it
-//! takes).
+//! The seam speaks elections, not keys. A [`Store`] carries out atomic
+//! operations on leases ([`Op`]: acquire, renew, renew many, resign,
+//! inspect, a partition-set member's heartbeat, and the last-run marker
+//! that [`crate::Runner::every`] and `tenure run --at-most-every` share),
+//! each naming its election by an [`Address`] (key prefix + name), any
+//! number of them in one round trip ([`Store::batch`]); a [`Backend`] is one
+//! election's view of it, with a stream of hints ([`Notices`]) that the
+//! lease changed hands. [`redis`] (one server, Sentinel or Cluster) and
+//! `etcd` (behind the `etcd` feature) are the production backends;
+//! [`memory`] is a deterministic in-process stand-in for tests. Nothing
+//! outside this module talks to a store, and the backends import only the
+//! seam's leaves (`address`, `op`, `options`), never this file: it is the
+//! one place that knows every backend.
+//!
+//! # Adding a backend: the checklist
+//!
+//! A new store is one folder here and one variant of [`Store`], with no
+//! change to the public API:
+//!
+//! 1. **Connect**: a store type made from a URL, [`TlsFiles`] and a call
+//!    timeout, that checks the store can keep leases (reachable,
+//!    credentials, permissions, no configuration that could lose them),
+//!    each failure one clear line; its scheme in [`Store::connect`]
+//!    (behind a cargo feature if it brings heavy dependencies).
+//! 2. **Lay out**: a layout file that turns an [`Address`] into the
+//!    store's keys or rows (documented on the book's *Keys* page); data
+//!    there that tenure did not write is [`crate::Error::ForeignData`] and
+//!    never written over.
+//! 3. **Operate**: `batch(&[Op])`, one reply per operation, with the
+//!    semantics [`Op`] documents. A term is (id, token) in every operation;
+//!    a new term's token is strictly larger than every earlier one of the
+//!    election, across restarts, rollbacks and failovers; only a retry of
+//!    the same attempt adopts a lease under its own id; a store that may
+//!    have lost or rolled back leases grants none for the hold-off asked;
+//!    a lease that vanishes other than by its holder's release holds the
+//!    election for its ttl (a witness beside it).
+//! 4. **Hint**: `election(at, needs)` checks the election and returns its
+//!    [`Hints`]; they only make hand-over fast, never correct.
+//! 5. **List**: `elections(prefix)` and `elections_by_node(prefix)` (for
+//!    `tenure status`), and a [`Store::describe`] line without passwords.
+//! 6. **Pass**: add a `Fixture` to `tests/it/contract.rs`, and every
+//!    promise of the API runs on the new store; give tenure-chaos a
+//!    `--store` with the store's own fault kinds, each with a failing-mode
+//!    test; write its guarantees page and evidence.
 
 mod address;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod memory;
+mod op;
+mod options;
 pub(crate) mod redis;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,167 +62,8 @@ use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::{Error, Result};
 pub(crate) use address::{validate_name, Address};
-
-/// The most terms one [`Op::RenewMany`] carries: large enough that a set
-/// of 100,000 partitions renews in 100 commands, small enough that one
-/// script call keeps Redis busy for only a few milliseconds.
-pub(crate) const RENEW_MANY: usize = 1_000;
-
-/// Counters of lease events seen on the notification channel. They are
-/// hints: a missed message costs at most one TTL of waiting, because the
-/// lease itself stays the source of truth.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Notices {
-    /// Releases announced, plus one per (re)subscription, since a release
-    /// may have been missed while unsubscribed.
-    pub released: u64,
-    /// New terms announced.
-    pub acquired: u64,
-    /// Renewals announced, and the ttl (ms) the last one set: the lease
-    /// will not expire before that long after the announcement arrived.
-    pub renewed: u64,
-    pub renewed_ttl_ms: u64,
-}
-
-/// One operation on the store, addressed by election (or group): an
-/// [`Address`], never a key. [`Store::batch`] carries out any number of
-/// them in one round trip, and a single operation is a batch of one, so
-/// each operation's layout (on Redis, the scripts' KEYS and ARGV) is written
-/// exactly once, in the backend.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Op<'a> {
-    /// A partition-set member's heartbeat (`join`), or its farewell; the
-    /// reply lists the live members.
-    Heartbeat {
-        group: Address<'a>,
-        member: &'a str,
-        ttl_ms: u64,
-        join: bool,
-    },
-    Acquire {
-        at: Address<'a>,
-        request: AcquireRequest<'a>,
-    },
-    /// Renew the term (id, token). `announce` publishes `renewed:` so that
-    /// followers stay quiet (elections; partition sets have no followers).
-    Renew {
-        at: Address<'a>,
-        id: &'a str,
-        token: u64,
-        ttl_ms: u64,
-        announce: bool,
-    },
-    /// Renew many terms of instance `id` at once, each (election name,
-    /// token) under `prefix`, without announcements (partition sets): one
-    /// operation per up to [`RENEW_MANY`] terms instead of one per term.
-    RenewMany {
-        prefix: &'a str,
-        id: &'a str,
-        ttl_ms: u64,
-        terms: &'a [(&'a str, u64)],
-    },
-    Resign {
-        at: Address<'a>,
-        id: &'a str,
-        token: u64,
-    },
-    Inspect {
-        at: Address<'a>,
-    },
-    /// How long ago the election's last successful run was recorded, by
-    /// the store's own clock (`None`: none is remembered).
-    LastRun {
-        at: Address<'a>,
-    },
-    /// Record a successful run now, only if the lease is held by exactly
-    /// the term (id, token); remembered for at least `keep_ms`. A record
-    /// of any other term (a stale one included) is refused: `false`.
-    RecordRun {
-        at: Address<'a>,
-        id: &'a str,
-        token: u64,
-        keep_ms: u64,
-    },
-}
-
-/// The reply to one [`Op`].
-#[derive(Debug)]
-pub(crate) enum Reply {
-    Members {
-        members: Vec<String>,
-        phantoms: u64,
-    },
-    Acquire(AcquireReply),
-    Renew(RenewReply),
-    /// One result per term of a [`Op::RenewMany`], in its order.
-    RenewMany(Vec<Result<RenewReply>>),
-    Resign(bool),
-    Inspect(Option<Holder>),
-    LastRun(Option<std::time::Duration>),
-    RecordRun(bool),
-}
-
-impl Reply {
-    fn mismatch(self) -> Error {
-        Error::internal(format!("unexpected reply {self:?}"))
-    }
-
-    pub fn into_members(self) -> Result<(Vec<String>, u64)> {
-        match self {
-            Reply::Members { members, phantoms } => Ok((members, phantoms)),
-            other => Err(other.mismatch()),
-        }
-    }
-
-    pub fn into_acquire(self) -> Result<AcquireReply> {
-        match self {
-            Reply::Acquire(reply) => Ok(reply),
-            other => Err(other.mismatch()),
-        }
-    }
-
-    pub fn into_renew(self) -> Result<RenewReply> {
-        match self {
-            Reply::Renew(reply) => Ok(reply),
-            other => Err(other.mismatch()),
-        }
-    }
-
-    pub fn into_renew_many(self) -> Result<Vec<Result<RenewReply>>> {
-        match self {
-            Reply::RenewMany(replies) => Ok(replies),
-            other => Err(other.mismatch()),
-        }
-    }
-
-    pub fn into_resign(self) -> Result<bool> {
-        match self {
-            Reply::Resign(released) => Ok(released),
-            other => Err(other.mismatch()),
-        }
-    }
-
-    pub fn into_inspect(self) -> Result<Option<Holder>> {
-        match self {
-            Reply::Inspect(holder) => Ok(holder),
-            other => Err(other.mismatch()),
-        }
-    }
-
-    pub fn into_last_run(self) -> Result<Option<std::time::Duration>> {
-        match self {
-            Reply::LastRun(age) => Ok(age),
-            other => Err(other.mismatch()),
-        }
-    }
-
-    pub fn into_record_run(self) -> Result<bool> {
-        match self {
-            Reply::RecordRun(recorded) => Ok(recorded),
-            other => Err(other.mismatch()),
-        }
-    }
-}
+pub(crate) use op::{Hints, Notices, Op, Reply, RENEW_MANY};
+pub(crate) use options::{Connect, EtcdBugs, Needs, StoreBugs, TlsFiles};
 
 /// A store: where any number of elections keep their leases. Cheap to
 /// clone: clones share the connections.
@@ -199,41 +73,6 @@ pub(crate) enum Store {
     #[cfg(feature = "etcd")]
     Etcd(Arc<etcd::EtcdStore>),
     Memory(memory::MemoryStore),
-}
-
-/// How to reach a store, as a builder was told: every store of every kind
-/// is connected by [`Store::connect`] from one of these.
-#[derive(Debug)]
-pub(crate) struct Connect {
-    pub url: String,
-    pub tls: TlsFiles,
-    /// The bound of one round trip.
-    pub call_timeout: std::time::Duration,
-    pub bugs: StoreBugs,
-}
-
-/// Fixed bugs of the stores that hidden, **unsafe** builder switches turn
-/// back on, so that tenure-chaos's failing-mode tests can show its checker
-/// catches them. All off by default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct StoreBugs {
-    pub etcd: EtcdBugs,
-    /// Sentinel: only the first sentinel of the URL is listened to and
-    /// asked for the primary (issue 22).
-    pub first_sentinel_only: bool,
-}
-
-/// What an election or a partition set needs of its store, checked once
-/// when it is built.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Needs {
-    /// A partition set: the group's member set too.
-    pub partitions: bool,
-    /// Accept a store that may evict leases (Redis' eviction policies).
-    pub allow_eviction: bool,
-    /// The ttl the leases will have (etcd counts whole seconds).
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub ttl: std::time::Duration,
 }
 
 impl Store {
@@ -264,12 +103,13 @@ impl Store {
     /// The election at `at` on this store: checked for what it `needs`, and
     /// listening to its announcements.
     pub async fn election(&self, at: Address<'_>, needs: Needs) -> Result<Backend> {
-        match self {
-            Store::Redis(shared) => shared.election(at, needs.into()).await,
+        let hints = match self {
+            Store::Redis(shared) => shared.election(at, needs.into()).await?,
             #[cfg(feature = "etcd")]
-            Store::Etcd(store) => store.election(at, needs.ttl).await,
-            Store::Memory(memory) => Ok(memory.backend(at)),
-        }
+            Store::Etcd(store) => store.election(at, needs.ttl).await?,
+            Store::Memory(memory) => memory.election(at),
+        };
+        Ok(Backend::new(self.clone(), at, hints))
     }
 
     /// Check this store for the partition set whose group is at `group`
@@ -364,46 +204,6 @@ impl Store {
     }
 }
 
-/// TLS files a builder was given: a CA certificate to verify the store
-/// against, and (etcd only) a client certificate and its key.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct TlsFiles {
-    pub ca: Option<std::path::PathBuf>,
-    pub cert: Option<std::path::PathBuf>,
-    pub key: Option<std::path::PathBuf>,
-}
-
-impl TlsFiles {
-    /// The CA file for a Redis URL, which takes no client certificate
-    /// (Redis authenticates with a password or an ACL user).
-    pub fn for_redis(self, url: &str) -> Result<Option<std::path::PathBuf>> {
-        if self.cert.is_some() || self.key.is_some() {
-            return Err(Error::Config(format!(
-                "a client certificate is for etcds:// clusters only; {} is a Redis URL",
-                crate::redact_url(url)
-            )));
-        }
-        Ok(self.ca)
-    }
-}
-
-/// Fixed bugs of the etcd backend that hidden, **unsafe** builder switches
-/// turn back on (see `ElectionBuilder::unsafe_etcd_tokens_without_clock` and
-/// `unsafe_etcd_no_hedges`), so that tenure-chaos's failing-mode tests can
-/// show its checker catches them. All off by default.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct EtcdBugs {
-    /// A term's token is the counter's last value plus one, without the
-    /// candidate's clock: a restore from an older backup rolls the counter
-    /// back and the tokens of earlier terms are issued again, as the
-    /// revision tokens before issue 22 were.
-    pub tokens_without_clock: bool,
-    /// A call is sent once and waits for its answer, never hedged to
-    /// another member: a paused minority member holds the calls the
-    /// balanced client gives it, and costs leaders their terms.
-    pub no_hedges: bool,
-}
-
 /// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).
 pub(crate) fn is_etcd_url(url: &str) -> bool {
     url.starts_with("etcd://") || url.starts_with("etcds://")
@@ -496,18 +296,13 @@ pub(crate) struct Backend {
 }
 
 impl Backend {
-    pub fn new(
-        store: Store,
-        at: Address<'_>,
-        notices: watch::Receiver<Notices>,
-        subscription: Option<Box<dyn Send + Sync>>,
-    ) -> Self {
+    pub fn new(store: Store, at: Address<'_>, hints: Hints) -> Self {
         Backend {
             store,
             prefix: at.prefix.to_string(),
             name: at.name.to_string(),
-            notices,
-            _subscription: subscription,
+            notices: hints.notices,
+            _subscription: hints.guard,
         }
     }
 

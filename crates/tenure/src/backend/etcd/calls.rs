@@ -173,7 +173,7 @@ pub(super) struct Clients {
     pub(super) members: Arc<Vec<Client>>,
     /// Which member the next hedged send goes to.
     pub(super) next: Arc<AtomicUsize>,
-    /// [`EtcdBugs::no_hedges`](crate::backend::EtcdBugs::no_hedges).
+    /// [`EtcdBugs::no_hedges`](crate::backend::options::EtcdBugs::no_hedges).
     pub(super) no_hedges: bool,
 }
 

@@ -5,7 +5,7 @@
 //! in names, so no other election's key is ever listed with them). The
 //! book's *Keys* page documents every key and its contents.
 
-use crate::backend::Address;
+use crate::backend::address::Address;
 use crate::{Error, Result};
 
 /// The prefix of `at`, checked: `PREFIX/NAME` must split one way only, and

@@ -103,7 +103,9 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
 use futures_util::future::join_all;
 
-use super::{Address, Backend, EtcdBugs, Op, Reply, Store};
+use super::address::Address;
+use super::op::{Hints, Op, Reply};
+use super::options::EtcdBugs;
 use crate::{Error, Result};
 use calls::{classify_connect, one_cluster, send, Clients};
 use layout::{counter_key, lease_key, members_prefix, witness_key};
@@ -235,16 +237,15 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// An election's storage on this cluster: its key and a watch on it.
-    pub async fn election(self: &Arc<Self>, at: Address<'_>, ttl: Duration) -> Result<Backend> {
+    /// An election on this cluster: checked, and a watch on its key and
+    /// witness.
+    pub async fn election(self: &Arc<Self>, at: Address<'_>, ttl: Duration) -> Result<Hints> {
         self.check(at, false, ttl).await?;
         let (notices, watcher) = self.watch(vec![lease_key(at)?, witness_key(at)?]);
-        Ok(Backend::new(
-            Store::Etcd(self.clone()),
-            at,
+        Ok(Hints {
             notices,
-            Some(Box::new(watcher)),
-        ))
+            guard: Some(Box::new(watcher)),
+        })
     }
 
     /// Carry out `ops`, all at once; each has its own outcome (there is no

@@ -14,7 +14,7 @@ use crate::error::copy_error;
 use crate::machine::RenewReply;
 use crate::Result;
 
-/// The most terms one transaction of a [`Op::RenewMany`](crate::backend::Op::RenewMany) checks (four
+/// The most terms one transaction of a [`Op::RenewMany`](crate::backend::op::Op::RenewMany) checks (four
 /// compares per term: the key's revision and lease, the witness's revision
 /// and lease): etcd refuses transactions of more than 128 operations by
 /// default (`--max-txn-ops`).

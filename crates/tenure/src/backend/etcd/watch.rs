@@ -9,7 +9,7 @@ use etcd_client::{EventType, WatchOptions};
 use tokio::sync::watch;
 
 use super::EtcdStore;
-use crate::backend::Notices;
+use crate::backend::op::Notices;
 use crate::error::one_line;
 
 impl EtcdStore {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::super::Notices;
 use super::state::StoreState;
 use super::MemoryStore;
+use crate::backend::op::Notices;
 #[cfg(doc)]
 use crate::Error;
 

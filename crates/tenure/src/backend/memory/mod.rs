@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Address, Backend, Notices, Op, Reply, Store};
+use super::address::Address;
+use super::op::{Hints, Notices, Op, Reply};
 use crate::term::LeaderInfo;
 use crate::{Error, Result};
 pub use faults::Fault;
@@ -127,8 +128,9 @@ impl MemoryStore {
         live
     }
 
-    /// One election's view of this store, as the election's backend.
-    pub(crate) fn backend(&self, at: Address<'_>) -> Backend {
+    /// The announcements of the election at `at` on this store (through
+    /// this view's faults, on a view).
+    pub(crate) fn election(&self, at: Address<'_>) -> Hints {
         let election = at.name;
         let mut notices = self
             .lock()
@@ -139,7 +141,10 @@ impl MemoryStore {
         if let Some(view) = &self.view {
             notices = relay(notices, view.clone());
         }
-        Backend::new(Store::Memory(self.clone()), at, notices, None)
+        Hints {
+            notices,
+            guard: None,
+        }
     }
 
     /// Carry out `ops` under one lock, as one round trip: each is counted,

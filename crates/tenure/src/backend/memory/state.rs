@@ -9,10 +9,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::super::{Notices, Op, Reply};
 use super::faults::Fault;
 #[cfg(doc)]
 use super::MemoryStore;
+use crate::backend::op::{Notices, Op, Reply};
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 

@@ -8,7 +8,7 @@
 //! one slot, so each script touches a single node. Names may not contain
 //! braces (they would change the tag), white space or control characters.
 
-use crate::backend::Address;
+use crate::backend::address::Address;
 
 /// The keys and channel of one election.
 #[derive(Debug, Clone, PartialEq, Eq)]

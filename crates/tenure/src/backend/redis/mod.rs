@@ -23,7 +23,9 @@ pub(crate) mod topology;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{Address, Backend, Store};
+use crate::backend::address::Address;
+use crate::backend::op::Hints;
+use crate::backend::options::Needs;
 use crate::{Error, Result};
 pub(crate) use checks::StoreChecks;
 use keys::Keys;
@@ -41,8 +43,8 @@ pub(crate) struct RedisShared {
     subscriber: std::sync::OnceLock<Subscriber>,
 }
 
-impl From<super::Needs> for StoreChecks {
-    fn from(needs: super::Needs) -> Self {
+impl From<Needs> for StoreChecks {
+    fn from(needs: Needs) -> Self {
         StoreChecks {
             partitions: needs.partitions,
             allow_eviction: needs.allow_eviction,
@@ -65,23 +67,17 @@ impl RedisShared {
 
     /// An election on this Redis: checked (permissions, eviction), and
     /// subscribed to its announcements.
-    pub async fn election(
-        self: &Arc<Self>,
-        at: Address<'_>,
-        checks: StoreChecks,
-    ) -> Result<Backend> {
+    pub async fn election(self: &Arc<Self>, at: Address<'_>, checks: StoreChecks) -> Result<Hints> {
         self.store.check(at, checks).await?;
         let events = Keys::of(at).events;
         let subscriber = self
             .subscriber
             .get_or_init(|| Subscriber::start(self.store.topology().clone()));
         let (notices, subscription) = subscriber.subscribe(&events).await?;
-        Ok(Backend::new(
-            Store::Redis(self.clone()),
-            at,
+        Ok(Hints {
             notices,
-            Some(Box::new((subscription, self.clone()))),
-        ))
+            guard: Some(Box::new((subscription, self.clone()))),
+        })
     }
 
     /// A connection for the application's own commands, on this store's

@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::topology::Topology;
-use crate::backend::Notices;
+use crate::backend::op::Notices;
 use crate::{Error, Result};
 
 /// One pub/sub connection for every election of a store.

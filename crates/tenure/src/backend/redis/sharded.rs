@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::pubsub::{deliver_payload, unsubscribe, Channels, SubscriberRequest};
 use super::target::RedisTarget;
 use super::topology::{reply_addr, slot_of, Topology};
-use crate::backend::Notices;
+use crate::backend::op::Notices;
 use crate::{Error, Result};
 
 /// How long opening a connection or one (un)subscription may take.

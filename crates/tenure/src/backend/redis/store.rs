@@ -18,7 +18,8 @@ use super::scripts::{
 };
 use super::target::{is_not_writable, RedisTarget};
 use super::topology::{reply_addr, slot_of, tag_of_slot, Following, Node, Topology};
-use crate::backend::{Address, Op, Reply};
+use crate::backend::address::Address;
+use crate::backend::op::{Op, Reply};
 use crate::error::copy_error;
 use crate::machine::RenewReply;
 use crate::{Error, Result};

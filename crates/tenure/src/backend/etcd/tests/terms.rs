@@ -6,8 +6,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::one_member;
+use crate::backend::address::Address;
 use crate::backend::etcd::layout::lease_key;
-use crate::backend::Address;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 
 /// Against a real cluster: a renewal or resignation that names another

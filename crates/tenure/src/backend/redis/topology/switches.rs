@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::super::RedisTarget;
+use super::super::target::RedisTarget;
 use super::url::{host_and_port, Layout};
 use super::Topology;
 use crate::{Error, Result};

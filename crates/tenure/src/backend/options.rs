@@ -1,0 +1,81 @@
+//! What a store is told when it is connected and when an election is built
+//! on it: its URL, TLS files and call timeout ([`Connect`]), what the
+//! election needs of it ([`Needs`]), and the failing-mode switches of the
+//! backends. A leaf of the backend module, shared by the backends.
+
+use crate::{Error, Result};
+
+/// How to reach a store, as a builder was told: every store of every kind
+/// is connected by [`Store::connect`] from one of these.
+#[derive(Debug)]
+pub(crate) struct Connect {
+    pub url: String,
+    pub tls: TlsFiles,
+    /// The bound of one round trip.
+    pub call_timeout: std::time::Duration,
+    pub bugs: StoreBugs,
+}
+
+/// Fixed bugs of the stores that hidden, **unsafe** builder switches turn
+/// back on, so that tenure-chaos's failing-mode tests can show its checker
+/// catches them. All off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct StoreBugs {
+    pub etcd: EtcdBugs,
+    /// Sentinel: only the first sentinel of the URL is listened to and
+    /// asked for the primary (issue 22).
+    pub first_sentinel_only: bool,
+}
+
+/// What an election or a partition set needs of its store, checked once
+/// when it is built.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Needs {
+    /// A partition set: the group's member set too.
+    pub partitions: bool,
+    /// Accept a store that may evict leases (Redis' eviction policies).
+    pub allow_eviction: bool,
+    /// The ttl the leases will have (etcd counts whole seconds).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub ttl: std::time::Duration,
+}
+
+/// TLS files a builder was given: a CA certificate to verify the store
+/// against, and (etcd only) a client certificate and its key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    /// The CA file for a Redis URL, which takes no client certificate
+    /// (Redis authenticates with a password or an ACL user).
+    pub fn for_redis(self, url: &str) -> Result<Option<std::path::PathBuf>> {
+        if self.cert.is_some() || self.key.is_some() {
+            return Err(Error::Config(format!(
+                "a client certificate is for etcds:// clusters only; {} is a Redis URL",
+                crate::redact_url(url)
+            )));
+        }
+        Ok(self.ca)
+    }
+}
+
+/// Fixed bugs of the etcd backend that hidden, **unsafe** builder switches
+/// turn back on (see `ElectionBuilder::unsafe_etcd_tokens_without_clock` and
+/// `unsafe_etcd_no_hedges`), so that tenure-chaos's failing-mode tests can
+/// show its checker catches them. All off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct EtcdBugs {
+    /// A term's token is the counter's last value plus one, without the
+    /// candidate's clock: a restore from an older backup rolls the counter
+    /// back and the tokens of earlier terms are issued again, as the
+    /// revision tokens before issue 22 were.
+    pub tokens_without_clock: bool,
+    /// A call is sent once and waits for its answer, never hedged to
+    /// another member: a paused minority member holds the calls the
+    /// balanced client gives it, and costs leaders their terms.
+    pub no_hedges: bool,
+}
