@@ -9,6 +9,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::target::RedisTarget;
 use super::topology::Topology;
 use crate::backend::op::Notices;
 use crate::{Error, Result};
@@ -104,11 +105,12 @@ async fn subscriber_loop(
     mut requests: mpsc::UnboundedReceiver<SubscriberRequest>,
     stop: CancellationToken,
 ) {
-    let target = topology.target().clone();
     let mut changes = topology.changes();
-    let mut channels: Channels = HashMap::new();
-    let mut backoff = Duration::from_millis(50);
-    let mut warned = false;
+    let mut state = LoopState {
+        channels: HashMap::new(),
+        backoff: Duration::from_millis(50),
+        warned: false,
+    };
     loop {
         let opened = tokio::select! {
             _ = stop.cancelled() => return,
@@ -116,66 +118,8 @@ async fn subscriber_loop(
         };
         let failure = match opened {
             Ok(pubsub) => {
-                let (mut sink, mut stream) = pubsub.split();
-                let session = async {
-                    for channel in channels.keys() {
-                        sink.subscribe(channel)
-                            .await
-                            .map_err(|e| target.classify(e))?;
-                    }
-                    // A release may have happened while we were not subscribed.
-                    for (notices, _) in channels.values() {
-                        notices.send_modify(|n| n.released += 1);
-                    }
-                    if !channels.is_empty() {
-                        tracing::debug!(channels = channels.len(), "subscribed to lease events");
-                    }
-                    backoff = Duration::from_millis(50);
-                    warned = false;
-                    changes.borrow_and_update();
-                    loop {
-                        tokio::select! {
-                            // Sentinel named another primary: follow it.
-                            _ = changes.changed() => return Ok(()),
-                            message = stream.next() => match message {
-                                Some(message) => deliver(&channels, &message),
-                                None => return Ok::<(), Error>(()),
-                            },
-                            request = requests.recv() => match request {
-                                None => return Ok(()),
-                                Some(SubscriberRequest::Subscribe { channel, reply }) => {
-                                    if let Some((notices, count)) = channels.get_mut(&channel) {
-                                        *count += 1;
-                                        let _ = reply.send(Ok(notices.subscribe()));
-                                        continue;
-                                    }
-                                    match sink.subscribe(&channel).await {
-                                        Ok(()) => {
-                                            let (notices, receiver) = watch::channel(Notices::default());
-                                            channels.insert(channel, (notices, 1));
-                                            let _ = reply.send(Ok(receiver));
-                                        }
-                                        Err(err) => {
-                                            let dropped = err.is_connection_dropped() || err.is_io_error();
-                                            if dropped {
-                                                // Subscribed with the rest on the next connection.
-                                                let _ = reply.send(Ok(accept(&mut channels, channel)));
-                                                return Ok(());
-                                            }
-                                            let _ = reply.send(Err(target.classify(err)));
-                                        }
-                                    }
-                                }
-                                Some(SubscriberRequest::Unsubscribe { channel }) => {
-                                    unsubscribe(&mut channels, &channel);
-                                    if !channels.contains_key(&channel) {
-                                        let _ = sink.unsubscribe(&channel).await;
-                                    }
-                                }
-                            },
-                        }
-                    }
-                };
+                let target = topology.target();
+                let session = session(pubsub, &mut state, &mut requests, &mut changes, target);
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     ended = session => ended.err(),
@@ -183,42 +127,135 @@ async fn subscriber_loop(
             }
             Err(err) => Some(err),
         };
-        if requests.is_closed() && channels.is_empty() {
+        if requests.is_closed() && state.channels.is_empty() {
             return;
         }
         match failure {
             None => tracing::debug!("lease event subscription closed; resubscribing"),
             Some(err) => {
-                if !warned {
+                if !state.warned {
                     tracing::warn!(error = %err, "lease event subscription failed; retrying (handover falls back to lease expiry meanwhile)");
-                    warned = true;
+                    state.warned = true;
                 }
             }
         }
-        // Until the next connection, new subscriptions are taken and made on
-        // it: announcements are hints, and an election being built must
-        // neither wait for an outage nor fail because of one (it finds the
-        // lease by itself meanwhile; the resubscription counts as a
-        // possible missed release). A new Sentinel primary ends the wait.
-        let retry = tokio::time::sleep(backoff);
-        tokio::pin!(retry);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = &mut retry => break,
-                _ = changes.changed() => break,
-                request = requests.recv() => match request {
-                    None => return,
-                    Some(SubscriberRequest::Subscribe { channel, reply }) => {
-                        let _ = reply.send(Ok(accept(&mut channels, channel)));
-                    }
-                    Some(SubscriberRequest::Unsubscribe { channel }) => {
-                        unsubscribe(&mut channels, &channel);
-                    }
-                },
-            }
+        if !wait_to_retry(&mut state, &mut requests, &mut changes, &stop).await {
+            return;
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        state.backoff = (state.backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// What the subscriber task keeps across connections.
+struct LoopState {
+    channels: Channels,
+    /// Before the next connection attempt.
+    backoff: Duration,
+    /// Whether this outage was logged (once per outage).
+    warned: bool,
+}
+
+/// One pub/sub connection's life: subscribe to every channel (counting a
+/// possible missed release on each), then deliver messages and serve
+/// requests until the connection ends, a request fails it, or Sentinel
+/// names another primary (`Ok`: reconnect at once).
+async fn session(
+    pubsub: redis::aio::PubSub,
+    state: &mut LoopState,
+    requests: &mut mpsc::UnboundedReceiver<SubscriberRequest>,
+    changes: &mut watch::Receiver<u64>,
+    target: &RedisTarget,
+) -> Result<()> {
+    let (mut sink, mut stream) = pubsub.split();
+    for channel in state.channels.keys() {
+        sink.subscribe(channel)
+            .await
+            .map_err(|e| target.classify(e))?;
+    }
+    // A release may have happened while we were not subscribed.
+    for (notices, _) in state.channels.values() {
+        notices.send_modify(|n| n.released += 1);
+    }
+    if !state.channels.is_empty() {
+        tracing::debug!(
+            channels = state.channels.len(),
+            "subscribed to lease events"
+        );
+    }
+    state.backoff = Duration::from_millis(50);
+    state.warned = false;
+    changes.borrow_and_update();
+    loop {
+        tokio::select! {
+            // Sentinel named another primary: follow it.
+            _ = changes.changed() => return Ok(()),
+            message = stream.next() => match message {
+                Some(message) => deliver(&state.channels, &message),
+                None => return Ok(()),
+            },
+            request = requests.recv() => match request {
+                None => return Ok(()),
+                Some(SubscriberRequest::Subscribe { channel, reply }) => {
+                    if let Some((notices, count)) = state.channels.get_mut(&channel) {
+                        *count += 1;
+                        let _ = reply.send(Ok(notices.subscribe()));
+                        continue;
+                    }
+                    match sink.subscribe(&channel).await {
+                        Ok(()) => {
+                            let (notices, receiver) = watch::channel(Notices::default());
+                            state.channels.insert(channel, (notices, 1));
+                            let _ = reply.send(Ok(receiver));
+                        }
+                        Err(err) if err.is_connection_dropped() || err.is_io_error() => {
+                            // Subscribed with the rest on the next connection.
+                            let _ = reply.send(Ok(accept(&mut state.channels, channel)));
+                            return Ok(());
+                        }
+                        Err(err) => {
+                            let _ = reply.send(Err(target.classify(err)));
+                        }
+                    }
+                }
+                Some(SubscriberRequest::Unsubscribe { channel }) => {
+                    unsubscribe(&mut state.channels, &channel);
+                    if !state.channels.contains_key(&channel) {
+                        let _ = sink.unsubscribe(&channel).await;
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// Until the next connection attempt (the backoff, or a new Sentinel
+/// primary), new subscriptions are taken and made on it: announcements are
+/// hints, and an election being built must neither wait for an outage nor
+/// fail because of one (it finds the lease by itself meanwhile; the
+/// resubscription counts as a possible missed release). `false`: stop.
+async fn wait_to_retry(
+    state: &mut LoopState,
+    requests: &mut mpsc::UnboundedReceiver<SubscriberRequest>,
+    changes: &mut watch::Receiver<u64>,
+    stop: &CancellationToken,
+) -> bool {
+    let retry = tokio::time::sleep(state.backoff);
+    tokio::pin!(retry);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = &mut retry => return true,
+            _ = changes.changed() => return true,
+            request = requests.recv() => match request {
+                None => return false,
+                Some(SubscriberRequest::Subscribe { channel, reply }) => {
+                    let _ = reply.send(Ok(accept(&mut state.channels, channel)));
+                }
+                Some(SubscriberRequest::Unsubscribe { channel }) => {
+                    unsubscribe(&mut state.channels, &channel);
+                }
+            },
+        }
     }
 }
 

@@ -3,11 +3,11 @@
 //! scripts reloaded after a restart.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
+use redis::{Script, Value};
 
 use super::checks::{check_store, for_topology, StoreChecks};
 use super::keys::Keys;
@@ -16,17 +16,16 @@ use super::scripts::{
     ReplyReader, Scripts, ACQUIRE, INSPECT, LAST_RUN, MEMBERS, RECORD_RUN, RENEW, RENEW_MANY,
     RESIGN,
 };
-use super::target::{is_not_writable, RedisTarget};
-use super::topology::{reply_addr, slot_of, tag_of_slot, Following, Node, Topology};
+use super::target::RedisTarget;
+use super::topology::{slot_of, tag_of_slot, Following, Topology};
 use crate::backend::address::Address;
 use crate::backend::op::{Op, Reply};
 use crate::error::copy_error;
-use crate::machine::RenewReply;
+use crate::machine::{AcquireRequest, RenewReply};
 use crate::{Error, Result};
+use send::Outcome;
 
-/// How many times one batch follows `MOVED`/`ASK` redirections, reloads
-/// scripts or waits out `TRYAGAIN` before its remaining operations fail.
-const MAX_ROUNDS: usize = 5;
+mod send;
 
 /// A Redis store as a [`Store`]: the [`Topology`] (one server, Sentinel or
 /// Cluster) and the scripts, shared by every election and partition set
@@ -45,23 +44,6 @@ pub(crate) struct RedisStore {
 struct Call {
     slot: u16,
     cmd: redis::Cmd,
-}
-
-/// What became of one [`Call`].
-enum Outcome {
-    /// The server's reply, or its error reply.
-    Reply(RedisResult<Value>),
-    /// No reply: the node could not be found or did not answer. The call
-    /// may or may not have run.
-    Failed(Error),
-}
-
-/// Where a call goes next, when not simply to its slot's node.
-#[derive(Clone)]
-struct Redirect {
-    node: Arc<Node>,
-    /// An `ASK` redirection: send `ASKING` first.
-    asking: bool,
 }
 
 /// One part of an operation: most operations are one call; a
@@ -148,11 +130,6 @@ impl RedisStore {
     /// [`Op::RenewMany`]): the only place each script's KEYS and ARGV are
     /// laid out.
     fn command(&self, op: &Op<'_>, terms: Option<&[usize]>) -> redis::Cmd {
-        fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
-            let mut cmd = redis::cmd("EVALSHA");
-            cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
-            cmd
-        }
         match *op {
             Op::Heartbeat {
                 group,
@@ -167,49 +144,14 @@ impl RedisStore {
                     .arg(if join { "1" } else { "0" });
                 cmd
             }
-            Op::Acquire { at, request } => {
-                let keys = &Keys::of(at);
-                let prefix_epoch = self.prefix_epoch(keys);
-                let mut cmd = evalsha(
-                    &self.scripts.acquire,
-                    &[
-                        &keys.lease,
-                        &keys.token,
-                        &keys.epoch,
-                        &prefix_epoch,
-                        &keys.witness,
-                    ],
-                );
-                cmd.arg(request.id)
-                    .arg(request.ttl_ms)
-                    .arg(&keys.events)
-                    .arg(request.attempt)
-                    .arg(request.hold_off_ms)
-                    .arg(request.aux_ttl_ms());
-                cmd
-            }
+            Op::Acquire { at, request } => self.acquire_command(at, &request),
             Op::Renew {
                 at,
                 id,
                 token,
                 ttl_ms,
                 announce,
-            } => {
-                let keys = &Keys::of(at);
-                let prefix_epoch = self.prefix_epoch(keys);
-                let mut cmd = evalsha(
-                    &self.scripts.renew,
-                    &[&keys.lease, &keys.witness, &prefix_epoch],
-                );
-                // The epoch's ttl as an acquire would set it for this ttl.
-                let epoch_ttl_ms =
-                    (crate::machine::AUX_TTL.as_millis() as u64).max(ttl_ms.saturating_mul(10));
-                cmd.arg(id).arg(token).arg(ttl_ms).arg(epoch_ttl_ms);
-                if announce {
-                    cmd.arg(&keys.events);
-                }
-                cmd
-            }
+            } => self.renew_command(at, (id, token), ttl_ms, announce),
             Op::RenewMany {
                 prefix,
                 id,
@@ -220,18 +162,7 @@ impl RedisStore {
                     Some(indices) => indices.iter().map(|i| &all[*i]).collect(),
                     None => all.iter().collect(),
                 };
-                let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(self.scripts.renew_many.get_hash())
-                    .arg(chosen.len() * 2);
-                for (name, _) in &chosen {
-                    let at = Address::new(prefix, name);
-                    cmd.arg(Keys::lease_of(at)).arg(Keys::witness_of(at));
-                }
-                cmd.arg(id).arg(ttl_ms);
-                for (_, token) in &chosen {
-                    cmd.arg(token);
-                }
-                cmd
+                self.renew_many_command(prefix, id, ttl_ms, &chosen)
             }
             Op::Resign { at, id, token } => {
                 let keys = Keys::of(at);
@@ -253,6 +184,77 @@ impl RedisStore {
                 cmd
             }
         }
+    }
+
+    /// `acquire.lua` for the election at `at`.
+    fn acquire_command(&self, at: Address<'_>, request: &AcquireRequest<'_>) -> redis::Cmd {
+        let keys = &Keys::of(at);
+        let prefix_epoch = self.prefix_epoch(keys);
+        let mut cmd = evalsha(
+            &self.scripts.acquire,
+            &[
+                &keys.lease,
+                &keys.token,
+                &keys.epoch,
+                &prefix_epoch,
+                &keys.witness,
+            ],
+        );
+        cmd.arg(request.id)
+            .arg(request.ttl_ms)
+            .arg(&keys.events)
+            .arg(request.attempt)
+            .arg(request.hold_off_ms)
+            .arg(request.aux_ttl_ms());
+        cmd
+    }
+
+    /// `renew.lua` for the term (id, token) of the election at `at`;
+    /// `announce` publishes the renewal on the election's channel.
+    fn renew_command(
+        &self,
+        at: Address<'_>,
+        (id, token): (&str, u64),
+        ttl_ms: u64,
+        announce: bool,
+    ) -> redis::Cmd {
+        let keys = &Keys::of(at);
+        let prefix_epoch = self.prefix_epoch(keys);
+        let mut cmd = evalsha(
+            &self.scripts.renew,
+            &[&keys.lease, &keys.witness, &prefix_epoch],
+        );
+        // The epoch's ttl as an acquire would set it for this ttl.
+        let epoch_ttl_ms =
+            (crate::machine::AUX_TTL.as_millis() as u64).max(ttl_ms.saturating_mul(10));
+        cmd.arg(id).arg(token).arg(ttl_ms).arg(epoch_ttl_ms);
+        if announce {
+            cmd.arg(&keys.events);
+        }
+        cmd
+    }
+
+    /// `renew_many.lua` for the `chosen` terms (name, token) of instance
+    /// `id` under `prefix`: a lease and a witness key per term.
+    fn renew_many_command(
+        &self,
+        prefix: &str,
+        id: &str,
+        ttl_ms: u64,
+        chosen: &[&(&str, u64)],
+    ) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.renew_many.get_hash())
+            .arg(chosen.len() * 2);
+        for (name, _) in chosen {
+            let at = Address::new(prefix, name);
+            cmd.arg(Keys::lease_of(at)).arg(Keys::witness_of(at));
+        }
+        cmd.arg(id).arg(ttl_ms);
+        for (_, token) in chosen {
+            cmd.arg(token);
+        }
+        cmd
     }
 
     /// The hash slot an operation is routed by: its lease's (a group's
@@ -306,6 +308,15 @@ impl RedisStore {
         ops: &[Op<'_>],
         round_trips: &AtomicU64,
     ) -> Result<Vec<Result<Reply>>> {
+        let (calls, parts) = self.plan(ops);
+        let outcomes = self.run(&calls, round_trips).await?;
+        Ok(self.gather(ops, parts, outcomes))
+    }
+
+    /// The calls that carry out `ops`, and which part of which operation
+    /// each call is: one call per operation, but a [`Op::RenewMany`] on a
+    /// cluster is one call per slot of its terms.
+    fn plan(&self, ops: &[Op<'_>]) -> (Vec<Call>, Vec<Part>) {
         let cluster = self.topology.is_cluster();
         let mut parts = Vec::with_capacity(ops.len());
         let mut calls = Vec::with_capacity(ops.len());
@@ -340,7 +351,18 @@ impl RedisStore {
                 }
             }
         }
-        let outcomes = self.run(&calls, round_trips).await?;
+        (calls, parts)
+    }
+
+    /// Each operation's reply, from the outcomes of its calls (`parts`, as
+    /// [`RedisStore::plan`] made them): a split renewal's terms are put
+    /// back in their order.
+    fn gather(
+        &self,
+        ops: &[Op<'_>],
+        parts: Vec<Part>,
+        outcomes: Vec<Outcome>,
+    ) -> Vec<Result<Reply>> {
         // Redacted once: a cluster batch may hold thousands of replies.
         let url = self.target().redacted();
         let mut replies: Vec<Option<Result<Reply>>> = (0..ops.len()).map(|_| None).collect();
@@ -378,201 +400,20 @@ impl RedisStore {
         for (i, slots) in many {
             let results = slots
                 .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(Error::redis("internal: a renewal had no call"))))
+                .map(|r| r.unwrap_or_else(|| Err(Error::internal("a renewal had no call"))))
                 .collect();
             replies[i] = Some(Ok(Reply::RenewMany(results)));
         }
-        Ok(replies
+        replies
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::redis("internal: an operation had no call"))))
-            .collect())
-    }
-
-    /// Send `calls` to their nodes, following redirections (see
-    /// [`RedisStore::batch`]).
-    async fn run(&self, calls: &[Call], round_trips: &AtomicU64) -> Result<Vec<Outcome>> {
-        let mut outcomes: Vec<Option<Outcome>> = (0..calls.len()).map(|_| None).collect();
-        let mut redirects: Vec<Option<Redirect>> = vec![None; calls.len()];
-        let mut answered = false;
-        let mut first_failure: Option<Error> = None;
-        let fail = |first: &mut Option<Error>, err: Error| {
-            let copy = copy_error(&err);
-            if first.is_none() {
-                *first = Some(err);
-            }
-            Outcome::Failed(copy)
-        };
-        for _round in 0..MAX_ROUNDS {
-            let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
-            for i in 0..calls.len() {
-                if outcomes[i].is_some() {
-                    continue;
-                }
-                let node = match &redirects[i] {
-                    Some(redirect) => redirect.node.clone(),
-                    None => match self.topology.node_for(calls[i].slot).await {
-                        Ok(node) => node,
-                        Err(err) => {
-                            outcomes[i] = Some(fail(&mut first_failure, err));
-                            continue;
-                        }
-                    },
-                };
-                match groups.iter_mut().find(|(n, _)| Arc::ptr_eq(n, &node)) {
-                    Some((_, members)) => members.push(i),
-                    None => groups.push((node, vec![i])),
-                }
-            }
-            if groups.is_empty() {
-                break;
-            }
-            let sent = groups.iter().map(|(node, members)| {
-                let commands: Vec<(&redis::Cmd, bool)> = members
-                    .iter()
-                    .map(|i| {
-                        let asking = redirects[*i].as_ref().is_some_and(|r| r.asking);
-                        (&calls[*i].cmd, asking)
-                    })
-                    .collect();
-                self.pipeline(node, commands)
-            });
-            round_trips.fetch_add(groups.len() as u64, Ordering::Relaxed);
-            let results = futures_util::future::join_all(sent).await;
-            let mut reload: Vec<Arc<Node>> = Vec::new();
-            let mut wait = false;
-            for ((node, members), result) in groups.into_iter().zip(results) {
-                let values = match result {
-                    Ok(values) => values,
-                    Err(err) => {
-                        self.topology.failed(&node);
-                        for i in members {
-                            outcomes[i] = Some(fail(&mut first_failure, copy_error(&err)));
-                        }
-                        first_failure.get_or_insert(err);
-                        continue;
-                    }
-                };
-                answered = true;
-                for (i, value) in members.into_iter().zip(values) {
-                    let err = match value {
-                        Ok(value) => {
-                            outcomes[i] = Some(Outcome::Reply(Ok(value)));
-                            continue;
-                        }
-                        Err(err) => err,
-                    };
-                    if let Some((addr, slot)) = err.redirect_node() {
-                        let addr = reply_addr(addr, &node.addr);
-                        let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
-                        let target = if asking {
-                            self.topology.node_at(&addr)
-                        } else {
-                            self.topology.moved(slot, &addr)
-                        };
-                        match target {
-                            Ok(target) => {
-                                redirects[i] = Some(Redirect {
-                                    node: target,
-                                    asking,
-                                })
-                            }
-                            Err(e) => outcomes[i] = Some(Outcome::Failed(e)),
-                        }
-                    } else if is_noscript(&err) {
-                        if !reload.iter().any(|n| Arc::ptr_eq(n, &node)) {
-                            reload.push(node.clone());
-                        }
-                    } else if err.kind() == ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
-                        // Keys of one script half-way through a slot migration.
-                        wait = true;
-                    } else {
-                        if is_not_writable(&err) {
-                            // A Sentinel primary demoted under us, or one
-                            // whose replicas followed a new primary: ask
-                            // every sentinel again.
-                            self.topology.failed(&node);
-                        }
-                        outcomes[i] = Some(Outcome::Reply(Err(err)));
-                    }
-                }
-            }
-            for node in reload {
-                let mut conn = node.conn();
-                for script in self.scripts.all() {
-                    if let Err(err) = script.prepare_invoke().load_async(&mut conn).await {
-                        // The operations that needed it fail with this error,
-                        // not with a misleading "too many redirections".
-                        let err = self.target().classify(err);
-                        for i in 0..calls.len() {
-                            let waiting = outcomes[i].is_none()
-                                && redirects[i]
-                                    .as_ref()
-                                    .is_none_or(|r| Arc::ptr_eq(&r.node, &node));
-                            if waiting && self.topology.serves(calls[i].slot, &node) {
-                                outcomes[i] = Some(Outcome::Failed(copy_error(&err)));
-                            }
-                        }
-                        break;
-                    }
-                }
-            }
-            if wait {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-        if !answered {
-            if let Some(err) = first_failure {
-                return Err(err);
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|outcome| {
-                outcome.unwrap_or_else(|| {
-                    Outcome::Failed(Error::redis(format!(
-                        "gave up after {MAX_ROUNDS} redirections (MOVED/ASK/TRYAGAIN); the \
-                         cluster is being resharded"
-                    )))
-                })
-            })
-            .collect())
-    }
-
-    /// One pipeline to one node; `(command, asking)` pairs, where `asking`
-    /// sends `ASKING` first (its reply is dropped).
-    async fn pipeline(
-        &self,
-        node: &Node,
-        commands: Vec<(&redis::Cmd, bool)>,
-    ) -> Result<Vec<RedisResult<Value>>> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for (command, asking) in &commands {
-            if *asking {
-                pipe.add_command(redis::cmd("ASKING"));
-            }
-            pipe.add_command((*command).clone());
-        }
-        let mut results = pipe
-            .query_async::<Vec<RedisResult<Value>>>(&mut node.conn())
-            .await
-            .map_err(|e| self.target().classify(e))?
-            .into_iter();
-        let mut out = Vec::with_capacity(commands.len());
-        for (_, asking) in commands {
-            if asking {
-                results.next();
-            }
-            out.push(
-                results
-                    .next()
-                    .unwrap_or_else(|| Err(RedisError::from((ErrorKind::Io, "missing reply")))),
-            );
-        }
-        Ok(out)
+            .map(|r| r.unwrap_or_else(|| Err(Error::internal("an operation had no call"))))
+            .collect()
     }
 }
 
-fn is_noscript(err: &RedisError) -> bool {
-    err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
+/// `EVALSHA` of `script` on `keys`; the caller adds the arguments.
+fn evalsha(script: &Script, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
 }

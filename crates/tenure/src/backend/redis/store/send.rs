@@ -1,0 +1,294 @@
+//! Sending a batch's calls to their nodes: one pipeline per node per
+//! round, `MOVED`/`ASK` redirections followed, scripts loaded again where
+//! a node lost them (NOSCRIPT), `TRYAGAIN` waited out, for at most
+//! [`MAX_ROUNDS`] rounds. Apart from the store, because how a call finds
+//! its node is one concern and what the call is, another.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, RedisResult, Value};
+
+use super::super::target::is_not_writable;
+use super::super::topology::{reply_addr, Node};
+use super::{Call, RedisStore};
+use crate::error::copy_error;
+use crate::{Error, Result};
+
+/// How many times one batch follows `MOVED`/`ASK` redirections, reloads
+/// scripts or waits out `TRYAGAIN` before its remaining operations fail.
+const MAX_ROUNDS: usize = 5;
+
+/// What became of one [`Call`].
+pub(super) enum Outcome {
+    /// The server's reply, or its error reply.
+    Reply(RedisResult<Value>),
+    /// No reply: the node could not be found or did not answer. The call
+    /// may or may not have run.
+    Failed(Error),
+}
+
+/// Where a call goes next, when not simply to its slot's node.
+#[derive(Clone)]
+struct Redirect {
+    node: Arc<Node>,
+    /// An `ASK` redirection: send `ASKING` first.
+    asking: bool,
+}
+
+impl RedisStore {
+    /// Send `calls` to their nodes, following redirections (see
+    /// [`RedisStore::batch`]).
+    pub(super) async fn run(
+        &self,
+        calls: &[Call],
+        round_trips: &AtomicU64,
+    ) -> Result<Vec<Outcome>> {
+        let mut progress = Progress::new(calls.len());
+        for _round in 0..MAX_ROUNDS {
+            let groups = self.group_by_node(calls, &mut progress).await;
+            if groups.is_empty() {
+                break;
+            }
+            let sent = groups.iter().map(|(node, members)| {
+                let commands: Vec<(&redis::Cmd, bool)> = members
+                    .iter()
+                    .map(|i| {
+                        let asking = progress.redirects[*i].as_ref().is_some_and(|r| r.asking);
+                        (&calls[*i].cmd, asking)
+                    })
+                    .collect();
+                self.pipeline(node, commands)
+            });
+            round_trips.fetch_add(groups.len() as u64, Ordering::Relaxed);
+            let results = futures_util::future::join_all(sent).await;
+            let mut next = NextRound::default();
+            for ((node, members), result) in groups.into_iter().zip(results) {
+                let values = match result {
+                    Ok(values) => values,
+                    Err(err) => {
+                        self.topology.failed(&node);
+                        for i in members {
+                            progress.fail(i, copy_error(&err));
+                        }
+                        continue;
+                    }
+                };
+                progress.answered = true;
+                for (i, value) in members.into_iter().zip(values) {
+                    self.take_reply(i, &node, value, &mut progress, &mut next);
+                }
+            }
+            for node in next.reload {
+                self.reload_scripts(calls, &node, &mut progress).await;
+            }
+            if next.wait {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        progress.finish()
+    }
+
+    /// The calls still without an outcome, grouped by the node each goes
+    /// to (its redirection's, or its slot's); a call whose node cannot be
+    /// found fails.
+    async fn group_by_node(
+        &self,
+        calls: &[Call],
+        progress: &mut Progress,
+    ) -> Vec<(Arc<Node>, Vec<usize>)> {
+        let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
+        for i in 0..calls.len() {
+            if progress.outcomes[i].is_some() {
+                continue;
+            }
+            let node = match &progress.redirects[i] {
+                Some(redirect) => redirect.node.clone(),
+                None => match self.topology.node_for(calls[i].slot).await {
+                    Ok(node) => node,
+                    Err(err) => {
+                        progress.fail(i, err);
+                        continue;
+                    }
+                },
+            };
+            match groups.iter_mut().find(|(n, _)| Arc::ptr_eq(n, &node)) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((node, vec![i])),
+            }
+        }
+        groups
+    }
+
+    /// Call `i`'s reply from `node`: its outcome, or a redirection, a
+    /// script to reload or a wait (`TRYAGAIN`) before the next round.
+    fn take_reply(
+        &self,
+        i: usize,
+        node: &Arc<Node>,
+        value: RedisResult<Value>,
+        progress: &mut Progress,
+        next: &mut NextRound,
+    ) {
+        let err = match value {
+            Ok(value) => {
+                progress.outcomes[i] = Some(Outcome::Reply(Ok(value)));
+                return;
+            }
+            Err(err) => err,
+        };
+        if let Some((addr, slot)) = err.redirect_node() {
+            let addr = reply_addr(addr, &node.addr);
+            let asking = err.kind() == ErrorKind::Server(redis::ServerErrorKind::Ask);
+            let target = if asking {
+                self.topology.node_at(&addr)
+            } else {
+                self.topology.moved(slot, &addr)
+            };
+            match target {
+                Ok(target) => {
+                    progress.redirects[i] = Some(Redirect {
+                        node: target,
+                        asking,
+                    })
+                }
+                Err(e) => progress.outcomes[i] = Some(Outcome::Failed(e)),
+            }
+        } else if is_noscript(&err) {
+            if !next.reload.iter().any(|n| Arc::ptr_eq(n, node)) {
+                next.reload.push(node.clone());
+            }
+        } else if err.kind() == ErrorKind::Server(redis::ServerErrorKind::TryAgain) {
+            // Keys of one script half-way through a slot migration.
+            next.wait = true;
+        } else {
+            if is_not_writable(&err) {
+                // A Sentinel primary demoted under us, or one whose
+                // replicas followed a new primary: ask every sentinel again.
+                self.topology.failed(node);
+            }
+            progress.outcomes[i] = Some(Outcome::Reply(Err(err)));
+        }
+    }
+
+    /// Load every script on `node` (it answered NOSCRIPT: restarted, or
+    /// flushed). If it cannot be loaded, the calls waiting for it fail with
+    /// that error, not with a misleading "too many redirections".
+    async fn reload_scripts(&self, calls: &[Call], node: &Arc<Node>, progress: &mut Progress) {
+        let mut conn = node.conn();
+        for script in self.scripts.all() {
+            if let Err(err) = script.prepare_invoke().load_async(&mut conn).await {
+                let err = self.target().classify(err);
+                for i in 0..calls.len() {
+                    let waiting = progress.outcomes[i].is_none()
+                        && progress.redirects[i]
+                            .as_ref()
+                            .is_none_or(|r| Arc::ptr_eq(&r.node, node));
+                    if waiting && self.topology.serves(calls[i].slot, node) {
+                        progress.outcomes[i] = Some(Outcome::Failed(copy_error(&err)));
+                    }
+                }
+                return;
+            }
+        }
+    }
+
+    /// One pipeline to one node; `(command, asking)` pairs, where `asking`
+    /// sends `ASKING` first (its reply is dropped).
+    async fn pipeline(
+        &self,
+        node: &Node,
+        commands: Vec<(&redis::Cmd, bool)>,
+    ) -> Result<Vec<RedisResult<Value>>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for (command, asking) in &commands {
+            if *asking {
+                pipe.add_command(redis::cmd("ASKING"));
+            }
+            pipe.add_command((*command).clone());
+        }
+        let mut results = pipe
+            .query_async::<Vec<RedisResult<Value>>>(&mut node.conn())
+            .await
+            .map_err(|e| self.target().classify(e))?
+            .into_iter();
+        let mut out = Vec::with_capacity(commands.len());
+        for (_, asking) in commands {
+            if asking {
+                results.next();
+            }
+            out.push(
+                results
+                    .next()
+                    .unwrap_or_else(|| Err(RedisError::from((ErrorKind::Io, "missing reply")))),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Where the calls of one batch stand, across its rounds (see
+/// [`RedisStore::run`]).
+struct Progress {
+    outcomes: Vec<Option<Outcome>>,
+    redirects: Vec<Option<Redirect>>,
+    /// Whether any node answered at all.
+    answered: bool,
+    /// The first error of a call that got no answer: the batch's error
+    /// when no node answered.
+    first_failure: Option<Error>,
+}
+
+impl Progress {
+    fn new(calls: usize) -> Self {
+        Progress {
+            outcomes: (0..calls).map(|_| None).collect(),
+            redirects: vec![None; calls],
+            answered: false,
+            first_failure: None,
+        }
+    }
+
+    /// Call `i` got no answer: `err`.
+    fn fail(&mut self, i: usize, err: Error) {
+        let copy = copy_error(&err);
+        self.first_failure.get_or_insert(err);
+        self.outcomes[i] = Some(Outcome::Failed(copy));
+    }
+
+    /// Every call's outcome (a call still without one gave up after
+    /// [`MAX_ROUNDS`]), or the first failure if no node answered.
+    fn finish(self) -> Result<Vec<Outcome>> {
+        if !self.answered {
+            if let Some(err) = self.first_failure {
+                return Err(err);
+            }
+        }
+        Ok(self
+            .outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| {
+                    Outcome::Failed(Error::redis(format!(
+                        "gave up after {MAX_ROUNDS} redirections (MOVED/ASK/TRYAGAIN); the \
+                         cluster is being resharded"
+                    )))
+                })
+            })
+            .collect())
+    }
+}
+
+/// What a round leaves for the next: nodes to load the scripts on, and
+/// whether to wait out a slot migration first.
+#[derive(Default)]
+struct NextRound {
+    reload: Vec<Arc<Node>>,
+    wait: bool,
+}
+
+fn is_noscript(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
