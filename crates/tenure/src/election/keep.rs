@@ -1,6 +1,7 @@
 //! The keep task of an election's term: renews on the machine's schedule,
 //! serves its handles' commands, and releases the lease when it ends.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
@@ -37,25 +38,7 @@ pub(super) async fn keep(
             .get(TERM)
             .map(|kept| kept.state.next_renewal.min(kept.state.deadline))
         else {
-            // Ended by its last renewal. A term that ran out of time may
-            // still have its lease in the store (the renewals that failed
-            // may have run): release it, so that the election (this
-            // instance's next campaign included) need not wait for it to
-            // lapse. The release checks the term, so it can only end this
-            // term's lease, which no handle acts on any more.
-            //
-            // A lease that vanished (deleted by hand, evicted, revoked) left
-            // its witness behind, and no candidate is granted the election
-            // until the witness runs out: the release deletes it now that
-            // this term has stopped, so the next leader need not wait.
-            if matches!(
-                shared.lost_reason(),
-                Some(LostReason::DeadlinePassed | LostReason::Expired)
-            ) {
-                if let Err(err) = release(&election, &shared).await {
-                    tracing::debug!(election = %inner.name, error = %err, "could not release the lease of a term past its deadline; it lapses at its ttl");
-                }
-            }
+            release_after_loss(&election, &shared).await;
             return;
         };
         let command = tokio::select! {
@@ -75,64 +58,114 @@ pub(super) async fn keep(
                 continue;
             }
         };
-        match command {
-            Some(Command::Confirm { token, reply, .. }) => {
-                if keeper.slot_of(Some(TERM), token).is_none() {
-                    let _ = reply.send(Err(Error::NotLeader(
-                        shared.lost_reason().unwrap_or(LostReason::Resigned),
-                    )));
-                    continue;
-                }
-                let outcome = match renew_once(&election, &mut keeper).await {
-                    LeaderStep::RenewAt(_) if shared.lost_reason().is_none() => {
-                        Ok(shared.deadline().saturating_duration_since(Instant::now()))
-                    }
-                    LeaderStep::RenewAt(_) => Err(Error::NotLeader(
-                        shared.lost_reason().unwrap_or(LostReason::Shutdown),
-                    )),
-                    LeaderStep::Lost(reason) => Err(Error::NotLeader(reason)),
-                };
-                let _ = reply.send(outcome);
-            }
-            Some(Command::Resign {
-                token,
-                reason,
-                reply,
-                ..
-            }) => {
-                if keeper.slot_of(Some(TERM), token).is_none() {
-                    let _ = reply.send(Ok(()));
-                    continue;
-                }
-                keeper.end(TERM, reason);
-                let _ = reply.send(release(&election, &shared).await);
-                return;
-            }
-            Some(Command::RecordRun {
-                token, keep, reply, ..
-            }) => {
-                if keeper.slot_of(Some(TERM), token).is_none() {
-                    let _ = reply.send(Ok(false));
-                    continue;
-                }
-                // Beside the keeper, so that renewals never wait for it;
-                // the store checks the term anyway.
-                let election = election.clone();
-                tokio::spawn(async move {
-                    let inner = &election.inner;
-                    let record = inner.backend.record_run(&inner.id, token, keep);
-                    let _ = reply.send(inner.call(inner.timing.call_timeout, record).await);
-                });
-            }
-            None => {
-                // Every handle is gone: nobody can act on this term.
-                keeper.end(TERM, LostReason::Resigned);
-                if let Err(err) = release(&election, &shared).await {
-                    tracing::warn!(election = %inner.name, error = %err, "could not release the lease of a dropped term; it lapses at its ttl");
-                }
-                return;
-            }
+        if serve(&election, &mut keeper, &shared, command)
+            .await
+            .is_break()
+        {
+            return;
         }
+    }
+}
+
+/// After the term ended by its last renewal. A term that ran out of time
+/// may still have its lease in the store (the renewals that failed may
+/// have run): release it, so that the election (this instance's next
+/// campaign included) need not wait for it to lapse. The release checks
+/// the term, so it can only end this term's lease, which no handle acts on
+/// any more.
+///
+/// A lease that vanished (deleted by hand, evicted, revoked) left its
+/// witness behind, and no candidate is granted the election until the
+/// witness runs out: the release deletes it now that this term has
+/// stopped, so the next leader need not wait.
+async fn release_after_loss(election: &Election, shared: &TermShared) {
+    if matches!(
+        shared.lost_reason(),
+        Some(LostReason::DeadlinePassed | LostReason::Expired)
+    ) {
+        if let Err(err) = release(election, shared).await {
+            tracing::debug!(election = %election.inner.name, error = %err, "could not release the lease of a term past its deadline; it lapses at its ttl");
+        }
+    }
+}
+
+/// Answer one command of the term's handles (`None`: every handle is
+/// gone). `Break`: the term is over, and so is the task.
+async fn serve(
+    election: &Election,
+    keeper: &mut Keeper<()>,
+    shared: &TermShared,
+    command: Option<Command>,
+) -> ControlFlow<()> {
+    let inner = &election.inner;
+    match command {
+        Some(Command::Confirm { token, reply, .. }) => {
+            let outcome = confirm(election, keeper, shared, token).await;
+            let _ = reply.send(outcome);
+        }
+        Some(Command::Resign {
+            token,
+            reason,
+            reply,
+            ..
+        }) => {
+            if keeper.slot_of(Some(TERM), token).is_none() {
+                let _ = reply.send(Ok(()));
+                return ControlFlow::Continue(());
+            }
+            keeper.end(TERM, reason);
+            let _ = reply.send(release(election, shared).await);
+            return ControlFlow::Break(());
+        }
+        Some(Command::RecordRun {
+            token, keep, reply, ..
+        }) => {
+            if keeper.slot_of(Some(TERM), token).is_none() {
+                let _ = reply.send(Ok(false));
+                return ControlFlow::Continue(());
+            }
+            // Beside the keeper, so that renewals never wait for it;
+            // the store checks the term anyway.
+            let election = election.clone();
+            tokio::spawn(async move {
+                let inner = &election.inner;
+                let record = inner.backend.record_run(&inner.id, token, keep);
+                let _ = reply.send(inner.call(inner.timing.call_timeout, record).await);
+            });
+        }
+        None => {
+            // Every handle is gone: nobody can act on this term.
+            keeper.end(TERM, LostReason::Resigned);
+            if let Err(err) = release(election, shared).await {
+                tracing::warn!(election = %inner.name, error = %err, "could not release the lease of a dropped term; it lapses at its ttl");
+            }
+            return ControlFlow::Break(());
+        }
+    }
+    ControlFlow::Continue(())
+}
+
+/// A handle's confirm: renew now, and say how long the term has left (or
+/// why it is over).
+async fn confirm(
+    election: &Election,
+    keeper: &mut Keeper<()>,
+    shared: &TermShared,
+    token: u64,
+) -> Result<Duration> {
+    if keeper.slot_of(Some(TERM), token).is_none() {
+        return Err(Error::NotLeader(
+            shared.lost_reason().unwrap_or(LostReason::Resigned),
+        ));
+    }
+    match renew_once(election, keeper).await {
+        LeaderStep::RenewAt(_) if shared.lost_reason().is_none() => {
+            Ok(shared.deadline().saturating_duration_since(Instant::now()))
+        }
+        LeaderStep::RenewAt(_) => Err(Error::NotLeader(
+            shared.lost_reason().unwrap_or(LostReason::Shutdown),
+        )),
+        LeaderStep::Lost(reason) => Err(Error::NotLeader(reason)),
     }
 }
 
