@@ -11,7 +11,9 @@ use tokio::time::Instant;
 
 use super::{PartitionSet, Running, Work, ACQUIRE_CHUNK};
 use crate::backend::{Op, Reply};
-use crate::machine::{after_acquire, AcquireReply, AcquireRequest, CandidateStep, Reading};
+use crate::machine::{
+    after_acquire, AcquireReply, AcquireRequest, CandidateStep, LeaderState, Reading,
+};
 use crate::{Error, Leadership, LostReason, Result};
 
 /// The outcome of one round trip of acquisitions.
@@ -110,47 +112,74 @@ impl PartitionSet {
                     continue;
                 }
             };
-            match after_acquire(
-                timing,
-                acquired.sent,
-                now_at,
-                Some(reply.clone()),
-                Duration::ZERO,
-                0,
-            ) {
-                CandidateStep::Elected(state) => {
-                    self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
-                    let name = &self.partitions[index];
-                    let keeper = &mut running.keeper;
-                    // The target may have moved while the acquisition was in
-                    // flight: a partition no longer ours gets no work and
-                    // is released by the next cycle.
-                    let wanted = running.mine.contains(&index);
-                    let term = keeper.begin(index, name, state, Work::default());
-                    if wanted {
-                        let task = tokio::spawn(work(name.clone(), term));
-                        if let Some(kept) = keeper.get_mut(index) {
-                            kept.extra.task = Some(task);
-                        }
-                    } else {
-                        term.shared().mark_lost(LostReason::Resigned);
-                        if let Some(kept) = keeper.get_mut(index) {
-                            kept.extra.releasing = Some(now);
-                        }
-                    }
-                }
-                CandidateStep::Follow { holder, .. } => {
-                    // The holder releases it soon if it is a live member
-                    // outside its target; else its lease has to expire.
-                    running.retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
-                }
-                CandidateStep::HoldOff { until, .. } => running.retry_at[index] = until,
-                CandidateStep::Retry { at } => running.retry_at[index] = at,
-            }
-            if let AcquireReply::Won { .. } = reply {
-                running.retry_at[index] = now;
-            }
+            self.take_up(index, reply, acquired.sent, now_at, running, work);
         }
         Ok(())
+    }
+
+    /// Act on the reply to the acquisition of partition `index`, sent as of
+    /// `sent` and received as of `now_at`: begin the term it won, or note
+    /// when to try again.
+    fn take_up<F, Fut>(
+        &self,
+        index: usize,
+        reply: AcquireReply,
+        sent: Reading,
+        now_at: Reading,
+        running: &mut Running,
+        work: &mut F,
+    ) where
+        F: FnMut(String, Leadership) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let timing = &self.timing;
+        let now = now_at.now;
+        match after_acquire(timing, sent, now_at, Some(reply.clone()), Duration::ZERO, 0) {
+            CandidateStep::Elected(state) => self.begin(index, state, now, running, work),
+            CandidateStep::Follow { holder, .. } => {
+                // The holder releases it soon if it is a live member
+                // outside its target; else its lease has to expire.
+                running.retry_at[index] = now + holder.ttl_left.min(timing.renew_every);
+            }
+            CandidateStep::HoldOff { until, .. } => running.retry_at[index] = until,
+            CandidateStep::Retry { at } => running.retry_at[index] = at,
+        }
+        if let AcquireReply::Won { .. } = reply {
+            running.retry_at[index] = now;
+        }
+    }
+
+    /// Begin the term won for partition `index` (at `now`), and its work if
+    /// the partition is still in this member's target.
+    fn begin<F, Fut>(
+        &self,
+        index: usize,
+        state: LeaderState,
+        now: Instant,
+        running: &mut Running,
+        work: &mut F,
+    ) where
+        F: FnMut(String, Leadership) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.attempts.lock().unwrap_or_else(|p| p.into_inner())[index] += 1;
+        let name = &self.partitions[index];
+        let keeper = &mut running.keeper;
+        // The target may have moved while the acquisition was in
+        // flight: a partition no longer ours gets no work and
+        // is released by the next cycle.
+        let wanted = running.mine.contains(&index);
+        let term = keeper.begin(index, name, state, Work::default());
+        if wanted {
+            let task = tokio::spawn(work(name.clone(), term));
+            if let Some(kept) = keeper.get_mut(index) {
+                kept.extra.task = Some(task);
+            }
+        } else {
+            term.shared().mark_lost(LostReason::Resigned);
+            if let Some(kept) = keeper.get_mut(index) {
+                kept.extra.releasing = Some(now);
+            }
+        }
     }
 }
