@@ -2,6 +2,9 @@
 //! resign, record a run), addressed by partition and token. Apart from the
 //! cycle, because they arrive at any time and each concerns one term.
 
+use std::time::Duration;
+
+use tokio::sync::oneshot;
 use tokio::time::{timeout, Instant};
 
 use super::{PartitionSet, Work};
@@ -32,36 +35,12 @@ impl PartitionSet {
         let Some(index) = found else {
             // A term that is over (this member's later term of the same
             // partition, if any, is not this handle's).
-            match command {
-                Command::Confirm { reply, .. } => {
-                    let _ = reply.send(Err(Error::NotLeader(LostReason::Resigned)));
-                }
-                Command::Resign { reply, .. } => {
-                    let _ = reply.send(Ok(()));
-                }
-                Command::RecordRun { reply, .. } => {
-                    let _ = reply.send(Ok(false));
-                }
-            }
+            answer_over(command);
             return;
         };
         let reply = match command {
             Command::RecordRun { keep, reply, .. } => {
-                // Beside the keeper, so that renewals never wait for it;
-                // the store checks the term anyway.
-                let store = self.store.clone();
-                let (prefix, name) = (self.prefix.clone(), self.partitions[index].clone());
-                let id = self.id.clone();
-                let limit = self.timing.call_timeout;
-                tokio::spawn(async move {
-                    let at = Address::new(&prefix, &name);
-                    let record = crate::backend::record_run(&store, at, &id, token, keep);
-                    let recorded = match timeout(limit, record).await {
-                        Ok(recorded) => recorded,
-                        Err(_) => Err(Error::Timeout(limit)),
-                    };
-                    let _ = reply.send(recorded);
-                });
+                self.record_run(index, token, keep, reply);
                 return;
             }
             Command::Resign { reason, reply, .. } => {
@@ -74,6 +53,44 @@ impl PartitionSet {
             }
             Command::Confirm { reply, .. } => reply,
         };
+        let outcome = self.confirm(keeper, index, token).await;
+        let _ = reply.send(outcome);
+    }
+
+    /// Record a run of the term `token` of partition `index`, kept for
+    /// `keep`, and send the outcome to `reply`.
+    fn record_run(
+        &self,
+        index: usize,
+        token: u64,
+        keep: Duration,
+        reply: oneshot::Sender<crate::Result<bool>>,
+    ) {
+        // Beside the keeper, so that renewals never wait for it;
+        // the store checks the term anyway.
+        let store = self.store.clone();
+        let (prefix, name) = (self.prefix.clone(), self.partitions[index].clone());
+        let id = self.id.clone();
+        let limit = self.timing.call_timeout;
+        tokio::spawn(async move {
+            let at = Address::new(&prefix, &name);
+            let record = crate::backend::record_run(&store, at, &id, token, keep);
+            let recorded = match timeout(limit, record).await {
+                Ok(recorded) => recorded,
+                Err(_) => Err(Error::Timeout(limit)),
+            };
+            let _ = reply.send(recorded);
+        });
+    }
+
+    /// Renew the term `token` of partition `index` now: the time left
+    /// until its deadline, or why it is over.
+    async fn confirm(
+        &self,
+        keeper: &mut Keeper<Work>,
+        index: usize,
+        token: u64,
+    ) -> crate::Result<Duration> {
         let sent = Reading::take();
         let term = [(self.partitions[index].as_str(), token)];
         let op = Op::RenewMany {
@@ -89,7 +106,7 @@ impl PartitionSet {
             .and_then(|reply| reply.and_then(Reply::into_renew_many).ok())
             .and_then(|mut each| each.pop())
             .and_then(Result::ok);
-        let outcome = match keeper.renewed(index, &self.timing, sent, renewed) {
+        match keeper.renewed(index, &self.timing, sent, renewed) {
             Some(LeaderStep::Lost(reason)) => Err(Error::NotLeader(reason)),
             _ => match keeper.get(index) {
                 Some(kept) if kept.shared.lost_reason().is_none() => Ok(kept
@@ -101,7 +118,22 @@ impl PartitionSet {
                 )),
                 None => Err(Error::NotLeader(LostReason::Resigned)),
             },
-        };
-        let _ = reply.send(outcome);
+        }
+    }
+}
+
+/// Answer a command for a term that is over: it is not the leader, its
+/// resignation is done, and it records no run.
+fn answer_over(command: Command) {
+    match command {
+        Command::Confirm { reply, .. } => {
+            let _ = reply.send(Err(Error::NotLeader(LostReason::Resigned)));
+        }
+        Command::Resign { reply, .. } => {
+            let _ = reply.send(Ok(()));
+        }
+        Command::RecordRun { reply, .. } => {
+            let _ = reply.send(Ok(false));
+        }
     }
 }
