@@ -14,12 +14,16 @@
 //! store's clock, so a new leader does not repeat a tick its predecessor
 //! completed within the period (ShedLock's "at most once per period").
 
-use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use crate::{Election, LeaderInfo, Leadership, LostReason, Result};
+
+mod every;
+
+pub use every::TickOutcome;
+use every::{later, record};
 
 type WorkFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type WorkFn = Box<dyn FnMut(Leadership) -> WorkFuture + Send>;
@@ -32,43 +36,6 @@ enum Work {
     Idle,
     Every(Duration, TickFn),
     Lead(WorkFn),
-}
-
-/// What a [`Runner::every`] tick returns: `()` (always a success), or a
-/// `Result` whose `Err` marks a failed tick, which is logged with the
-/// error, not recorded as a run, and tried again sooner.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
-/// use std::time::Duration;
-/// let store = tenure::MemoryStore::new();
-/// let election = tenure::Election::builder("billing").memory(&store).build().await?;
-/// election
-///     .runner()
-///     .every(Duration::from_secs(60), |term| async move {
-///         charge_due_invoices(term.token()).await?; // an Err is retried
-///         Ok::<(), std::io::Error>(())
-///     })
-///     .run_until(tokio::time::sleep(Duration::from_millis(50)))
-///     .await?;
-/// # Ok(()) }
-/// # async fn charge_due_invoices(_: u64) -> std::io::Result<()> { Ok(()) }
-/// ```
-pub trait TickOutcome: Send + 'static {
-    /// `None` for a success; for a failure, what went wrong (for the log).
-    fn failure(self) -> Option<String>;
-}
-
-impl TickOutcome for () {
-    fn failure(self) -> Option<String> {
-        None
-    }
-}
-
-impl<T: Send + 'static, E: Display + Send + 'static> TickOutcome for std::result::Result<T, E> {
-    fn failure(self) -> Option<String> {
-        self.err().map(|err| err.to_string())
-    }
 }
 
 /// Runs an election in the callback style; made by [`Election::runner`].
@@ -550,27 +517,6 @@ async fn lead_term(
             }
         }
     }
-}
-
-/// Record a completed tick as the last run, logging a refusal or failure.
-async fn record(election: &Election, term: &Leadership, period: Duration) {
-    match term.record_run(period).await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!(election = %election.name(), token = term.token(), "the tick completed, but the store refused to record it: this term no longer holds the lease, and the next leader may run it again");
-        }
-        Err(err) => {
-            tracing::warn!(election = %election.name(), error = %err, "the tick completed, but could not be recorded; the next leader may run it again");
-        }
-    }
-}
-
-/// The instant `wait` from now, or a century away if that overflows (a
-/// period of `Duration::MAX` means "once").
-fn later(wait: Duration) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    now.checked_add(wait)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// Wait for SIGTERM or SIGINT (Ctrl-C elsewhere than Unix).
