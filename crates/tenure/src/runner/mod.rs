@@ -23,7 +23,6 @@ use crate::{Election, LeaderInfo, Leadership, LostReason, Result};
 mod every;
 
 pub use every::TickOutcome;
-use every::{later, record};
 
 type WorkFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type WorkFn = Box<dyn FnMut(Leadership) -> WorkFuture + Send>;
@@ -414,107 +413,37 @@ async fn lead_term(
             _ = shutdown.as_mut() => TermEnd::Shutdown,
         },
         Work::Every(period, tick) => {
-            let period = *period;
-            let retry = period.min(election.ttl());
-            // Until the leader has recorded a tick of its own, the store
-            // says when the next is due; after one, it is due a period
-            // after the record was confirmed (only this term can record
-            // while it holds the lease, so asking again would tell nothing
-            // new; on etcd it would round the age down and add a second).
-            let mut due: Option<tokio::time::Instant> = None;
-            loop {
-                // The wait before the next tick, and whether the store is
-                // to be asked again after it.
-                let (wait, ask_again) = match due.take() {
-                    Some(at) => (
-                        at.saturating_duration_since(tokio::time::Instant::now()),
-                        false,
-                    ),
-                    None => {
-                        let asked = tokio::select! {
-                            biased;
-                            reason = term.lost() => return TermEnd::Lost(reason),
-                            _ = shutdown.as_mut() => return TermEnd::Shutdown,
-                            asked = election.since_last_run() => asked,
-                        };
-                        match asked {
-                            Ok(Some(age)) if age < period => (period - age, true),
-                            Ok(_) => (Duration::ZERO, false),
-                            Err(err) => {
-                                tracing::warn!(election = %election.name(), error = %err, retry = ?retry, "cannot read when the work last ran; no tick until it can be read");
-                                (retry, true)
-                            }
-                        }
-                    }
-                };
-                if !wait.is_zero() {
-                    tokio::select! {
-                        biased;
-                        reason = term.lost() => return TermEnd::Lost(reason),
-                        _ = shutdown.as_mut() => return TermEnd::Shutdown,
-                        _ = tokio::time::sleep(wait) => {}
-                    }
-                }
-                if ask_again {
-                    // Another leader's record is the store's to tell (and
-                    // a run recorded by a term this instance lost, too).
-                    continue;
-                }
-                let run = tick(term.clone());
-                tokio::pin!(run);
-                let failure = tokio::select! {
-                    biased;
-                    reason = term.lost() => return TermEnd::Lost(reason),
-                    failure = &mut run => failure,
-                    _ = shutdown.as_mut() => {
-                        // The running tick gets the shutdown grace to
-                        // finish (and be recorded) while the keeper keeps
-                        // the lease; then it is dropped.
-                        let finished = tokio::select! {
-                            biased;
-                            _ = term.lost() => None,
-                            failure = &mut run => Some(failure),
-                            _ = tokio::time::sleep(grace) => {
-                                tracing::warn!(election = %election.name(), ?grace, "tick did not finish within the shutdown grace; dropping it");
-                                None
-                            }
-                        };
-                        if let Some(None) = finished {
-                            record(election, term, period).await;
-                        }
-                        return TermEnd::Shutdown;
-                    }
-                };
-                if let Some(failure) = failure {
-                    tracing::warn!(election = %election.name(), error = %failure, retry = ?retry, "tick failed; not recorded as a run, trying again");
-                    due = Some(later(retry));
-                    continue;
-                }
-                record(election, term, period).await;
-                // Whether or not the store took the record, this leader
-                // knows the tick ran: the next is due a period from now.
-                due = Some(later(period));
-            }
+            every::lead_every(election, term, *period, tick, shutdown, grace).await
         }
-        Work::Lead(start) => {
-            let mut run = start(term.clone());
+        Work::Lead(start) => lead_once(term, start, shutdown, grace).await,
+    }
+}
+
+/// Run the [`Runner::lead`] work of one term until it returns by itself,
+/// the term is lost, or shutdown is requested (then the work gets `grace`
+/// to stop).
+async fn lead_once(
+    term: &Leadership,
+    start: &mut WorkFn,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+    grace: Duration,
+) -> TermEnd {
+    let mut run = start(term.clone());
+    tokio::select! {
+        reason = term.lost() => TermEnd::Lost(reason),
+        _ = run.as_mut() => TermEnd::WorkDone,
+        _ = shutdown.as_mut() => {
+            // Tell the work to stop while the keeper keeps the
+            // lease, so nobody else starts before it has stopped.
+            term.shared().mark_lost(LostReason::Shutdown);
             tokio::select! {
-                reason = term.lost() => TermEnd::Lost(reason),
-                _ = run.as_mut() => TermEnd::WorkDone,
-                _ = shutdown.as_mut() => {
-                    // Tell the work to stop while the keeper keeps the
-                    // lease, so nobody else starts before it has stopped.
-                    term.shared().mark_lost(LostReason::Shutdown);
-                    tokio::select! {
-                        _ = run => {}
-                        _ = term.shared().ended() => {}
-                        _ = tokio::time::sleep(grace) => {
-                            tracing::warn!(election = %term.election(), ?grace, "work did not stop within the shutdown grace; dropping it");
-                        }
-                    }
-                    TermEnd::Shutdown
+                _ = run => {}
+                _ = term.shared().ended() => {}
+                _ = tokio::time::sleep(grace) => {
+                    tracing::warn!(election = %term.election(), ?grace, "work did not stop within the shutdown grace; dropping it");
                 }
             }
+            TermEnd::Shutdown
         }
     }
 }
