@@ -47,6 +47,9 @@ use crate::keeper::{Keeper, Report};
 use crate::machine::Timing;
 use crate::{Leadership, LostReason, Result};
 
+#[cfg(doc)]
+use crate::MemoryStore;
+
 mod acquire;
 mod builder;
 mod cycle;
