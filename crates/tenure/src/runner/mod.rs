@@ -14,12 +14,15 @@
 //! store's clock, so a new leader does not repeat a tick its predecessor
 //! completed within the period (ShedLock's "at most once per period").
 
-use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
 use crate::{Election, LeaderInfo, Leadership, LostReason, Result};
+
+mod every;
+
+pub use every::TickOutcome;
 
 type WorkFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type WorkFn = Box<dyn FnMut(Leadership) -> WorkFuture + Send>;
@@ -32,43 +35,6 @@ enum Work {
     Idle,
     Every(Duration, TickFn),
     Lead(WorkFn),
-}
-
-/// What a [`Runner::every`] tick returns: `()` (always a success), or a
-/// `Result` whose `Err` marks a failed tick, which is logged with the
-/// error, not recorded as a run, and tried again sooner.
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
-/// use std::time::Duration;
-/// let store = tenure::MemoryStore::new();
-/// let election = tenure::Election::builder("billing").memory(&store).build().await?;
-/// election
-///     .runner()
-///     .every(Duration::from_secs(60), |term| async move {
-///         charge_due_invoices(term.token()).await?; // an Err is retried
-///         Ok::<(), std::io::Error>(())
-///     })
-///     .run_until(tokio::time::sleep(Duration::from_millis(50)))
-///     .await?;
-/// # Ok(()) }
-/// # async fn charge_due_invoices(_: u64) -> std::io::Result<()> { Ok(()) }
-/// ```
-pub trait TickOutcome: Send + 'static {
-    /// `None` for a success; for a failure, what went wrong (for the log).
-    fn failure(self) -> Option<String>;
-}
-
-impl TickOutcome for () {
-    fn failure(self) -> Option<String> {
-        None
-    }
-}
-
-impl<T: Send + 'static, E: Display + Send + 'static> TickOutcome for std::result::Result<T, E> {
-    fn failure(self) -> Option<String> {
-        self.err().map(|err| err.to_string())
-    }
 }
 
 /// Runs an election in the callback style; made by [`Election::runner`].
@@ -447,130 +413,39 @@ async fn lead_term(
             _ = shutdown.as_mut() => TermEnd::Shutdown,
         },
         Work::Every(period, tick) => {
-            let period = *period;
-            let retry = period.min(election.ttl());
-            // Until the leader has recorded a tick of its own, the store
-            // says when the next is due; after one, it is due a period
-            // after the record was confirmed (only this term can record
-            // while it holds the lease, so asking again would tell nothing
-            // new; on etcd it would round the age down and add a second).
-            let mut due: Option<tokio::time::Instant> = None;
-            loop {
-                // The wait before the next tick, and whether the store is
-                // to be asked again after it.
-                let (wait, ask_again) = match due.take() {
-                    Some(at) => (
-                        at.saturating_duration_since(tokio::time::Instant::now()),
-                        false,
-                    ),
-                    None => {
-                        let asked = tokio::select! {
-                            biased;
-                            reason = term.lost() => return TermEnd::Lost(reason),
-                            _ = shutdown.as_mut() => return TermEnd::Shutdown,
-                            asked = election.since_last_run() => asked,
-                        };
-                        match asked {
-                            Ok(Some(age)) if age < period => (period - age, true),
-                            Ok(_) => (Duration::ZERO, false),
-                            Err(err) => {
-                                tracing::warn!(election = %election.name(), error = %err, retry = ?retry, "cannot read when the work last ran; no tick until it can be read");
-                                (retry, true)
-                            }
-                        }
-                    }
-                };
-                if !wait.is_zero() {
-                    tokio::select! {
-                        biased;
-                        reason = term.lost() => return TermEnd::Lost(reason),
-                        _ = shutdown.as_mut() => return TermEnd::Shutdown,
-                        _ = tokio::time::sleep(wait) => {}
-                    }
-                }
-                if ask_again {
-                    // Another leader's record is the store's to tell (and
-                    // a run recorded by a term this instance lost, too).
-                    continue;
-                }
-                let run = tick(term.clone());
-                tokio::pin!(run);
-                let failure = tokio::select! {
-                    biased;
-                    reason = term.lost() => return TermEnd::Lost(reason),
-                    failure = &mut run => failure,
-                    _ = shutdown.as_mut() => {
-                        // The running tick gets the shutdown grace to
-                        // finish (and be recorded) while the keeper keeps
-                        // the lease; then it is dropped.
-                        let finished = tokio::select! {
-                            biased;
-                            _ = term.lost() => None,
-                            failure = &mut run => Some(failure),
-                            _ = tokio::time::sleep(grace) => {
-                                tracing::warn!(election = %election.name(), ?grace, "tick did not finish within the shutdown grace; dropping it");
-                                None
-                            }
-                        };
-                        if let Some(None) = finished {
-                            record(election, term, period).await;
-                        }
-                        return TermEnd::Shutdown;
-                    }
-                };
-                if let Some(failure) = failure {
-                    tracing::warn!(election = %election.name(), error = %failure, retry = ?retry, "tick failed; not recorded as a run, trying again");
-                    due = Some(later(retry));
-                    continue;
-                }
-                record(election, term, period).await;
-                // Whether or not the store took the record, this leader
-                // knows the tick ran: the next is due a period from now.
-                due = Some(later(period));
-            }
+            every::lead_every(election, term, *period, tick, shutdown, grace).await
         }
-        Work::Lead(start) => {
-            let mut run = start(term.clone());
+        Work::Lead(start) => lead_once(term, start, shutdown, grace).await,
+    }
+}
+
+/// Run the [`Runner::lead`] work of one term until it returns by itself,
+/// the term is lost, or shutdown is requested (then the work gets `grace`
+/// to stop).
+async fn lead_once(
+    term: &Leadership,
+    start: &mut WorkFn,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+    grace: Duration,
+) -> TermEnd {
+    let mut run = start(term.clone());
+    tokio::select! {
+        reason = term.lost() => TermEnd::Lost(reason),
+        _ = run.as_mut() => TermEnd::WorkDone,
+        _ = shutdown.as_mut() => {
+            // Tell the work to stop while the keeper keeps the
+            // lease, so nobody else starts before it has stopped.
+            term.shared().mark_lost(LostReason::Shutdown);
             tokio::select! {
-                reason = term.lost() => TermEnd::Lost(reason),
-                _ = run.as_mut() => TermEnd::WorkDone,
-                _ = shutdown.as_mut() => {
-                    // Tell the work to stop while the keeper keeps the
-                    // lease, so nobody else starts before it has stopped.
-                    term.shared().mark_lost(LostReason::Shutdown);
-                    tokio::select! {
-                        _ = run => {}
-                        _ = term.shared().ended() => {}
-                        _ = tokio::time::sleep(grace) => {
-                            tracing::warn!(election = %term.election(), ?grace, "work did not stop within the shutdown grace; dropping it");
-                        }
-                    }
-                    TermEnd::Shutdown
+                _ = run => {}
+                _ = term.shared().ended() => {}
+                _ = tokio::time::sleep(grace) => {
+                    tracing::warn!(election = %term.election(), ?grace, "work did not stop within the shutdown grace; dropping it");
                 }
             }
+            TermEnd::Shutdown
         }
     }
-}
-
-/// Record a completed tick as the last run, logging a refusal or failure.
-async fn record(election: &Election, term: &Leadership, period: Duration) {
-    match term.record_run(period).await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!(election = %election.name(), token = term.token(), "the tick completed, but the store refused to record it: this term no longer holds the lease, and the next leader may run it again");
-        }
-        Err(err) => {
-            tracing::warn!(election = %election.name(), error = %err, "the tick completed, but could not be recorded; the next leader may run it again");
-        }
-    }
-}
-
-/// The instant `wait` from now, or a century away if that overflows (a
-/// period of `Duration::MAX` means "once").
-fn later(wait: Duration) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    now.checked_add(wait)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
 }
 
 /// Wait for SIGTERM or SIGINT (Ctrl-C elsewhere than Unix).

@@ -1,0 +1,221 @@
+//! The renewal cycle, once per renew interval: the heartbeat and every
+//! renewal in one round trip, then the target from the members seen, and
+//! the hand-over of what left it. Apart from acquisitions, which run beside
+//! it so that they never delay a renewal.
+
+use std::sync::atomic::Ordering;
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::target::assign;
+use super::{PartitionSet, Running, Work};
+use crate::backend::{Op, Reply, RENEW_MANY};
+use crate::keeper::Keeper;
+use crate::machine::Reading;
+use crate::{metrics, Error, LostReason, Result};
+
+/// The most renewals sent in one round trip (as [`RENEW_MANY`]-sized
+/// operations): a set of up to 100,000 partitions renews in one round trip.
+const RENEW_CHUNK: usize = 100_000;
+
+/// What the renewal round trips of a cycle found.
+struct Renewals {
+    /// The live members, if the heartbeat was answered.
+    members: Option<Vec<String>>,
+    /// Whether some renewal went unanswered (its outcome is unknown).
+    failed: bool,
+}
+
+impl PartitionSet {
+    /// One cycle: heartbeat and renewals (one round trip), then the target
+    /// from the members, and releases of what left it. Returns when to try
+    /// again if the renewals failed. Acquisitions are not made here (see
+    /// [`PartitionSet::next_acquisition`]).
+    pub(super) async fn cycle(&self, running: &mut Running) -> Result<Option<Instant>> {
+        self.observed.cycles.fetch_add(1, Ordering::Relaxed);
+        running.look_for_work = true;
+        let timing = &self.timing;
+        let sent_at = Reading::take();
+        let held: Vec<(usize, u64)> = running
+            .keeper
+            .iter()
+            .map(|(index, kept)| (index, kept.state.token))
+            .collect();
+        let renewals = self.renew(&mut running.keeper, &held, sent_at).await?;
+        let now = Instant::now();
+        let retry = (renewals.failed && !held.is_empty()).then(|| now + timing.retry_every);
+
+        let Some(members) = renewals.members else {
+            return Ok(retry);
+        };
+        self.take_members(running, members);
+        self.hand_over(running, now).await;
+        Ok(retry)
+    }
+
+    /// The heartbeat and the renewal of every term `held`, as of `sent_at`:
+    /// one round trip per [`RENEW_CHUNK`] terms.
+    async fn renew(
+        &self,
+        keeper: &mut Keeper<Work>,
+        held: &[(usize, u64)],
+        sent_at: Reading,
+    ) -> Result<Renewals> {
+        let timing = &self.timing;
+        let terms: Vec<(&str, u64)> = held
+            .iter()
+            .map(|(index, token)| (self.partitions[*index].as_str(), *token))
+            .collect();
+        // The heartbeat first, then the renewals, a thousand to an
+        // operation. The whole call timeout, whatever the deadlines: a
+        // partition whose deadline passes meanwhile ends at its deadline by
+        // itself (its handle checks the clock), and the others keep their
+        // renewal. Sets beyond RENEW_CHUNK partitions renew in several
+        // round trips, so that no batch outgrows the call timeout; a failed
+        // one fails only its own.
+        let mut renewals = Renewals {
+            members: None,
+            failed: false,
+        };
+        let round_trips: Vec<&[(&str, u64)]> = if terms.is_empty() {
+            vec![&[]]
+        } else {
+            terms.chunks(RENEW_CHUNK).collect()
+        };
+        // Position in `held` of the first term of the current operation.
+        let mut offset = 0;
+        for (round, round_terms) in round_trips.into_iter().enumerate() {
+            let mut ops = Vec::with_capacity(round_terms.len() / RENEW_MANY + 2);
+            if round == 0 {
+                ops.push(self.heartbeat(true));
+            }
+            ops.extend(round_terms.chunks(RENEW_MANY).map(|chunk| Op::RenewMany {
+                prefix: &self.prefix,
+                id: &self.id,
+                ttl_ms: timing.ttl_ms(),
+                terms: chunk,
+            }));
+            let chunk_sent = Instant::now();
+            let results = self.send(&ops, timing.call_timeout).await;
+            keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());
+            let mut results = results.into_iter().flatten();
+            let slept = crate::clock::suspended();
+            if round == 0 {
+                renewals.members = self.members_from(results.next())?;
+            }
+            for chunk in round_terms.chunks(RENEW_MANY) {
+                let slots = &held[offset..offset + chunk.len()];
+                offset += chunk.len();
+                if self.apply_renewals(keeper, slots, results.next(), sent_at, slept)? {
+                    renewals.failed = true;
+                }
+            }
+        }
+        Ok(renewals)
+    }
+
+    /// The live members from the heartbeat's reply (`None` if it went
+    /// unanswered), warning of entries no member writes.
+    fn members_from(&self, reply: Option<Result<Reply>>) -> Result<Option<Vec<String>>> {
+        Ok(match reply {
+            Some(Ok(reply)) => {
+                let (members, phantoms) = reply.into_members()?;
+                if phantoms > 0 {
+                    metrics::phantom_members(&self.group, phantoms);
+                    tracing::warn!(group = %self.group, prefix = %self.prefix, phantoms, "ignoring member entries whose heartbeat expires more than 2 ttl from now; no member writes those (forged or corrupted data)");
+                }
+                Some(members)
+            }
+            Some(Err(err)) if !err.is_transient() => return Err(err),
+            Some(Err(_)) | None => None,
+        })
+    }
+
+    /// Apply the reply to one renewal operation to its terms (`slots`),
+    /// sent as of `sent_at`, with `slept` the suspend time read after the
+    /// round trip. Returns whether some went unanswered.
+    fn apply_renewals(
+        &self,
+        keeper: &mut Keeper<Work>,
+        slots: &[(usize, u64)],
+        result: Option<Result<Reply>>,
+        sent_at: Reading,
+        slept: Duration,
+    ) -> Result<bool> {
+        let timing = &self.timing;
+        let mut failed = false;
+        let each = match result.map(|r| r.and_then(Reply::into_renew_many)) {
+            Some(Ok(each)) if each.len() == slots.len() => each,
+            Some(Err(err)) if !err.is_transient() => return Err(err),
+            // No answer: the outcome is unknown, the deadlines stay.
+            _ => {
+                for (index, _) in slots {
+                    keeper.renewed_as_of(*index, timing, sent_at, None, slept);
+                }
+                return Ok(true);
+            }
+        };
+        for ((index, _), reply) in slots.iter().zip(each) {
+            let reply = match reply {
+                Ok(reply) => Some(reply),
+                // Foreign data in one lease: that term cannot be
+                // renewed (it ends at its deadline); the rest go on.
+                Err(err @ Error::ForeignData { .. }) => {
+                    tracing::error!(group = %self.group, partition = %self.partitions[*index], error = %err, "cannot renew the partition's lease");
+                    None
+                }
+                // A person must act (a cluster node with other ACLs).
+                Err(err) if !err.is_transient() => return Err(err),
+                // No answer from the node of this lease (one shard of
+                // a cluster): unknown, the deadline stays; try again
+                // soon, as for a failed round trip.
+                Err(_) => {
+                    failed = true;
+                    None
+                }
+            };
+            // Ends the term if the renewal says so.
+            keeper.renewed_as_of(*index, timing, sent_at, reply, slept);
+        }
+        Ok(failed)
+    }
+
+    /// Take in the live members a heartbeat returned: if they changed, show
+    /// them to observers and compute this member's target again.
+    fn take_members(&self, running: &mut Running, members: Vec<String>) {
+        if members != running.members {
+            *self
+                .observed
+                .members
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = members.clone();
+            let target = assign(&self.partitions, &members);
+            running.mine = target.get(self.id.as_str()).cloned().unwrap_or_default();
+            running.members = members;
+        }
+    }
+
+    /// Tell work outside the target to stop; resign what has stopped (or
+    /// has had one ttl since it was told, as of `now`).
+    async fn hand_over(&self, running: &mut Running, now: Instant) {
+        let timing = &self.timing;
+        let keeper = &mut running.keeper;
+        let mut resign = Vec::new();
+        for (index, kept) in keeper.iter_mut() {
+            if !running.mine.contains(&index) && kept.extra.releasing.is_none() {
+                kept.extra.releasing = Some(now);
+                kept.shared.mark_lost(LostReason::Resigned);
+            }
+            if let Some(since) = kept.extra.releasing {
+                if kept.extra.is_finished() || now >= since + timing.ttl {
+                    resign.push(index);
+                }
+            }
+        }
+        if !resign.is_empty() {
+            self.resign_all(keeper, &resign).await;
+        }
+    }
+}
