@@ -61,22 +61,7 @@ impl Election {
             let seen = *notices.borrow_and_update();
             let sent_at = Reading::take();
             let sent = sent_at.now;
-            let reply = match self.acquire_once(&attempt.name).await {
-                Ok(reply) => {
-                    failures = 0;
-                    Some(reply)
-                }
-                Err(err) if !err.is_transient() => return Err(err),
-                Err(err) => {
-                    // After a timeout the outcome is unknown: the script may
-                    // have run. The next attempt adopts the term if it did.
-                    failures = failures.saturating_add(1);
-                    if failures == 1 {
-                        tracing::warn!(election = %self.inner.name, error = %err, "acquire failed; retrying");
-                    }
-                    None
-                }
-            };
+            let reply = self.acquire_counted(&attempt.name, &mut failures).await?;
             let now_at = Reading::take();
             match after_acquire(timing, sent_at, now_at, reply, self.jitter(), failures) {
                 CandidateStep::Elected(state) => {
@@ -115,19 +100,58 @@ impl Election {
                             "the store may have lost or rolled back leases (first use of the election, a restart or a failover): no lease is granted until any leader from before has passed its deadline"
                         );
                     }
-                    // A lease that vanished without its holder's release
-                    // holds the election off until its witness runs out,
-                    // or until the holder, having stopped, releases it:
-                    // that release is announced.
-                    let mut since = seen;
-                    tokio::select! {
-                        _ = sleep_until(until) => {}
-                        _ = lease_changed(&mut notices, &mut since, sent, Duration::ZERO) => {
-                            pace.before_attempt(sent, timing.retry_every).await;
-                        }
-                    }
+                    self.wait_out_hold_off(&mut notices, seen, until, sent, &mut pace)
+                        .await;
                 }
                 CandidateStep::Retry { at } => sleep_until(at).await,
+            }
+        }
+    }
+
+    /// [`Election::acquire_once`], counting consecutive failures a retry
+    /// may fix in `failures` (the first is logged): `None` for one of
+    /// those, the error itself when a person must act.
+    async fn acquire_counted(
+        &self,
+        attempt: &str,
+        failures: &mut u32,
+    ) -> Result<Option<AcquireReply>> {
+        match self.acquire_once(attempt).await {
+            Ok(reply) => {
+                *failures = 0;
+                Ok(Some(reply))
+            }
+            Err(err) if !err.is_transient() => Err(err),
+            Err(err) => {
+                // After a timeout the outcome is unknown: the script may
+                // have run. The next attempt adopts the term if it did.
+                *failures = failures.saturating_add(1);
+                if *failures == 1 {
+                    tracing::warn!(election = %self.inner.name, error = %err, "acquire failed; retrying");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Wait out the store's hold-off until `until`. A lease that vanished
+    /// without its holder's release holds the election off until its
+    /// witness runs out, or until the holder, having stopped, releases it:
+    /// that release is announced, and the next attempt is paced after the
+    /// one sent at `sent`.
+    async fn wait_out_hold_off(
+        &self,
+        notices: &mut watch::Receiver<Notices>,
+        seen: Notices,
+        until: Instant,
+        sent: Instant,
+        pace: &mut Pace,
+    ) {
+        let mut since = seen;
+        tokio::select! {
+            _ = sleep_until(until) => {}
+            _ = lease_changed(notices, &mut since, sent, Duration::ZERO) => {
+                pace.before_attempt(sent, self.inner.timing.retry_every).await;
             }
         }
     }
