@@ -103,7 +103,7 @@ pub enum Error {
         detail: String,
     },
 
-    /// A Redis call did not answer within its timeout (zero when the
+    /// A store call did not answer within its timeout (zero when the
     /// client's own timeout fired). Its outcome is unknown: it may still have
     /// run on the server.
     #[error("the store did not answer in time{}", within(.0))]

@@ -14,7 +14,7 @@
 //! Handles reach their keeper through one channel per keeper, with
 //! commands addressed by term, (name, token): a handle of a term that has
 //! ended can never act on a later term of the same name
-//! ([`Keeper::slot_of`]).
+//! ([`Keeper::index_of`]).
 //!
 //! **Deadlines.** A term ends at its deadline whether or not its keeper is
 //! able to act then (it may be waiting on a slow store). Each keeper has a
@@ -57,7 +57,7 @@ pub(crate) struct Kept<T> {
     pub extra: T,
 }
 
-/// The terms of one owner, by slot (an election has slot 0; a partition set
+/// The terms of one owner, by index (an election has index 0; a partition set
 /// uses the partition's index).
 pub(crate) struct Keeper<T> {
     id: Arc<str>,
@@ -160,7 +160,7 @@ impl<T> Keeper<T> {
     }
 
     /// Begin a term: an acquire won `state`. Returns its first handle.
-    pub fn begin(&mut self, slot: usize, name: &str, state: LeaderState, extra: T) -> Leadership {
+    pub fn begin(&mut self, index: usize, name: &str, state: LeaderState, extra: T) -> Leadership {
         let shared = Arc::new(TermShared::new(name.to_string(), self.id.clone(), &state));
         if self.loud {
             tracing::info!(election = %name, id = %self.id, token = state.token, "elected leader");
@@ -175,13 +175,13 @@ impl<T> Keeper<T> {
             .unwrap_or_else(|| mpsc::channel(1).0);
         let term = Leadership::new(shared.clone(), commands);
         let token = state.token;
-        // A slot holds one term: one still there (never the case when the
+        // A index holds one term: one still there (never the case when the
         // owner follows the protocol) ends before the next begins.
-        self.end(slot, LostReason::Resigned);
+        self.end(index, LostReason::Resigned);
         self.generation += 1;
         {
             let mut watched = self.watchdog.watched();
-            watched.terms.insert((slot, token), shared.clone());
+            watched.terms.insert((index, token), shared.clone());
             // Only a deadline before the watchdog's next wake needs it now
             // (a new term's deadline rarely is: a set's thousands of new
             // terms must not make it look at every term thousands of times).
@@ -191,7 +191,7 @@ impl<T> Keeper<T> {
             }
         }
         self.terms.insert(
-            slot,
+            index,
             Kept {
                 state,
                 shared,
@@ -205,16 +205,16 @@ impl<T> Keeper<T> {
         term
     }
 
-    /// End the term in `slot`, if any: record `reason` (unless one was
+    /// End the term in `index`, if any: record `reason` (unless one was
     /// recorded before), take away its right to act now, and tell its
     /// handles. Returns it, for the owner to release its lease.
-    pub fn end(&mut self, slot: usize, reason: LostReason) -> Option<Kept<T>> {
-        let mut kept = self.terms.remove(&slot)?;
+    pub fn end(&mut self, index: usize, reason: LostReason) -> Option<Kept<T>> {
+        let mut kept = self.terms.remove(&index)?;
         self.generation += 1;
         self.watchdog
             .watched()
             .terms
-            .remove(&(slot, kept.state.token));
+            .remove(&(index, kept.state.token));
         let shared = &kept.shared;
         shared.mark_lost(reason.clone());
         // No clone of a handle may believe in the term any more.
@@ -241,19 +241,19 @@ impl<T> Keeper<T> {
         Some(kept)
     }
 
-    /// Apply the reply to a renewal of `slot`'s term sent at `sent`: `None`
+    /// Apply the reply to a renewal of `index`'s term sent at `sent`: `None`
     /// when it failed or timed out. The state machine moves the deadline
     /// (or ends the term), and its verdict is applied here: the term's
     /// handles see its deadline, and a term it ends ends here.
     pub fn renewed(
         &mut self,
-        slot: usize,
+        index: usize,
         timing: &Timing,
         sent: Reading,
         reply: Option<RenewReply>,
     ) -> Option<LeaderStep> {
         let slept = crate::clock::suspended();
-        self.renewed_as_of(slot, timing, sent, reply, slept)
+        self.renewed_as_of(index, timing, sent, reply, slept)
     }
 
     /// [`Keeper::renewed`] with the host's suspend time read as `slept`,
@@ -262,7 +262,7 @@ impl<T> Keeper<T> {
     /// being handled must count as passed.
     pub fn renewed_as_of(
         &mut self,
-        slot: usize,
+        index: usize,
         timing: &Timing,
         sent: Reading,
         reply: Option<RenewReply>,
@@ -270,7 +270,7 @@ impl<T> Keeper<T> {
     ) -> Option<LeaderStep> {
         let now = Instant::now();
         let at = Reading { now, slept };
-        let kept = self.terms.get_mut(&slot)?;
+        let kept = self.terms.get_mut(&index)?;
         match (&self.report, reply.is_some()) {
             (Report::PerTerm, true) => metrics::renewed(&kept.shared.election, now - sent.now),
             (Report::PerTerm, false) => metrics::renewal_failed(&kept.shared.election),
@@ -280,39 +280,39 @@ impl<T> Keeper<T> {
         let step = kept.state.after_renew(timing, sent, at, reply);
         kept.shared.mirror(&kept.state);
         if let LeaderStep::Lost(reason) = &step {
-            self.end(slot, reason.clone());
+            self.end(index, reason.clone());
         }
         Some(step)
     }
 
-    /// The slot of the term (`slot`, `token`) if it is still kept: a
+    /// The index of the term (`index`, `token`) if it is still kept: a
     /// command from a handle of an ended term finds nothing, even when a
     /// later term of the same name is kept.
-    pub fn slot_of(&self, slot: Option<usize>, token: u64) -> Option<usize> {
-        let slot = slot?;
+    pub fn index_of(&self, index: Option<usize>, token: u64) -> Option<usize> {
+        let index = index?;
         self.terms
-            .get(&slot)
+            .get(&index)
             .filter(|kept| kept.state.token == token)
-            .map(|_| slot)
+            .map(|_| index)
     }
 
-    pub fn get(&self, slot: usize) -> Option<&Kept<T>> {
-        self.terms.get(&slot)
+    pub fn get(&self, index: usize) -> Option<&Kept<T>> {
+        self.terms.get(&index)
     }
 
-    pub fn get_mut(&mut self, slot: usize) -> Option<&mut Kept<T>> {
-        self.terms.get_mut(&slot)
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut Kept<T>> {
+        self.terms.get_mut(&index)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, &Kept<T>)> {
-        self.terms.iter().map(|(slot, kept)| (*slot, kept))
+        self.terms.iter().map(|(index, kept)| (*index, kept))
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (usize, &mut Kept<T>)> {
-        self.terms.iter_mut().map(|(slot, kept)| (*slot, kept))
+        self.terms.iter_mut().map(|(index, kept)| (*index, kept))
     }
 
-    pub fn slots(&self) -> Vec<usize> {
+    pub fn indexes(&self) -> Vec<usize> {
         self.terms.keys().copied().collect()
     }
 
@@ -321,8 +321,8 @@ impl<T> Keeper<T> {
         self.generation
     }
 
-    pub fn contains(&self, slot: usize) -> bool {
-        self.terms.contains_key(&slot)
+    pub fn contains(&self, index: usize) -> bool {
+        self.terms.contains_key(&index)
     }
 
     /// Record a batch of renewals as a set's one measurement.
@@ -382,8 +382,8 @@ mod tests {
         keeper.end(3, LostReason::Resigned);
         assert!(!first.is_leader());
         let second = keeper.begin(3, "p", state(11), ());
-        assert_eq!(keeper.slot_of(Some(3), first.token()), None);
-        assert_eq!(keeper.slot_of(Some(3), second.token()), Some(3));
+        assert_eq!(keeper.index_of(Some(3), first.token()), None);
+        assert_eq!(keeper.index_of(Some(3), second.token()), Some(3));
         assert!(second.is_leader());
     }
 

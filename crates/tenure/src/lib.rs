@@ -74,53 +74,76 @@
 //!
 //! - **election**: a name (e.g. `nightly-cleanup`) for which at most one
 //!   leader is chosen.
+//! - **instance**: one process (or one [`Election`] value) taking part,
+//!   named by its **id** ([`instance_id`]: host name and 128 random bits).
 //! - **candidate**: an instance trying to become leader
 //!   ([`Election::campaign`]); **follower**: a candidate that found another
 //!   leader and waits for its lease to expire or be released.
-//! - **lease**: the Redis key that records the leader; it expires after the
-//!   **ttl** unless renewed.
+//! - **lease**: what the store keeps for an election's leader (a Redis key,
+//!   an etcd key on an etcd lease, an entry of a [`MemoryStore`]); it
+//!   expires after the **ttl** unless renewed.
 //! - **term**: one uninterrupted leadership of one instance, from acquire to
-//!   loss or resignation ([`Leadership`]).
+//!   loss or resignation. Its handle is a [`Leadership`] (cheap to clone:
+//!   every clone is a handle of the same term).
 //! - **token** (fencing token): the number of a term, strictly increasing per
 //!   election. A term is named by (id, token) in every operation.
-//! - **holder**: the instance whose term the lease records (its id and token).
+//! - **holder**: the instance whose term the lease records, by its id (a
+//!   [`LeaderInfo`]'s `id`; [`LostReason::Taken`] names it `by`).
 //! - **attempt**: a random name for one campaign, stored in the lease it
 //!   writes; only a retry of the same attempt adopts a lease found under its
 //!   own id (its first reply was lost), so every new term has a new token.
-//! - **epoch**: the Redis process (`run_id`) an election's data was first
-//!   seen on; a new epoch means leases may have been lost or rolled back.
+//! - **address**: where an election lives in a store: its key **prefix**
+//!   and its name. Each store lays an address out its own way (the book's
+//!   *Keys* page).
+//! - **epoch**: the store process (on Redis its `run_id`) an election's
+//!   data was first seen on; a new epoch means leases may have been lost or
+//!   rolled back.
 //! - **hold-off** (at start-up): no lease is granted for the largest
 //!   ttl in use after a new epoch begins.
+//! - **witness**: written beside each lease, deleted only by its holder's
+//!   release: a lease that vanished any other way holds the election until
+//!   the witness runs out, as a crash would.
 //! - **grace**: the time work is given to stop before it is killed or
 //!   abandoned ([`Runner::shutdown_grace`], `tenure run --kill-grace`).
-//! - **keeper**: the task that renews a term and ends it (one per term of an
-//!   election; one for all the partitions of a partition-set member).
+//! - **keeper**: what renews terms and ends them (one per election; one for
+//!   all the partitions of a partition-set member); its **watchdog** ends a
+//!   term at its deadline even while the keeper waits on the store.
 //! - **store**: where leases are kept (Redis, etcd, or [`MemoryStore`]); a
-//!   [`Store`] is one shared by many elections of a process.
+//!   [`Store`] is one connection to a store, shared by many elections of a
+//!   process. In the code a store's kinds are `RedisStore`, `EtcdStore` and
+//!   [`MemoryStore`]; a **backend** is one election's view of a store.
 //! - **group**, **member**, **partition**: a partition set is a group of
 //!   members sharing partitions, each partition an election of its own.
 //! - **deadline**: the local instant a term ends unless renewed: send time of
-//!   the last successful acquire/renew + ttl − margin.
+//!   the last successful acquire/renew + ttl − margin, earlier by any time
+//!   the host spends suspended. The state machine keeps it; nothing else
+//!   moves it.
 //! - **margin**: the safety allowance for clock-rate differences.
-//! - **resign**: end one's own term and release the lease at once.
+//! - **resign**: end one's own term and **release** its lease at once (the
+//!   only way a follower gets in before the lease expires).
+//! - **hint** (announcement): a message that the lease changed hands (Redis
+//!   pub/sub, an etcd watch); it makes hand-over fast and is never needed
+//!   for correctness.
 //! - **run** (last run): a successful completion of the election's
 //!   periodic work, recorded in the store by the term that did it
 //!   ([`Leadership::record_run`]) in the election's **last-run marker**;
 //!   [`Election::since_last_run`] reads its age by the store's clock.
-//!   [`Runner::every`] and `tenure run --at-most-every` keep it.
+//!   [`Runner::every`] and `tenure run --at-most-every` record it; a
+//!   record's **keep** is how long the store remembers it.
+//! - **seat**: one election that `tenure serve` campaigns for and holds.
 //!
 //! # Timing
 //!
 //! | setting | default | trade-off |
 //! |---|---|---|
-//! | ttl | 15 s | longer: survives longer Redis outages; shorter: faster takeover after a crash |
+//! | ttl | 15 s | longer: survives longer store outages; shorter: faster takeover after a crash |
 //! | renew every | ttl / 3 | more often: more load, more retries before the deadline |
 //! | margin | ttl / 10, ≤ 2 s | larger: tolerates more clock-rate difference, loses leadership sooner when renewals fail |
-//! | call timeout | renew interval, ≤ 2 s | bound of one Redis call |
+//! | call timeout | renew interval, ≤ 2 s | bound of one store call |
 //! | max ttl | ttl | the largest ttl of any instance: the start-up hold-off |
 //!
 //! How renewal timing works is explained in one place: the state machine,
-//! `src/machine.rs`.
+//! `src/machine/`.
 //!
 //! # Keys
 //!

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// What the holder of a lease looks like, as reported by the backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Holder {
-    pub owner: String,
+    pub id: String,
     pub token: u64,
     pub ttl_left: Duration,
     pub since_ms: u64,
@@ -116,7 +116,7 @@ pub struct LeaderInfo {
 impl From<Holder> for LeaderInfo {
     fn from(holder: Holder) -> Self {
         LeaderInfo {
-            id: holder.owner,
+            id: holder.id,
             token: holder.token,
             ttl_left: holder.ttl_left,
             held_since: (holder.since_ms > 0)

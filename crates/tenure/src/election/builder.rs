@@ -312,7 +312,7 @@ impl ElectionBuilder {
         self
     }
 
-    /// Upper bound of one Redis call (default: the renew interval, at most 2 s).
+    /// Upper bound of one store call (default: the renew interval, at most 2 s).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {

@@ -72,7 +72,7 @@ impl Election {
                     if last_seen_token != Some(holder.token) {
                         last_seen_token = Some(holder.token);
                         self.note_holder(&holder);
-                        tracing::debug!(election = %self.inner.name, leader = ?holder.owner, token = holder.token, "following");
+                        tracing::debug!(election = %self.inner.name, leader = ?holder.id, token = holder.token, "following");
                         on_follower(&LeaderInfo::from(holder.clone()));
                     }
                     // A renewal announcement may push the wait back, but
@@ -173,7 +173,7 @@ impl Election {
         let acquire = self.inner.backend.acquire(&request);
         match self.inner.call(timing.call_timeout, acquire).await? {
             AcquireReply::Held(holder)
-                if bugs.adopt_earlier_lease && holder.owner == self.inner.id =>
+                if bugs.adopt_earlier_lease && holder.id == self.inner.id =>
             {
                 Ok(AcquireReply::Won {
                     token: holder.token,
@@ -188,7 +188,7 @@ impl Election {
     pub(super) fn note_holder(&self, holder: &Holder) {
         let ttl_ms = (holder.ttl.min(crate::machine::MAX_TTL)).as_millis() as u64;
         self.inner.hold_off_ms.fetch_max(ttl_ms, Ordering::Relaxed);
-        if holder.owner == self.inner.id && !self.inner.attempts.is_ours(&holder.attempt) {
+        if holder.id == self.inner.id && !self.inner.attempts.is_ours(&holder.attempt) {
             tracing::warn!(
                 election = %self.inner.name,
                 id = %self.inner.id,

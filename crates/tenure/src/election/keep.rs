@@ -15,7 +15,7 @@ use crate::machine::{LeaderStep, Reading};
 use crate::term::LostReason;
 use crate::{Error, Result};
 
-/// An election's keeper keeps one term, in this slot.
+/// An election's keeper keeps one term, at this index.
 pub(super) const TERM: usize = 0;
 
 /// The task that keeps an election's one term: renews on schedule, answers
@@ -109,7 +109,7 @@ async fn serve(
             reply,
             ..
         }) => {
-            if keeper.slot_of(Some(TERM), token).is_none() {
+            if keeper.index_of(Some(TERM), token).is_none() {
                 let _ = reply.send(Ok(()));
                 return ControlFlow::Continue(());
             }
@@ -120,7 +120,7 @@ async fn serve(
         Some(Command::RecordRun {
             token, keep, reply, ..
         }) => {
-            if keeper.slot_of(Some(TERM), token).is_none() {
+            if keeper.index_of(Some(TERM), token).is_none() {
                 let _ = reply.send(Ok(false));
                 return ControlFlow::Continue(());
             }
@@ -153,7 +153,7 @@ async fn confirm(
     shared: &TermShared,
     token: u64,
 ) -> Result<Duration> {
-    if keeper.slot_of(Some(TERM), token).is_none() {
+    if keeper.index_of(Some(TERM), token).is_none() {
         return Err(Error::NotLeader(
             shared.lost_reason().unwrap_or(LostReason::Resigned),
         ));

@@ -4,7 +4,7 @@
 //! the backend with per-call timeouts, notes when each was sent, and lets
 //! the state machine decide. Followers sleep until the holder's lease would
 //! expire or a release is announced, whichever comes first, so an idle
-//! follower costs about one Redis call per term.
+//! follower costs about one store call per term.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -310,7 +310,7 @@ impl Election {
             // Only a lease one of our own campaigns wrote: another process
             // with the same id holds its own term.
             Some(holder)
-                if holder.owner == inner.id
+                if holder.id == inner.id
                     && inner.attempts.is_ours(&holder.attempt)
                     && !inner.attempts.is_kept(&holder.attempt) =>
             {

@@ -49,7 +49,7 @@ pub(crate) struct Timing {
     pub renew_every: Duration,
     /// Drift allowance subtracted from the TTL to get the local deadline.
     pub margin: Duration,
-    /// Upper bound of one Redis call.
+    /// Upper bound of one store call.
     pub call_timeout: Duration,
     /// Delay between retries of a failed renewal.
     pub retry_every: Duration,
@@ -360,7 +360,7 @@ impl LeaderState {
             }
             Some(RenewReply::NotOwner(None)) => LeaderStep::Lost(LostReason::Expired),
             Some(RenewReply::NotOwner(Some(holder))) => LeaderStep::Lost(LostReason::Taken {
-                by: holder.owner,
+                by: holder.id,
                 token: holder.token,
             }),
             None => {

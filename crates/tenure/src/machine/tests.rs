@@ -153,7 +153,7 @@ fn follower_waits_for_the_holders_ttl() {
     let t = timing();
     let now = Instant::now();
     let holder = Holder {
-        owner: "b".into(),
+        id: "b".into(),
         token: 4,
         ttl_left: ms(1200),
         since_ms: 0,
@@ -203,7 +203,7 @@ fn losing_to_another_owner_names_it() {
     let start = Instant::now();
     let mut state = LeaderState::elected(&t, 1, at(start));
     let holder = Holder {
-        owner: "other".into(),
+        id: "other".into(),
         token: 9,
         ttl_left: ms(10),
         since_ms: 0,

@@ -309,13 +309,13 @@ impl PartitionSetBuilder {
         metrics::describe();
         let hold_off_ms = self.settings.max_ttl.unwrap_or(timing.ttl).as_millis() as u64;
         let keys_len = self.partitions.len();
-        let mut slots: Vec<u32> = (0..keys_len as u32).collect();
-        slots.sort_unstable_by(|a, b| {
+        let mut by_name: Vec<u32> = (0..keys_len as u32).collect();
+        by_name.sort_unstable_by(|a, b| {
             self.partitions[*a as usize].cmp(&self.partitions[*b as usize])
         });
         let partitions: Arc<[String]> = self.partitions.into();
         Ok(PartitionSet {
-            slots,
+            by_name,
             per_partition_metrics: self.per_partition_metrics,
             prefix: self.settings.prefix.clone(),
             group: self.group,

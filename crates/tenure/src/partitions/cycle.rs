@@ -106,9 +106,9 @@ impl PartitionSet {
                 renewals.members = self.members_from(results.next())?;
             }
             for chunk in round_terms.chunks(RENEW_MANY) {
-                let slots = &held[offset..offset + chunk.len()];
+                let chunk_terms = &held[offset..offset + chunk.len()];
                 offset += chunk.len();
-                if self.apply_renewals(keeper, slots, results.next(), sent_at, slept)? {
+                if self.apply_renewals(keeper, chunk_terms, results.next(), sent_at, slept)? {
                     renewals.failed = true;
                 }
             }
@@ -133,13 +133,13 @@ impl PartitionSet {
         })
     }
 
-    /// Apply the reply to one renewal operation to its terms (`slots`),
+    /// Apply the reply to one renewal operation to its terms,
     /// sent as of `sent_at`, with `slept` the suspend time read after the
     /// round trip. Returns whether some went unanswered.
     fn apply_renewals(
         &self,
         keeper: &mut Keeper<Work>,
-        slots: &[(usize, u64)],
+        terms: &[(usize, u64)],
         result: Option<Result<Reply>>,
         sent_at: Reading,
         slept: Duration,
@@ -147,17 +147,17 @@ impl PartitionSet {
         let timing = &self.timing;
         let mut failed = false;
         let each = match result.map(|r| r.and_then(Reply::into_renew_many)) {
-            Some(Ok(each)) if each.len() == slots.len() => each,
+            Some(Ok(each)) if each.len() == terms.len() => each,
             Some(Err(err)) if !err.is_transient() => return Err(err),
             // No answer: the outcome is unknown, the deadlines stay.
             _ => {
-                for (index, _) in slots {
+                for (index, _) in terms {
                     keeper.renewed_as_of(*index, timing, sent_at, None, slept);
                 }
                 return Ok(true);
             }
         };
-        for ((index, _), reply) in slots.iter().zip(each) {
+        for ((index, _), reply) in terms.iter().zip(each) {
             let reply = match reply {
                 Ok(reply) => Some(reply),
                 // Foreign data in one lease: that term cannot be

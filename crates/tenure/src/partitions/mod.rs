@@ -100,7 +100,7 @@ pub struct PartitionSet {
     group: String,
     partitions: Arc<[String]>,
     /// Partition indexes sorted by name, to address commands from handles.
-    slots: Vec<u32>,
+    by_name: Vec<u32>,
     /// The key prefix of the group and of every partition.
     prefix: String,
     id: String,
@@ -387,7 +387,7 @@ impl PartitionSet {
             };
             let _ = tokio::time::timeout_at(deadline, all_done).await;
         }
-        let indexes = keeper.slots();
+        let indexes = keeper.indexes();
         self.resign_all(&mut keeper, &indexes).await;
         self.send(&[self.heartbeat(false)], self.timing.call_timeout)
             .await;
@@ -402,7 +402,7 @@ impl PartitionSet {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         if self.observed.generation.load(Ordering::Relaxed) != keeper.generation() {
-            *owned = keeper.slots();
+            *owned = keeper.indexes();
             self.observed
                 .generation
                 .store(keeper.generation(), Ordering::Relaxed);

@@ -23,14 +23,14 @@ impl PartitionSet {
     /// later one.
     pub(super) async fn serve(&self, command: Command, keeper: &mut Keeper<Work>) {
         let (election, token) = command.term();
-        let slot = self
-            .slots
+        let index = self
+            .by_name
             .binary_search_by(|i| self.partitions[*i as usize].as_str().cmp(election))
             .ok()
-            .map(|found| self.slots[found] as usize);
+            .map(|found| self.by_name[found] as usize);
         let found = match command {
-            Command::Resign { .. } if self.resign_by_name => slot.filter(|s| keeper.contains(*s)),
-            _ => keeper.slot_of(slot, token),
+            Command::Resign { .. } if self.resign_by_name => index.filter(|i| keeper.contains(*i)),
+            _ => keeper.index_of(index, token),
         };
         let Some(index) = found else {
             // A term that is over (this member's later term of the same

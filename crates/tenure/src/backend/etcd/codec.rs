@@ -167,7 +167,7 @@ pub(super) fn decode(key: &str, kv: &KeyValue) -> Result<Holder> {
         None => u64::try_from(kv.create_revision()).map_err(|_| foreign("bad revision"))?,
     };
     Ok(Holder {
-        owner: owner.to_string(),
+        id: owner.to_string(),
         token,
         ttl_left: Duration::ZERO,
         since_ms,

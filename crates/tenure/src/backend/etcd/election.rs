@@ -162,7 +162,7 @@ impl EtcdStore {
         // (A follower whose session lapsed finds the key held all the
         // same, and needs no new lease until it is free.)
         let ours = holder.as_ref().is_some_and(|h| {
-            h.owner == request.id && h.attempt == request.attempt && kv.lease() == lease && alive
+            h.id == request.id && h.attempt == request.attempt && kv.lease() == lease && alive
         });
         match holder {
             // Our own attempt wrote it before its answer was lost: the
@@ -248,8 +248,7 @@ impl EtcdStore {
             return Ok(false);
         };
         let holder = decode(key, &kv)?;
-        if holder.token != token || holder.owner != id || kv.mod_revision() != kv.create_revision()
-        {
+        if holder.token != token || holder.id != id || kv.mod_revision() != kv.create_revision() {
             return Ok(false);
         }
         let txn = delete(vec![Compare::mod_revision(

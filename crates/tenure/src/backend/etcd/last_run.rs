@@ -65,8 +65,7 @@ impl EtcdStore {
             return Ok(false);
         };
         let holder = decode(&key, &kv)?;
-        if holder.token != token || holder.owner != id || kv.mod_revision() != kv.create_revision()
-        {
+        if holder.token != token || holder.id != id || kv.mod_revision() != kv.create_revision() {
             return Ok(false);
         }
         let revision = kv.mod_revision();

@@ -70,7 +70,7 @@ impl EtcdStore {
             }
             Some(kv) if is_term(&kv, token, lease) && alive => {
                 let holder = decode(&key, &kv)?;
-                if holder.owner == id {
+                if holder.id == id {
                     Ok(RenewReply::Renewed)
                 } else {
                     Ok(RenewReply::NotOwner(Some(holder)))

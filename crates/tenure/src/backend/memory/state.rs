@@ -377,7 +377,7 @@ impl StoreState {
 
 pub(super) fn holder_of(lease: &Lease, now: Instant) -> Holder {
     Holder {
-        owner: lease.owner.clone(),
+        id: lease.owner.clone(),
         token: lease.token,
         ttl_left: lease.expires.saturating_duration_since(now),
         since_ms: lease.since_ms,

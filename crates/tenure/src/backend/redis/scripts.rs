@@ -105,7 +105,7 @@ pub(crate) fn parse_acquire(reply: Value, url: &str) -> Result<AcquireReply> {
     let won = r.int(&items[0])?;
     let holder = Holder {
         token: r.uint(&items[1])?,
-        owner: r.text(&items[2])?,
+        id: r.text(&items[2])?,
         ttl_left: Duration::from_millis(r.uint(&items[3])?),
         since_ms: r.uint(&items[4])?,
         attempt: r.text(&items[5])?,
@@ -133,7 +133,7 @@ pub(crate) fn parse_renew(reply: Value, url: &str) -> Result<RenewReply> {
         return Ok(RenewReply::NotOwner(None));
     }
     Ok(RenewReply::NotOwner(Some(Holder {
-        owner: r.text(&items[1])?,
+        id: r.text(&items[1])?,
         token: r.uint(&items[2])?,
         ttl_left: Duration::from_millis(r.uint(&items[3])?),
         since_ms: 0,
@@ -217,7 +217,7 @@ pub(crate) fn parse_inspect(reply: Value, url: &str) -> Result<Option<Holder>> {
         return Err(r.unexpected("an inspect reply with fewer than 6 items"));
     }
     Ok(Some(Holder {
-        owner: r.text(&items[0])?,
+        id: r.text(&items[0])?,
         token: r.uint(&items[1])?,
         ttl_left: Duration::from_millis(r.uint(&items[2])?),
         since_ms: r.uint(&items[3])?,

@@ -47,7 +47,7 @@ async fn a_non_owner_can_neither_renew_nor_resign() {
         );
     }
     let after = holder().await.expect("still held");
-    assert_eq!((after.owner.as_str(), after.token), ("owner", before.token));
+    assert_eq!((after.id.as_str(), after.token), ("owner", before.token));
     assert_eq!(
         store.renew(at, "owner", token, 2_000).await.expect("renew"),
         RenewReply::Renewed
