@@ -169,8 +169,8 @@ impl RedisArgs {
         self.tls_cert.as_ref().zip(self.tls_key.as_ref())
     }
 
-    /// Connect to the store (for `status`).
-    pub async fn connect(&self) -> tenure::Result<tenure::Store> {
+    /// The store's settings: its URL and TLS files.
+    pub fn store(&self) -> tenure::StoreBuilder {
         let mut builder = tenure::Store::open(&self.url);
         if let Some(ca) = &self.tls_ca {
             builder = builder.tls_ca_file(ca);
@@ -178,7 +178,12 @@ impl RedisArgs {
         if let Some((cert, key)) = self.tls_client() {
             builder = builder.tls_client_cert_file(cert, key);
         }
-        builder.connect().await
+        builder
+    }
+
+    /// Connect to the store (for `status`).
+    pub async fn connect(&self) -> tenure::Result<tenure::Store> {
+        self.store().connect().await
     }
 }
 

@@ -232,17 +232,12 @@ fn table(rows: &[ElectionStatus]) -> String {
 pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
     tenure::validate_name(&args.redis.prefix, &args.name)?;
     // Watching only reads: an eviction policy is warned about, not refused.
-    let mut builder = Election::builder(&args.name)
-        .redis(&args.redis.url)
+    let election = Election::builder(&args.name)
+        .open(args.redis.store())
         .prefix(&args.redis.prefix)
-        .allow_eviction(true);
-    if let Some(ca) = &args.redis.tls_ca {
-        builder = builder.tls_ca_file(ca);
-    }
-    if let Some((cert, key)) = args.redis.tls_client() {
-        builder = builder.tls_client_cert_file(cert, key);
-    }
-    let election = builder.build().await?;
+        .allow_eviction(true)
+        .build()
+        .await?;
     let mut changes = Box::pin(election.watch());
     let mut interrupted = Box::pin(tenure::shutdown_signal());
     let mut reader_gone = Box::pin(crate::output::stdout_closed());

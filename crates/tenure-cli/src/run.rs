@@ -510,16 +510,10 @@ pub(crate) fn shutdown_signals() -> impl std::future::Future<Output = ()> + Send
 
 async fn build_election(args: &RunArgs) -> Result<Election, Failure> {
     let builder = Election::builder(&args.election)
-        .redis(&args.redis.url)
+        .open(args.redis.store())
         .prefix(&args.redis.prefix)
         .allow_eviction(args.redis.allow_eviction);
-    let mut builder = args.term.apply(builder);
-    if let Some(ca) = &args.redis.tls_ca {
-        builder = builder.tls_ca_file(ca);
-    }
-    if let Some((cert, key)) = args.redis.tls_client() {
-        builder = builder.tls_client_cert_file(cert, key);
-    }
+    let builder = args.term.apply(builder);
     Ok(builder.build().await?)
 }
 

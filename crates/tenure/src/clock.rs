@@ -37,8 +37,7 @@ impl Reading {
 pub(crate) fn suspended() -> Duration {
     let offset = boot_minus_monotonic();
     #[cfg(test)]
-    let offset =
-        offset + Duration::from_nanos(tests::SIMULATED.load(std::sync::atomic::Ordering::Relaxed));
+    let offset = offset + tests::SIMULATED.with(std::cell::Cell::get);
     offset
 }
 
@@ -65,10 +64,21 @@ fn boot_minus_monotonic() -> Duration {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::sync::atomic::AtomicU64;
+    use std::cell::Cell;
+    use std::time::Duration;
 
-    /// Extra suspend time for unit tests, in nanoseconds.
-    pub(crate) static SIMULATED: AtomicU64 = AtomicU64::new(0);
+    thread_local! {
+        /// Extra suspend time for unit tests, per thread: a test that
+        /// simulates a suspend (on its own thread, as every test runs) does
+        /// not suspend the tests running beside it.
+        pub(crate) static SIMULATED: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    }
+
+    /// Simulate the host sleeping for `time`, as this thread's clocks see
+    /// it.
+    pub(crate) fn simulate_suspend(time: Duration) {
+        SIMULATED.with(|simulated| simulated.set(simulated.get() + time));
+    }
 
     #[test]
     fn suspend_time_does_not_go_backwards() {

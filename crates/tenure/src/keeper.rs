@@ -110,11 +110,14 @@ impl Watchdog {
             if shared.is_lost() {
                 return false;
             }
-            let deadline = shared.deadline_as_of(at.slept);
-            if deadline <= at.now {
-                shared.mark_lost(LostReason::DeadlinePassed);
-                return false;
-            }
+            let deadline = match shared.deadline_as_of(at.slept) {
+                Some(deadline) if deadline > at.now => deadline,
+                // Passed, or long past.
+                _ => {
+                    shared.mark_lost(LostReason::DeadlinePassed);
+                    return false;
+                }
+            };
             earliest = Some(earliest.map_or(deadline, |e| e.min(deadline)));
             true
         });
@@ -175,7 +178,7 @@ impl<T> Keeper<T> {
             .unwrap_or_else(|| mpsc::channel(1).0);
         let term = Leadership::new(shared.clone(), commands);
         let token = state.token;
-        // A index holds one term: one still there (never the case when the
+        // An index holds one term: one still there (never the case when the
         // owner follows the protocol) ends before the next begins.
         self.end(index, LostReason::Resigned);
         self.generation += 1;
@@ -438,6 +441,28 @@ mod tests {
         assert!(keeper.end(0, LostReason::Resigned).is_none());
         assert_eq!(term.lost_reason(), Some(LostReason::Shutdown));
         assert!(term.shared().has_ended());
+    }
+
+    /// A renewal that fails after the host slept must not give the sleep
+    /// back: the lease kept expiring meanwhile (before the state machine
+    /// owned deadlines, the keeper paired the old deadline with the failed
+    /// renewal's suspend reading, moving it later by the suspend).
+    #[tokio::test]
+    async fn a_failed_renewal_after_a_suspend_does_not_give_the_suspend_back() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut keeper: Keeper<()> = Keeper::new("me", &tx, Report::PerTerm, false);
+        let mut first = state(1);
+        first.suspended = crate::clock::suspended();
+        let term = keeper.begin(0, "e", first, ());
+        let before = term.deadline();
+        crate::clock::tests::simulate_suspend(Duration::from_millis(500));
+        assert!(term.deadline() + Duration::from_millis(400) <= before);
+        let step = keeper.renewed(0, &timing(), Reading::take(), None);
+        assert!(matches!(step, Some(LeaderStep::RenewAt(_))), "{step:?}");
+        assert!(
+            term.deadline() + Duration::from_millis(400) <= before,
+            "the failed renewal gave the suspended time back"
+        );
     }
 
     #[tokio::test]

@@ -62,16 +62,27 @@ impl TermShared {
     }
 
     /// The deadline, moved earlier by any time the host spent suspended
-    /// since the renewal that set it was sent.
+    /// since the renewal that set it was sent (for time left and timers:
+    /// whether it has passed is [`TermShared::passed`]).
     pub fn deadline(&self) -> Instant {
+        // Long past: now, which is no later than any instant read after.
         self.deadline_as_of(crate::clock::suspended())
+            .unwrap_or_else(Instant::now)
     }
 
-    /// [`TermShared::deadline`] with the suspend time read as `slept`.
-    pub fn deadline_as_of(&self, slept: Duration) -> Instant {
+    /// The deadline with the suspend time read as `slept`; `None` when it
+    /// is before any instant the clock can name (a host suspended longer
+    /// than it has been awake since the renewal): long past.
+    pub fn deadline_as_of(&self, slept: Duration) -> Option<Instant> {
         let (deadline, suspended) = *self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        // Before any instant the clock can name: long past.
-        effective(deadline, suspended, slept).unwrap_or_else(Instant::now)
+        effective(deadline, suspended, slept)
+    }
+
+    /// Whether the deadline has passed at `now`: a deadline long past
+    /// (`None`) has, whatever `now` is.
+    pub fn passed(&self, now: Instant) -> bool {
+        self.deadline_as_of(crate::clock::suspended())
+            .is_none_or(|deadline| now >= deadline)
     }
 
     /// Mirror the deadline the state machine keeps for this term (see
@@ -253,7 +264,7 @@ impl Leadership {
     /// against the clock on every call, so a process that was paused learns
     /// the truth the moment it looks, not at its next renewal.
     pub fn is_leader(&self) -> bool {
-        self.shared.lost_reason().is_none() && Instant::now() < self.shared.deadline()
+        self.shared.lost_reason().is_none() && !self.shared.passed(Instant::now())
     }
 
     /// The local deadline: the instant this term ends unless renewed.
@@ -294,7 +305,7 @@ impl Leadership {
     /// # Cancel safety
     /// Cancel safe: it only observes state.
     pub async fn lost(&self) -> LostReason {
-        if Instant::now() >= self.shared.deadline() {
+        if self.shared.passed(Instant::now()) {
             return self
                 .shared
                 .lost_reason()
@@ -309,7 +320,9 @@ impl Leadership {
     /// checked too).
     pub fn lost_reason(&self) -> Option<LostReason> {
         self.shared.lost_reason().or_else(|| {
-            (Instant::now() >= self.shared.deadline()).then_some(LostReason::DeadlinePassed)
+            self.shared
+                .passed(Instant::now())
+                .then_some(LostReason::DeadlinePassed)
         })
     }
 
@@ -430,7 +443,6 @@ impl Leadership {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     use tokio::time::Instant;
@@ -458,7 +470,7 @@ mod tests {
             assert!(shared.deadline() > Instant::now() + Duration::from_secs(59));
             // The host sleeps for two minutes: the monotonic clock did not
             // count them, the lease on the server did.
-            clock::tests::SIMULATED.fetch_add(120_000_000_000, Ordering::Relaxed);
+            clock::tests::simulate_suspend(Duration::from_secs(120));
             assert!(
                 shared.deadline() <= Instant::now(),
                 "still leading after a suspend"

@@ -69,7 +69,7 @@ impl Store {
         StoreBuilder {
             url: url.into(),
             tls: TlsFiles::default(),
-            call_timeout: Duration::from_secs(2),
+            call_timeout: None,
             bugs: StoreBugs::default(),
         }
     }
@@ -175,13 +175,50 @@ impl Store {
 /// let election = tenure::Election::builder("reports").store(&store).build().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 #[must_use]
 pub struct StoreBuilder {
     url: String,
     tls: TlsFiles,
-    call_timeout: Duration,
+    /// `None`: 2 s, or the election's when one connects it.
+    call_timeout: Option<Duration>,
     bugs: StoreBugs,
+}
+
+/// The store at a URL, with the default settings ([`Store::open`]).
+impl From<&str> for StoreBuilder {
+    fn from(url: &str) -> Self {
+        Store::open(url)
+    }
+}
+
+/// The store at a URL, with the default settings ([`Store::open`]).
+impl From<String> for StoreBuilder {
+    fn from(url: String) -> Self {
+        Store::open(url)
+    }
+}
+
+/// The store at a URL, with the default settings ([`Store::open`]).
+impl From<&String> for StoreBuilder {
+    fn from(url: &String) -> Self {
+        Store::open(url.as_str())
+    }
+}
+
+/// Never shows a password: the URL is redacted.
+///
+/// ```
+/// let builder = tenure::Store::open("redis://app:secret@10.0.0.1:6379");
+/// assert!(!format!("{builder:?}").contains("secret"));
+/// ```
+impl std::fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreBuilder")
+            .field("url", &crate::redact_url(&self.url))
+            .field("tls", &self.tls)
+            .field("call_timeout", &self.call_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl StoreBuilder {
@@ -240,7 +277,7 @@ impl StoreBuilder {
     /// # }
     /// ```
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
+        self.call_timeout = Some(timeout);
         self
     }
 
@@ -264,7 +301,7 @@ impl StoreBuilder {
         let spec = Connect {
             url: self.url,
             tls: self.tls,
-            call_timeout: self.call_timeout,
+            call_timeout: self.call_timeout.unwrap_or(Duration::from_secs(2)),
             bugs: self.bugs,
         };
         Ok(Store {
@@ -272,11 +309,11 @@ impl StoreBuilder {
         })
     }
 
-    /// The files, timeout and failing-mode switches of an election's or a
-    /// partition set's own settings (their builders connect through here).
-    pub(crate) fn with(mut self, tls: TlsFiles, call_timeout: Duration, bugs: StoreBugs) -> Self {
-        self.tls = tls;
-        self.call_timeout = call_timeout;
+    /// An election's (or a partition set's) call timeout, unless this
+    /// store's own was set, and its failing-mode switches: the builders
+    /// connect through here.
+    pub(crate) fn with(mut self, call_timeout: Duration, bugs: StoreBugs) -> Self {
+        self.call_timeout.get_or_insert(call_timeout);
         self.bugs = bugs;
         self
     }

@@ -1,7 +1,6 @@
 //! An election's settings and the builder that checks them and connects:
 //! the one place they are validated, shared with partition sets.
 
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,14 +43,14 @@ pub const DEFAULT_PREFIX: &str = "tenure";
 /// Where leases are to be kept, as a builder was told: a store's URL, or
 /// a store already connected (a shared one, or a memory store).
 pub(crate) enum StoreSpec {
-    Url(String),
+    Open(crate::StoreBuilder),
     Store(crate::Store),
 }
 
 impl std::fmt::Debug for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreSpec::Url(url) => f.debug_tuple("Url").field(&crate::redact_url(url)).finish(),
+            StoreSpec::Open(builder) => builder.fmt(f),
             StoreSpec::Store(store) => store.fmt(f),
         }
     }
@@ -59,17 +58,13 @@ impl std::fmt::Debug for StoreSpec {
 
 impl StoreSpec {
     /// The store, connected (through [`crate::StoreBuilder`], the one
-    /// connect path) with the builder's TLS files, call timeout and
-    /// failing-mode switches if it is a URL.
-    pub async fn connect(self, settings: &mut Settings, call_timeout: Duration) -> Result<Store> {
+    /// connect path) with the election's call timeout, unless the store's
+    /// own was set, and its failing-mode switches.
+    pub async fn connect(self, settings: &Settings, call_timeout: Duration) -> Result<Store> {
         match self {
             StoreSpec::Store(store) => Ok(store.inner),
-            StoreSpec::Url(url) => {
-                let builder = crate::Store::open(url).with(
-                    settings.tls_files(),
-                    call_timeout,
-                    settings.bugs.store,
-                );
+            StoreSpec::Open(builder) => {
+                let builder = builder.with(call_timeout, settings.bugs.store);
                 Ok(builder.connect().await?.inner)
             }
         }
@@ -119,9 +114,7 @@ pub(crate) struct Settings {
     pub call_timeout: Option<Duration>,
     pub id: Option<String>,
     pub prefix: String,
-    pub tls_ca: Option<PathBuf>,
     /// An etcd client certificate and its key (PEM files).
-    pub tls_client: Option<(PathBuf, PathBuf)>,
     pub max_ttl: Option<Duration>,
     pub allow_eviction: bool,
     /// Bugs switched back on by the hidden `unsafe_*` builder methods.
@@ -139,8 +132,6 @@ impl Default for Settings {
             call_timeout: None,
             id: None,
             prefix: DEFAULT_PREFIX.to_string(),
-            tls_ca: None,
-            tls_client: None,
             max_ttl: None,
             allow_eviction: false,
             bugs: Bugs::default(),
@@ -150,16 +141,6 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// The TLS files given (taken: they are used once, to connect).
-    pub fn tls_files(&mut self) -> crate::backend::TlsFiles {
-        let (cert, key) = self.tls_client.take().unzip();
-        crate::backend::TlsFiles {
-            ca: self.tls_ca.take(),
-            cert,
-            key,
-        }
-    }
-
     /// Validate everything but the names, and fill in the defaults: the
     /// timing and this instance's id. `name` is for the log only.
     pub fn validate(&mut self, name: &str) -> Result<(Timing, String)> {
@@ -206,9 +187,12 @@ impl ElectionBuilder {
     /// sentinel credentials as `?sentinel_username=U&sentinel_password=P`)
     /// or Redis Cluster (`redis+cluster://[user:password@]host:port[,host:port…]`);
     /// `rediss`, `rediss+sentinel` and `rediss+cluster` for TLS (server
-    /// verified against the system's roots, or
-    /// [`ElectionBuilder::tls_ca_file`]). The book's "Topologies" page says
-    /// what each guarantees and what a failover costs.
+    /// verified against the system's roots); with the crate's `etcd`
+    /// feature, an etcd cluster (`etcd://`, `etcds://`): any URL
+    /// [`crate::Store::open`] takes. For a CA file or a client certificate,
+    /// give the store's settings with [`ElectionBuilder::open`]. The book's
+    /// "Topologies" page says what each guarantees and what a failover
+    /// costs.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> tenure::Result<()> {
@@ -218,8 +202,37 @@ impl ElectionBuilder {
     ///     .await?;
     /// # drop(election); Ok(()) }
     /// ```
-    pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.store = Some(StoreSpec::Url(url.into()));
+    pub fn redis(self, url: impl Into<String>) -> Self {
+        self.open(crate::Store::open(url))
+    }
+
+    /// Use the store at a URL, or the store these settings describe (TLS
+    /// files, a call timeout), connected when the election is built, for
+    /// this election alone. The store's call timeout is the election's
+    /// unless set here. `.open(url)` is `.redis(url)` by a name that fits
+    /// every store.
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let url = std::env::var("TENURE_STORE").unwrap_or("redis://127.0.0.1:6379".into());
+    /// let election = tenure::Election::builder("reports").open(url).build().await?;
+    /// # drop(election); Ok(()) }
+    /// ```
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let election = tenure::Election::builder("reports")
+    ///     .open(
+    ///         tenure::Store::open("etcds://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
+    ///             .tls_ca_file("/etc/tenure/etcd-ca.pem")
+    ///             .tls_client_cert_file("/etc/tenure/client.pem", "/etc/tenure/client-key.pem"),
+    ///     )
+    ///     .build()
+    ///     .await?;
+    /// # drop(election); Ok(()) }
+    /// ```
+    pub fn open(mut self, store: impl Into<crate::StoreBuilder>) -> Self {
+        self.store = Some(StoreSpec::Open(store.into()));
         self
     }
 
@@ -366,45 +379,6 @@ impl ElectionBuilder {
         self
     }
 
-    /// Verify a `rediss://` server or an `etcds://` cluster against this
-    /// CA certificate (PEM file) instead of the system's roots.
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
-    /// let election = tenure::Election::builder("reports")
-    ///     .redis("rediss://redis.internal:6380")
-    ///     .tls_ca_file("/etc/tenure/redis-ca.pem")
-    ///     .build()
-    ///     .await?;
-    /// # drop(election); Ok(()) }
-    /// ```
-    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.settings.tls_ca = Some(path.into());
-        self
-    }
-
-    /// Present this client certificate and key (PEM files) to an
-    /// `etcds://` cluster that requires one (`--client-cert-auth`).
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
-    /// let election = tenure::Election::builder("reports")
-    ///     .redis("etcds://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
-    ///     .tls_ca_file("/etc/tenure/etcd-ca.pem")
-    ///     .tls_client_cert_file("/etc/tenure/client.pem", "/etc/tenure/client-key.pem")
-    ///     .build()
-    ///     .await?;
-    /// # drop(election); Ok(()) }
-    /// ```
-    pub fn tls_client_cert_file(
-        mut self,
-        cert: impl Into<PathBuf>,
-        key: impl Into<PathBuf>,
-    ) -> Self {
-        self.settings.tls_client = Some((cert.into(), key.into()));
-        self
-    }
-
     /// The largest ttl any instance of this election may use (default: this
     /// instance's ttl). After the store lost or rolled back data, no lease
     /// is granted until this long after it came back, by when a leader from
@@ -475,9 +449,7 @@ impl ElectionBuilder {
                 "no store given: call .redis(url) or .memory(&store)".into(),
             ));
         };
-        let store = spec
-            .connect(&mut self.settings, timing.call_timeout)
-            .await?;
+        let store = spec.connect(&self.settings, timing.call_timeout).await?;
         let needs = StoreSpec::needs(&self.settings, false, timing.ttl);
         let backend = store.election(at, needs).await?;
         metrics::describe();

@@ -341,29 +341,28 @@ impl Election {
     pub async fn try_campaign(&self) -> Result<Option<Leadership>> {
         let timing = &self.inner.timing;
         let mut attempt = self.inner.attempts.begin();
-        let sent = Reading::take();
-        let reply = self.acquire_once(&attempt.name).await?;
-        match after_acquire(
-            timing,
-            sent,
-            Reading::take(),
-            Some(reply),
-            Duration::ZERO,
-            0,
-        ) {
-            CandidateStep::Elected(state) => {
-                attempt.won();
-                Ok(Some(self.start_term(state)))
+        // Twice at most: a term won, but past its deadline by the time the
+        // reply came (a host that slept through the call), may still hold
+        // its lease, and a retry of the same attempt adopts it.
+        for _ in 0..2 {
+            let sent = Reading::take();
+            let reply = self.acquire_once(&attempt.name).await?;
+            let now = Reading::take();
+            match after_acquire(timing, sent, now, Some(reply), Duration::ZERO, 0) {
+                CandidateStep::Elected(state) => {
+                    attempt.won();
+                    return Ok(Some(self.start_term(state)));
+                }
+                CandidateStep::Follow { holder, .. } => {
+                    self.note_holder(&holder);
+                    return Ok(None);
+                }
+                CandidateStep::HoldOff { .. } => return Ok(None),
+                CandidateStep::Retry { .. } => continue,
             }
-            CandidateStep::Follow { holder, .. } => {
-                self.note_holder(&holder);
-                Ok(None)
-            }
-            CandidateStep::HoldOff { .. } => Ok(None),
-            // Won, but answered after the term's deadline (impossible while
-            // the call timeout is shorter than the ttl); the lease lapses.
-            CandidateStep::Retry { .. } => Err(Error::Timeout(timing.call_timeout)),
         }
+        // Won twice too late to act on: the lease lapses at its ttl.
+        Err(Error::Timeout(timing.call_timeout))
     }
 
     /// [`Election::campaign`] for at most `wait`: the term if this

@@ -348,9 +348,11 @@ impl LeaderState {
                 };
                 // A late reply to an old request must not pull the deadline back.
                 let renewed = timing.deadline(from.now);
-                if effective(renewed, from.slept, now.slept) > self.deadline_as_of(now.slept) {
+                // The suspend reading is always the send's (as it was with
+                // the failing-mode bug before the machine owned deadlines).
+                if effective(renewed, sent_at.slept, now.slept) > self.deadline_as_of(now.slept) {
                     // (`None`, long past, is less than any instant.)
-                    (self.deadline, self.suspended) = (renewed, from.slept);
+                    (self.deadline, self.suspended) = (renewed, sent_at.slept);
                 }
                 self.next_renewal = sent_at.now + timing.renew_every;
                 if !self.is_current(now) {

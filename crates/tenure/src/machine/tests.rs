@@ -226,3 +226,38 @@ fn losing_to_another_owner_names_it() {
     let step = state.after_renew(&t, at(start), at(start), Some(RenewReply::NotOwner(None)));
     assert_eq!(step, LeaderStep::Lost(LostReason::Expired));
 }
+
+#[test]
+fn time_the_host_slept_counts_against_the_deadline_whatever_the_renewals_say() {
+    let t = timing();
+    let start = Instant::now();
+    let mut state = LeaderState::elected(&t, 1, at(start));
+    // Half a second asleep: the deadline is half a second earlier.
+    let woken = Reading {
+        now: start + ms(1000),
+        slept: ms(500),
+    };
+    assert_eq!(state.deadline_as_of(woken.slept), Some(start + ms(2200)));
+    // A renewal sent after waking fails: the sleep still counts.
+    let step = state.after_renew(&t, woken, woken, None);
+    assert!(matches!(step, LeaderStep::RenewAt(_)), "{step:?}");
+    assert_eq!(state.deadline_as_of(woken.slept), Some(start + ms(2200)));
+    // One that succeeds counts from its own send, after the sleep.
+    let step = state.after_renew(&t, woken, woken, Some(RenewReply::Renewed));
+    assert!(matches!(step, LeaderStep::RenewAt(_)), "{step:?}");
+    assert_eq!(state.deadline_as_of(woken.slept), Some(start + ms(3700)));
+    // Slept past the deadline: over, and a success sent before the sleep
+    // but answered after it does not revive the term.
+    let overslept = Reading {
+        now: start + ms(1100),
+        slept: ms(5000),
+    };
+    let step = state.after_renew(&t, woken, overslept, Some(RenewReply::Renewed));
+    assert_eq!(step, LeaderStep::Lost(LostReason::DeadlinePassed));
+    // Asleep for longer than the clock can count back: long past.
+    let forever = Reading {
+        now: start,
+        slept: Duration::from_secs(u32::MAX.into()) * 1000,
+    };
+    assert!(!state.is_current(forever));
+}

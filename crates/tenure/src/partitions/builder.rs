@@ -3,7 +3,7 @@
 //! it is all configuration (one setter per knob, each with its example).
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,7 +56,8 @@ impl PartitionSetBuilder {
         self
     }
 
-    /// Use Redis at `url` (see [`crate::ElectionBuilder::redis`]).
+    /// Use the store at `url` (any URL [`crate::Store::open`] takes; see
+    /// [`crate::ElectionBuilder::redis`]).
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> tenure::Result<()> {
@@ -66,8 +67,26 @@ impl PartitionSetBuilder {
     ///     .await?;
     /// # drop(set); Ok(()) }
     /// ```
-    pub fn redis(mut self, url: impl Into<String>) -> Self {
-        self.store = Some(StoreSpec::Url(url.into()));
+    pub fn redis(self, url: impl Into<String>) -> Self {
+        self.open(crate::Store::open(url))
+    }
+
+    /// Use the store at a URL, or the store these settings describe (TLS
+    /// files, a call timeout), connected when the set is built (see
+    /// [`crate::ElectionBuilder::open`]).
+    ///
+    /// ```no_run
+    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::Store::open("rediss://redis.internal:6380")
+    ///     .tls_ca_file("/etc/tenure/redis-ca.pem");
+    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
+    ///     .open(store)
+    ///     .build()
+    ///     .await?;
+    /// # drop(set); Ok(()) }
+    /// ```
+    pub fn open(mut self, store: impl Into<crate::StoreBuilder>) -> Self {
+        self.store = Some(StoreSpec::Open(store.into()));
         self
     }
 
@@ -228,44 +247,6 @@ impl PartitionSetBuilder {
         self
     }
 
-    /// CA certificate for `rediss://` and `etcds://`.
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
-    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
-    ///     .redis("rediss://redis.internal:6380")
-    ///     .tls_ca_file("/etc/tenure/redis-ca.pem")
-    ///     .build()
-    ///     .await?;
-    /// # drop(set); Ok(()) }
-    /// ```
-    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.settings.tls_ca = Some(path.into());
-        self
-    }
-
-    /// Client certificate and key (PEM files) for an `etcds://` cluster
-    /// that requires one (see [`crate::ElectionBuilder::tls_client_cert_file`]).
-    ///
-    /// ```no_run
-    /// # #[tokio::main] async fn main() -> tenure::Result<()> {
-    /// let set = tenure::PartitionSet::builder("orders", ["orders-0", "orders-1"])
-    ///     .redis("etcds://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379")
-    ///     .tls_ca_file("/etc/tenure/etcd-ca.pem")
-    ///     .tls_client_cert_file("/etc/tenure/client.pem", "/etc/tenure/client-key.pem")
-    ///     .build()
-    ///     .await?;
-    /// # drop(set); Ok(()) }
-    /// ```
-    pub fn tls_client_cert_file(
-        mut self,
-        cert: impl Into<PathBuf>,
-        key: impl Into<PathBuf>,
-    ) -> Self {
-        self.settings.tls_client = Some((cert.into(), key.into()));
-        self
-    }
-
     /// Validate and connect.
     ///
     /// ```
@@ -300,9 +281,7 @@ impl PartitionSetBuilder {
                 "no store given: call .redis(url) or .memory(&store)".into(),
             ));
         };
-        let store = spec
-            .connect(&mut self.settings, timing.call_timeout)
-            .await?;
+        let store = spec.connect(&self.settings, timing.call_timeout).await?;
         let needs = StoreSpec::needs(&self.settings, true, timing.ttl);
         let group = Address::new(&self.settings.prefix, &self.group);
         store.check_partition_set(group, needs).await?;

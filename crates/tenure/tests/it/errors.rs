@@ -163,9 +163,8 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     let url = format!("rediss://127.0.0.1:{}", server.port());
 
     let e = Election::builder("tls")
-        .redis(&url)
+        .open(tenure::Store::open(&url).tls_ca_file(&files.ca))
         .ttl(Duration::from_secs(1))
-        .tls_ca_file(&files.ca)
         .build()
         .await
         .unwrap();
@@ -197,14 +196,15 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
 
     let err = build_err(
         Election::builder("tls")
-            .redis(&url)
-            .tls_ca_file(dir.join("missing.pem")),
+            .open(tenure::Store::open(&url).tls_ca_file(dir.join("missing.pem"))),
     )
     .await;
     assert!(err.to_string().contains("missing.pem"), "{err}");
 
     // A CA file without a certificate (here: the server's private key).
-    let err = build_err(Election::builder("tls").redis(&url).tls_ca_file(&files.key)).await;
+    let err =
+        build_err(Election::builder("tls").open(tenure::Store::open(&url).tls_ca_file(&files.key)))
+            .await;
     assert!(matches!(err, Error::Tls { .. }), "{err:?}");
     assert!(
         err.to_string()
@@ -215,9 +215,10 @@ async fn tls_works_with_the_servers_ca_and_fails_clearly_without_it() {
     // rediss:// against a server without TLS.
     let plain_server = RedisServer::start().unwrap();
     let err = build_err(
-        Election::builder("tls")
-            .redis(format!("rediss://127.0.0.1:{}", plain_server.port()))
-            .tls_ca_file(&files.ca),
+        Election::builder("tls").open(
+            tenure::Store::open(format!("rediss://127.0.0.1:{}", plain_server.port()))
+                .tls_ca_file(&files.ca),
+        ),
     )
     .await;
     assert!(matches!(err, Error::Tls { .. }), "{err:?}");
@@ -260,8 +261,7 @@ async fn a_tls_connection_is_opened_again_after_the_server_restarts() {
 async fn without_the_tls_feature_tls_settings_are_a_configuration_error() {
     let err = build_err(
         Election::builder("tls")
-            .redis("rediss://127.0.0.1:1")
-            .tls_ca_file("ca.pem"),
+            .open(tenure::Store::open("rediss://127.0.0.1:1").tls_ca_file("ca.pem")),
     )
     .await;
     assert!(matches!(err, Error::Config(_)), "{err:?}");

@@ -437,11 +437,13 @@ async fn etcds_with_a_client_certificate_leads_and_without_one_is_refused() {
     let url = cluster.url();
     assert!(url.starts_with("etcds://"), "{url}");
     let a = Election::builder("tls")
-        .redis(&url)
+        .open(
+            tenure::Store::open(&url)
+                .tls_ca_file(&files.ca)
+                .tls_client_cert_file(&cert, &key),
+        )
         .ttl(TTL)
         .id("a")
-        .tls_ca_file(&files.ca)
-        .tls_client_cert_file(&cert, &key)
         .build()
         .await
         .expect("TLS with a client certificate");
@@ -449,15 +451,13 @@ async fn etcds_with_a_client_certificate_leads_and_without_one_is_refused() {
     renewed(&term).await;
     term.resign().await.expect("resign");
     let without_cert = Election::builder("tls")
-        .redis(&url)
+        .open(tenure::Store::open(&url).tls_ca_file(&files.ca))
         .ttl(TTL)
-        .tls_ca_file(&files.ca)
         .call_timeout(Duration::from_millis(500))
         .build();
     let without_ca = Election::builder("tls")
-        .redis(&url)
+        .open(tenure::Store::open(&url).tls_client_cert_file(&cert, &key))
         .ttl(TTL)
-        .tls_client_cert_file(&cert, &key)
         .call_timeout(Duration::from_millis(500))
         .build();
     for attempt in [without_cert, without_ca] {

@@ -418,6 +418,7 @@ async fn sentinels_of_two_groups_are_refused() {
         .expect_err("two Sentinel groups");
     let text = err.to_string();
     assert!(text.contains("different Sentinel groups"), "{text}");
+    assert!(!text.contains("  "), "one line, single-spaced: {text}");
     assert!(
         text.contains(&format!("127.0.0.1:{}", b_ports[0])),
         "{text}"

@@ -39,8 +39,9 @@ use topology::Following;
 pub(crate) struct RedisShared {
     pub store: Arc<RedisStore>,
     /// Started by the first election (partition sets have no followers to
-    /// wake, and open no pub/sub connection).
-    subscriber: std::sync::OnceLock<Subscriber>,
+    /// wake, and open no pub/sub connection), and again by the next one if
+    /// its task has stopped (the runtime it ran on was shut down).
+    subscriber: std::sync::Mutex<Option<Subscriber>>,
 }
 
 impl From<Needs> for StoreChecks {
@@ -61,7 +62,7 @@ impl RedisShared {
         let store = RedisStore::connect(target, call_timeout, following).await?;
         Ok(Arc::new(RedisShared {
             store: Arc::new(store),
-            subscriber: std::sync::OnceLock::new(),
+            subscriber: std::sync::Mutex::new(None),
         }))
     }
 
@@ -70,10 +71,16 @@ impl RedisShared {
     pub async fn election(self: &Arc<Self>, at: Address<'_>, checks: StoreChecks) -> Result<Hints> {
         self.store.check(at, checks).await?;
         let events = Keys::of(at).events;
-        let subscriber = self
-            .subscriber
-            .get_or_init(|| Subscriber::start(self.store.topology().clone()));
-        let (notices, subscription) = subscriber.subscribe(&events).await?;
+        let subscribed = {
+            let mut subscriber = self.subscriber.lock().unwrap_or_else(|p| p.into_inner());
+            let running = subscriber.as_ref().filter(|s| !s.has_stopped());
+            let subscriber = match running {
+                Some(running) => running,
+                None => subscriber.insert(Subscriber::start(self.store.topology().clone())),
+            };
+            subscriber.subscribe(&events)
+        };
+        let (notices, subscription) = subscribed.await?;
         Ok(Hints {
             notices,
             guard: Some(Box::new((subscription, self.clone()))),

@@ -74,25 +74,34 @@ impl Subscriber {
 
     /// Subscribe to `channel`; fails as the SUBSCRIBE did (a missing
     /// permission, an unreachable server).
-    pub async fn subscribe(
+    ///
+    /// The request is sent at once; the future only waits for the answer,
+    /// holding no borrow of the subscriber.
+    pub fn subscribe(
         &self,
         channel: &str,
-    ) -> Result<(watch::Receiver<Notices>, Subscription)> {
+    ) -> impl std::future::Future<Output = Result<(watch::Receiver<Notices>, Subscription)>>
+           + Send
+           + 'static {
         let (reply, answer) = oneshot::channel();
         let request = SubscriberRequest::Subscribe {
             channel: channel.to_string(),
             reply,
         };
-        let gone = || Error::redis("the subscriber task has stopped");
-        self.requests.send(request).map_err(|_| gone())?;
-        let notices = answer.await.map_err(|_| gone())??;
-        Ok((
-            notices,
-            Subscription {
-                channel: channel.to_string(),
-                requests: self.requests.clone(),
-            },
-        ))
+        let sent = self.requests.send(request);
+        let (channel, requests) = (channel.to_string(), self.requests.clone());
+        async move {
+            let gone = || Error::redis("the subscriber task has stopped");
+            sent.map_err(|_| gone())?;
+            let notices = answer.await.map_err(|_| gone())??;
+            Ok((notices, Subscription { channel, requests }))
+        }
+    }
+
+    /// Whether its task has stopped (the runtime it ran on was shut
+    /// down): it takes no subscriptions any more.
+    pub fn has_stopped(&self) -> bool {
+        self.requests.is_closed()
     }
 }
 

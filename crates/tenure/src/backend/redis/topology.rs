@@ -320,7 +320,7 @@ impl Topology {
         match &self.url.layout {
             Layout::Sentinel { .. } => self.discover_primary().await,
             Layout::Cluster { .. } => self.any_cluster_node().await,
-            Layout::Single => Err(Error::redis("internal: the single node is missing")),
+            Layout::Single => Err(Error::internal("the single node is missing")),
         }
     }
 

@@ -99,13 +99,13 @@ impl RedisStore {
         progress: &mut Progress,
     ) -> Vec<(Arc<Node>, Vec<usize>)> {
         let mut groups: Vec<(Arc<Node>, Vec<usize>)> = Vec::new();
-        for i in 0..calls.len() {
+        for (i, call) in calls.iter().enumerate() {
             if progress.outcomes[i].is_some() {
                 continue;
             }
             let node = match &progress.redirects[i] {
                 Some(redirect) => redirect.node.clone(),
-                None => match self.topology.node_for(calls[i].slot).await {
+                None => match self.topology.node_for(call.slot).await {
                     Ok(node) => node,
                     Err(err) => {
                         progress.fail(i, err);
@@ -180,12 +180,12 @@ impl RedisStore {
         for script in self.scripts.all() {
             if let Err(err) = script.prepare_invoke().load_async(&mut conn).await {
                 let err = self.target().classify(err);
-                for i in 0..calls.len() {
+                for (i, call) in calls.iter().enumerate() {
                     let waiting = progress.outcomes[i].is_none()
                         && progress.redirects[i]
                             .as_ref()
                             .is_none_or(|r| Arc::ptr_eq(&r.node, node));
-                    if waiting && self.topology.serves(calls[i].slot, node) {
+                    if waiting && self.topology.serves(call.slot, node) {
                         progress.outcomes[i] = Some(Outcome::Failed(copy_error(&err)));
                     }
                 }

@@ -31,7 +31,7 @@ impl Topology {
     /// once it says it is one.
     pub(super) async fn discover_primary(&self) -> Result<Arc<Node>> {
         let Layout::Sentinel { service, .. } = &self.url.layout else {
-            return Err(Error::redis("internal: not a Sentinel store"));
+            return Err(Error::internal("not a Sentinel store"));
         };
         let _one = self.discovery.lock().await;
         for _ in 0..3 {
@@ -45,7 +45,7 @@ impl Topology {
             let answers = self.ask_sentinels(first).await?;
             one_sentinel_group(&answers, service).map_err(Error::Config)?;
             let Some(newest) = newest_answer(&answers) else {
-                return Err(Error::redis("internal: no sentinel answer"));
+                return Err(Error::internal("no sentinel answer"));
             };
             let (sentinel, addr) = (newest.sentinel.clone(), newest.primary.clone());
             let node = self.confirm_primary(&addr).await?;
@@ -88,7 +88,7 @@ impl Topology {
             ..
         } = &self.url.layout
         else {
-            return Err(Error::redis("internal: not a Sentinel store"));
+            return Err(Error::internal("not a Sentinel store"));
         };
         let sentinels = self.followed();
         let limit = self.call_timeout.max(Duration::from_millis(500)) * 2;
@@ -203,7 +203,7 @@ impl Topology {
                 ))
             })?,
             Some(Err(err)) => return Err(sentinel_target.classify_first(err)),
-            None => return Err(Error::redis("internal: a pipeline reply is missing")),
+            None => return Err(Error::internal("a pipeline reply is missing")),
         };
         let Some((host, port)) = addr else {
             return Err(Error::Config(format!(
@@ -369,7 +369,9 @@ fn one_sentinel_group(
     };
     let (a, b) = (&answers[0], &answers[outsider]);
     Err(format!(
-        "the sentinels {} and {} are of different Sentinel groups (neither knows the other;          they name {} and {} as the primary of {service:?}): list the sentinels of one group          only, or give each group's primary its own service name",
+        "the sentinels {} and {} are of different Sentinel groups (neither knows the other; \
+         they name {} and {} as the primary of {service:?}): list the sentinels of one group \
+         only, or give each group's primary its own service name",
         a.sentinel, b.sentinel, a.primary, b.primary
     ))
 }
