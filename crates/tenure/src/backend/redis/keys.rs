@@ -32,28 +32,39 @@ impl Keys {
     }
 
     pub fn new(prefix: &str, name: &str) -> Self {
+        let at = Address::new(prefix, name);
         Keys {
-            lease: format!("{prefix}:{{{name}}}:lease"),
-            witness: format!("{prefix}:{{{name}}}:witness"),
-            token: format!("{prefix}:{{{name}}}:token"),
-            events: format!("{prefix}:{{{name}}}:events"),
-            epoch: format!("{prefix}:{{{name}}}:epoch"),
-            last_run: format!("{prefix}:{{{name}}}:last-run"),
-            probe: format!("{prefix}:{{{name}}}:probe"),
-            prefix_epoch: format!("{prefix}:epoch"),
-            members: format!("{prefix}:{{{name}}}:members"),
+            lease: Keys::lease_of(at),
+            witness: Keys::witness_of(at),
+            token: key(at, "token"),
+            events: Keys::events_of(at),
+            epoch: key(at, "epoch"),
+            last_run: key(at, "last-run"),
+            probe: key(at, "probe"),
+            prefix_epoch: Keys::prefix_epoch_of(prefix),
+            members: key(at, "members"),
         }
     }
 
-    /// The lease key of the election at `at` alone (renewals of many
-    /// partitions need only it and the witness).
+    /// The lease key of the election at `at` alone (renewals need only a
+    /// few of the keys, and build only those).
     pub fn lease_of(at: Address<'_>) -> String {
-        format!("{}:{{{}}}:lease", at.prefix, at.name)
+        key(at, "lease")
     }
 
     /// The witness key of the election at `at` alone.
     pub fn witness_of(at: Address<'_>) -> String {
-        format!("{}:{{{}}}:witness", at.prefix, at.name)
+        key(at, "witness")
+    }
+
+    /// The announcement channel of the election at `at` alone.
+    pub fn events_of(at: Address<'_>) -> String {
+        key(at, "events")
+    }
+
+    /// The prefix's epoch key (one server; a cluster has one per slot).
+    pub fn prefix_epoch_of(prefix: &str) -> String {
+        format!("{prefix}:epoch")
     }
 
     /// The pattern matching every lease under a prefix, for `status`.
@@ -67,6 +78,11 @@ impl Keys {
         let name = rest.strip_suffix("}:lease")?;
         Some(name.to_string())
     }
+}
+
+/// The key `part` of the election at `at`: `PREFIX:{NAME}:PART`.
+fn key(at: Address<'_>, part: &str) -> String {
+    format!("{}:{{{}}}:{part}", at.prefix, at.name)
 }
 
 #[cfg(test)]
@@ -83,6 +99,9 @@ mod tests {
         assert_eq!(Keys::of(at), keys);
         assert_eq!(Keys::lease_of(at), keys.lease);
         assert_eq!(Keys::witness_of(at), keys.witness);
+        assert_eq!(Keys::events_of(at), keys.events);
+        assert_eq!(keys.prefix_epoch, "tenure:epoch");
+        assert_eq!(keys.last_run, "tenure:{reports}:last-run");
     }
 
     #[test]

@@ -70,7 +70,7 @@ impl RedisShared {
     /// subscribed to its announcements.
     pub async fn election(self: &Arc<Self>, at: Address<'_>, checks: StoreChecks) -> Result<Hints> {
         self.store.check(at, checks).await?;
-        let events = Keys::of(at).events;
+        let events = Keys::events_of(at);
         let subscribed = {
             let mut subscriber = self.subscriber.lock().unwrap_or_else(|p| p.into_inner());
             let running = subscriber.as_ref().filter(|s| !s.has_stopped());

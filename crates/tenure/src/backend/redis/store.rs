@@ -107,22 +107,19 @@ impl RedisStore {
         self.topology.reset();
     }
 
-    /// The prefix's epoch key for an election whose lease is `lease`: the
-    /// prefix-wide key on one server; on a cluster, where a script may only
-    /// touch keys of one slot, a key per slot (tagged to share the
-    /// election's slot), so the hold-off of a name new to a node counts
-    /// from when that node first served the slot.
-    fn prefix_epoch(&self, keys: &Keys) -> String {
+    /// The prefix's epoch key for the election at `at`, whose lease is
+    /// `lease`: the prefix-wide key on one server; on a cluster, where a
+    /// script may only touch keys of one slot, a key per slot (tagged to
+    /// share the election's slot), so the hold-off of a name new to a node
+    /// counts from when that node first served the slot.
+    fn prefix_epoch(&self, at: Address<'_>, lease: &str) -> String {
         if !self.topology.is_cluster() {
-            return keys.prefix_epoch.clone();
+            return Keys::prefix_epoch_of(at.prefix);
         }
-        let prefix = keys
-            .prefix_epoch
-            .strip_suffix(":epoch")
-            .unwrap_or(&keys.prefix_epoch);
         format!(
-            "{prefix}:{{{}}}:slot-epoch",
-            tag_of_slot(slot_of(&keys.lease))
+            "{}:{{{}}}:slot-epoch",
+            at.prefix,
+            tag_of_slot(slot_of(lease))
         )
     }
 
@@ -189,7 +186,7 @@ impl RedisStore {
     /// `acquire.lua` for the election at `at`.
     fn acquire_command(&self, at: Address<'_>, request: &AcquireRequest<'_>) -> redis::Cmd {
         let keys = &Keys::of(at);
-        let prefix_epoch = self.prefix_epoch(keys);
+        let prefix_epoch = self.prefix_epoch(at, &keys.lease);
         let mut cmd = evalsha(
             &self.scripts.acquire,
             &[
@@ -218,18 +215,16 @@ impl RedisStore {
         ttl_ms: u64,
         announce: bool,
     ) -> redis::Cmd {
-        let keys = &Keys::of(at);
-        let prefix_epoch = self.prefix_epoch(keys);
-        let mut cmd = evalsha(
-            &self.scripts.renew,
-            &[&keys.lease, &keys.witness, &prefix_epoch],
-        );
+        // The renewal path: only the keys the script takes are built.
+        let (lease, witness) = (Keys::lease_of(at), Keys::witness_of(at));
+        let prefix_epoch = self.prefix_epoch(at, &lease);
+        let mut cmd = evalsha(&self.scripts.renew, &[&lease, &witness, &prefix_epoch]);
         // The epoch's ttl as an acquire would set it for this ttl.
         let epoch_ttl_ms =
             (crate::machine::AUX_TTL.as_millis() as u64).max(ttl_ms.saturating_mul(10));
         cmd.arg(id).arg(token).arg(ttl_ms).arg(epoch_ttl_ms);
         if announce {
-            cmd.arg(&keys.events);
+            cmd.arg(Keys::events_of(at));
         }
         cmd
     }
@@ -261,7 +256,8 @@ impl RedisStore {
     /// member set's, for a heartbeat; the first term's, for many).
     fn routing_slot(op: &Op<'_>) -> u16 {
         match *op {
-            Op::Heartbeat { group, .. } => slot_of(&Keys::of(group).members),
+            // Every key of a name shares its slot.
+            Op::Heartbeat { group, .. } => slot_of(&Keys::lease_of(group)),
             Op::Acquire { at, .. }
             | Op::Renew { at, .. }
             | Op::Resign { at, .. }
