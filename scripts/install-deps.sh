@@ -9,6 +9,10 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)  # scripts/msrv-check.sh
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)   # the etcd tests' clusters
 command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
+# The zk-process tests' ensembles: ZooKeeper's jars (it pulls in the Java
+# runtime). Not zookeeperd, which would start a shared server on port 2181
+# that the tests never use.
+[ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)  # etcd-client's build
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)  # its well-known types
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)  # the sidecar example (examples/sidecar) runs in the tests
