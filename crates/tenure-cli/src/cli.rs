@@ -83,7 +83,8 @@ pub struct RedisArgs {
     /// for Redis Sentinel; redis+cluster://[user[:password]@]host:port[,host:port...]
     /// for Redis Cluster (rediss+sentinel://, rediss+cluster:// for TLS);
     /// etcd://[user[:password]@]host:port[,host:port...] for etcd (etcds://
-    /// for TLS). [default: redis://127.0.0.1:6379; env TENURE_REDIS_URL is
+    /// for TLS); zk://[user:password@]host:port[,host:port...][/chroot] for
+    /// a ZooKeeper ensemble (digest auth). [default: redis://127.0.0.1:6379; env TENURE_REDIS_URL is
     /// read too]
     #[arg(
         long = "store",

@@ -129,6 +129,14 @@ pub enum Error {
         detail: String,
     },
 
+    /// A ZooKeeper request failed (connection loss, no quorum, a session
+    /// moved or expired): transient.
+    #[error("ZooKeeper error: {detail}")]
+    ZooKeeper {
+        /// What failed, on one line.
+        detail: String,
+    },
+
     /// The simulated outage of an in-memory store ([`crate::MemoryStore::set_fault`]).
     #[error("in-memory store unavailable (simulated fault)")]
     Unavailable,
@@ -161,6 +169,7 @@ impl Error {
                 | Error::Timeout(_)
                 | Error::Redis { .. }
                 | Error::Etcd { .. }
+                | Error::ZooKeeper { .. }
                 | Error::Unavailable
                 | Error::Internal(_)
         )
@@ -193,6 +202,8 @@ impl Error {
 fn store_of(url: &str) -> &'static str {
     if url.starts_with("etcd") {
         "etcd"
+    } else if url.starts_with("zk://") || url.starts_with("zks://") {
+        "ZooKeeper"
     } else {
         "Redis"
     }
@@ -232,6 +243,9 @@ pub(crate) fn copy_error(err: &Error) -> Error {
         Error::Unavailable => Error::Unavailable,
         Error::Internal(detail) => Error::Internal(detail.clone()),
         Error::Etcd { detail } => Error::Etcd {
+            detail: detail.clone(),
+        },
+        Error::ZooKeeper { detail } => Error::ZooKeeper {
             detail: detail.clone(),
         },
         Error::NotLeader(reason) => Error::NotLeader(reason.clone()),

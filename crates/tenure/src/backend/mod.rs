@@ -52,6 +52,8 @@ pub(crate) mod memory;
 mod op;
 mod options;
 pub(crate) mod redis;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zk;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -72,6 +74,8 @@ pub(crate) enum Store {
     Redis(Arc<redis::RedisShared>),
     #[cfg(feature = "etcd")]
     Etcd(Arc<etcd::EtcdStore>),
+    #[cfg(feature = "zookeeper")]
+    Zk(Arc<zk::ZkStore>),
     Memory(memory::MemoryStore),
 }
 
@@ -79,6 +83,16 @@ impl Store {
     /// Connect to the store `spec` names, whichever kind its URL's scheme
     /// says: the one connect path of every builder.
     pub async fn connect(spec: Connect) -> Result<Store> {
+        if is_zk_url(&spec.url) {
+            #[cfg(feature = "zookeeper")]
+            return Ok(Store::Zk(connect_zk(&spec).await?));
+            #[cfg(not(feature = "zookeeper"))]
+            return Err(Error::Config(format!(
+                "{} is a ZooKeeper URL, but this build of tenure has no ZooKeeper support \
+                 (enable the crate's `zookeeper` feature)",
+                crate::redact_url(&spec.url)
+            )));
+        }
         if is_etcd_url(&spec.url) {
             let store = connect_etcd(spec.url, spec.tls, spec.call_timeout, spec.bugs.etcd).await?;
             #[cfg(feature = "etcd")]
@@ -107,6 +121,8 @@ impl Store {
             Store::Redis(shared) => shared.election(at, needs.into()).await?,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => store.election(at, needs.ttl).await?,
+            #[cfg(feature = "zookeeper")]
+            Store::Zk(store) => store.election(at, needs.ttl).await?,
             Store::Memory(memory) => memory.election(at),
         };
         Ok(Backend::new(self.clone(), at, hints))
@@ -119,6 +135,8 @@ impl Store {
             Store::Redis(shared) => shared.store.check(group, needs.into()).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => store.check(group, true, needs.ttl).await,
+            #[cfg(feature = "zookeeper")]
+            Store::Zk(store) => store.check(group, needs.ttl).await,
             Store::Memory(_) => Ok(()),
         }
     }
@@ -129,6 +147,8 @@ impl Store {
             Store::Redis(shared) => shared.elections(prefix).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => store.list_elections(prefix).await,
+            #[cfg(feature = "zookeeper")]
+            Store::Zk(store) => store.list_elections(prefix).await,
             Store::Memory(memory) => Ok(memory.elections()),
         }
     }
@@ -146,6 +166,11 @@ impl Store {
                 "etcd".to_string(),
                 store.list_elections(prefix).await,
             )]),
+            #[cfg(feature = "zookeeper")]
+            Store::Zk(store) => Ok(vec![(
+                "zookeeper".to_string(),
+                store.list_elections(prefix).await,
+            )]),
             Store::Memory(memory) => Ok(vec![("memory".to_string(), Ok(memory.elections()))]),
         }
     }
@@ -156,6 +181,8 @@ impl Store {
             Store::Redis(shared) => shared.store.target().redacted(),
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => store.url().to_string(),
+            #[cfg(feature = "zookeeper")]
+            Store::Zk(store) => store.url().to_string(),
             Store::Memory(_) => "memory".to_string(),
         }
     }
@@ -180,6 +207,8 @@ impl Store {
             Store::Redis(shared) => shared.store.batch(ops, round_trips).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => store.batch(ops, round_trips).await,
+            #[cfg(feature = "zookeeper")]
+            Store::Zk(store) => store.batch(ops, round_trips).await,
             Store::Memory(store) => {
                 round_trips.fetch_add(1, Ordering::Relaxed);
                 store.batch(ops).await
@@ -202,6 +231,26 @@ impl Store {
             shared.store.reset();
         }
     }
+}
+
+/// Whether `url` names a ZooKeeper ensemble (`zk://`).
+pub(crate) fn is_zk_url(url: &str) -> bool {
+    url.starts_with("zk://") || url.starts_with("zks://")
+}
+
+/// Connect to the ZooKeeper ensemble `spec` names, and sweep the terms
+/// that ended without a release until the store is dropped.
+#[cfg(feature = "zookeeper")]
+async fn connect_zk(spec: &Connect) -> Result<Arc<zk::ZkStore>> {
+    if spec.tls.ca.is_some() || spec.tls.cert.is_some() || spec.tls.key.is_some() {
+        return Err(Error::Config(format!(
+            "TLS files were given, but TLS to ZooKeeper is not supported yet ({})",
+            crate::redact_url(&spec.url)
+        )));
+    }
+    let store = Arc::new(zk::ZkStore::connect(&spec.url, spec.call_timeout).await?);
+    zk::start_sweep(&store);
+    Ok(store)
 }
 
 /// Whether `url` names an etcd cluster (`etcd://`, `etcds://`).

@@ -36,7 +36,7 @@ pub(crate) struct Needs {
     /// Accept a store that may evict leases (Redis' eviction policies).
     pub allow_eviction: bool,
     /// The ttl the leases will have (etcd counts whole seconds).
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
     pub ttl: std::time::Duration,
 }
 

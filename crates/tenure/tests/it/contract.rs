@@ -27,6 +27,8 @@ const TTL: Duration = Duration::from_secs(2);
 enum Fixture {
     Redis(support::RedisServer),
     Etcd(etcd_process::EtcdCluster),
+    #[cfg(feature = "zookeeper")]
+    Zk(zk_process::ZkEnsemble),
     Memory(tenure::MemoryStore),
 }
 
@@ -39,6 +41,11 @@ impl Fixture {
         Fixture::Etcd(support::etcd())
     }
 
+    #[cfg(feature = "zookeeper")]
+    fn zk() -> Fixture {
+        Fixture::Zk(support::zk())
+    }
+
     fn memory() -> Fixture {
         support::init_logs();
         Fixture::Memory(tenure::MemoryStore::new())
@@ -48,6 +55,8 @@ impl Fixture {
         match self {
             Fixture::Redis(server) => Target::Url(server.url()),
             Fixture::Etcd(cluster) => Target::Url(cluster.url()),
+            #[cfg(feature = "zookeeper")]
+            Fixture::Zk(ensemble) => Target::Url(ensemble.url()),
             Fixture::Memory(store) => Target::Memory(store.clone()),
         }
     }
@@ -58,6 +67,8 @@ macro_rules! contract {
         contract!(@on on_redis, redis, $($promise),*);
         contract!(@on on_etcd, etcd, $($promise),*);
         contract!(@on on_memory, memory, $($promise),*);
+        #[cfg(feature = "zookeeper")]
+        contract!(@on on_zk, zk, $($promise),*);
     };
     (@on $module:ident, $store:ident, $($promise:ident),*) => {
         mod $module {

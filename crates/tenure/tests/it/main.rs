@@ -18,3 +18,5 @@ mod schedule;
 mod sentinel;
 mod state_machine;
 mod support;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;

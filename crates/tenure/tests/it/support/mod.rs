@@ -368,6 +368,20 @@ pub fn pttl_calls(node: &redis_process::Node) -> u64 {
         .unwrap_or(0)
 }
 
+/// A private 3-member ZooKeeper ensemble with a short tick (100 ms), so
+/// that sessions, and leases, may be as short as 200 ms.
+#[cfg(feature = "zookeeper")]
+pub fn zk() -> zk_process::ZkEnsemble {
+    init_logs();
+    match zk_process::ZkEnsemble::builder()
+        .tick_time(Duration::from_millis(100))
+        .start()
+    {
+        Ok(ensemble) => ensemble,
+        Err(err) => panic!("cannot start a ZooKeeper ensemble for the tests: {err}"),
+    }
+}
+
 /// A private 3-member etcd cluster with a short election timeout (500 ms),
 /// so that its leases may be as short as one second and a lost etcd
 /// leader is replaced quickly.
