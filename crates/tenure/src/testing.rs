@@ -122,6 +122,24 @@ impl crate::ElectionBuilder {
         self
     }
 
+    /// **Unsafe; for failing-mode tests only.** On ZooKeeper, a candidate
+    /// that finds the lease gone takes the election at once, even while the
+    /// witness of a term whose lease was deleted by hand says its holder
+    /// may still act (tenure's ZooKeeper backend without its witness).
+    pub fn unsafe_zk_ignore_witness(mut self, on: bool) -> Self {
+        self.settings.bugs.store.zk.ignore_witness = on;
+        self
+    }
+
+    /// **Unsafe; for failing-mode tests only.** On ZooKeeper, a term's
+    /// token is the counter plus one, without the candidate's clock, so a
+    /// restore from an older copy of the data issues the tokens of earlier
+    /// terms again.
+    pub fn unsafe_zk_tokens_without_clock(mut self, on: bool) -> Self {
+        self.settings.bugs.store.zk.tokens_without_clock = on;
+        self
+    }
+
     /// Seed the small random delay (jitter) a candidate adds before
     /// retrying, so that a run under tokio's paused clock replays exactly
     /// (tenure-sim). Without it the jitter comes from the thread's RNG.

@@ -248,7 +248,7 @@ async fn connect_zk(spec: &Connect) -> Result<Arc<zk::ZkStore>> {
             crate::redact_url(&spec.url)
         )));
     }
-    let store = Arc::new(zk::ZkStore::connect(&spec.url, spec.call_timeout).await?);
+    let store = Arc::new(zk::ZkStore::connect(&spec.url, spec.call_timeout, spec.bugs.zk).await?);
     zk::start_sweep(&store);
     Ok(store)
 }

@@ -22,6 +22,7 @@ pub(crate) struct Connect {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct StoreBugs {
     pub etcd: EtcdBugs,
+    pub zk: ZkBugs,
     /// Sentinel: only the first sentinel of the URL is listened to and
     /// asked for the primary (issue 22).
     pub first_sentinel_only: bool,
@@ -61,6 +62,22 @@ impl TlsFiles {
         }
         Ok(self.ca)
     }
+}
+
+/// Fixed bugs of the ZooKeeper backend that hidden, **unsafe** builder
+/// switches turn back on (`unsafe_zk_ignore_witness`,
+/// `unsafe_zk_tokens_without_clock`), so that tenure-chaos's failing-mode
+/// tests can show its checker catches them. All off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ZkBugs {
+    /// A candidate that finds the lease gone takes the election at once,
+    /// even while the witness of the term whose lease was deleted by hand
+    /// is there: its holder acts on until its next renewal.
+    pub ignore_witness: bool,
+    /// A term's token is the counter plus one, without the candidate's
+    /// clock: a restore from an older copy of the data issues earlier
+    /// tokens again.
+    pub tokens_without_clock: bool,
 }
 
 /// Fixed bugs of the etcd backend that hidden, **unsafe** builder switches

@@ -329,3 +329,32 @@ async fn digest_credentials_are_checked_and_guard_the_znodes() {
     }
     assert!(term.is_leader());
 }
+
+/// The failing mode of the test above, so that it is known to catch the
+/// bug: without the witness, a candidate is elected while the holder whose
+/// lease was deleted by hand still leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_witness_a_lease_deleted_by_hand_gives_two_leaders() {
+    let ensemble = support::zk();
+    let url = ensemble.url();
+    let raw = by_hand(&ensemble).await;
+    let ttl = Duration::from_secs(3);
+    let a = support::election(&url, "unwitnessed", "a", ttl).await;
+    let term = campaign(&a).await;
+    raw.delete("/tenure/unwitnessed", None)
+        .await
+        .expect("deleted by hand");
+    let b = Election::builder("unwitnessed")
+        .open(url.as_str())
+        .ttl(ttl)
+        .id("b")
+        .unsafe_zk_ignore_witness(true)
+        .build()
+        .await
+        .expect("an election");
+    let next = timeout(HANG, b.campaign()).await.expect("elected").unwrap();
+    assert!(
+        term.is_leader() && next.is_leader(),
+        "two leaders at once: the bug the witness prevents"
+    );
+}

@@ -77,7 +77,8 @@ impl ZkStore {
             }
             return Ok(Some(AcquireReply::Held(holder)));
         }
-        if let Some(&witness) = seen.witnesses.first() {
+        let witnessed = seen.witnesses.first().filter(|_| !self.bugs.ignore_witness);
+        if let Some(&witness) = witnessed {
             // The lease vanished without its holder's release: held off
             // until its witness goes, with its holder's session or in its
             // release.
@@ -113,7 +114,11 @@ impl ZkStore {
     ) -> Result<Option<AcquireReply>> {
         let session = client.session_id().0;
         let last = counter.map_or(0, |(last, _)| last);
-        let token = new_token(last);
+        let token = if self.bugs.tokens_without_clock {
+            last.saturating_add(1)
+        } else {
+            new_token(last)
+        };
         let acls = self.acls();
         let mut multi = client.new_multi_writer();
         let persistent = zk::CreateMode::Persistent.with_acls(acls);

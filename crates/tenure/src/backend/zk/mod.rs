@@ -68,6 +68,7 @@ use zookeeper_client as zk;
 
 use super::address::Address;
 use super::op::{Op, Reply};
+use super::options::ZkBugs;
 use crate::error::one_line;
 use crate::{Error, Result};
 use layout::Paths;
@@ -100,6 +101,7 @@ pub(crate) struct ZkStore {
     members: Mutex<HashMap<String, sweep::Kept>>,
     /// Requests sent.
     requests: AtomicU64,
+    bugs: ZkBugs,
 }
 
 /// A session in a state that may still answer (a disconnected one
@@ -114,7 +116,7 @@ fn usable(client: &zk::Client) -> bool {
 impl ZkStore {
     /// Connect to the ensemble `url` names: the first session proves it
     /// answers and takes the credentials.
-    pub async fn connect(url: &str, call_timeout: Duration) -> Result<ZkStore> {
+    pub async fn connect(url: &str, call_timeout: Duration, bugs: ZkBugs) -> Result<ZkStore> {
         let store = ZkStore {
             url: ZkUrl::parse(url)?,
             call_timeout,
@@ -122,6 +124,7 @@ impl ZkStore {
             terms: Mutex::new(HashMap::new()),
             members: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
+            bugs,
         };
         let reader = store.session(0).await?;
         // An unknown chroot or a refused user shows now, not mid-term.
