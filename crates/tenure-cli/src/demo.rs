@@ -94,10 +94,8 @@ impl Drop for Candidate {
 
 pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     let started = Instant::now();
-    let etcd = args
-        .url
-        .as_deref()
-        .is_some_and(|url| url.starts_with("etcd://") || url.starts_with("etcds://"));
+    let kind = args.url.as_deref().map_or(Kind::Redis, Kind::of);
+    let etcd = kind == Kind::Etcd;
     if etcd && (args.ttl < Duration::from_secs(1) || args.ttl.subsec_nanos() != 0) {
         return Err(Failure::new(
             exit::USAGE,
@@ -108,7 +106,7 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
             ),
         ));
     }
-    let store = if etcd { "etcd" } else { "Redis" };
+    let store = kind.name();
     say!("tenure demo: leader election on {store}, with measured times\n");
     let (url, server) = match args.url {
         Some(url) => {
@@ -141,6 +139,9 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
         // etcd: the election's key went with its lease; nothing else was
         // written. Unreached: nothing was written at all.
         ""
+    } else if kind == Kind::Zk {
+        crate::zk_cleanup::forget(&url, &name).await;
+        ""
     } else {
         forget(&url, &name).await;
         ""
@@ -162,19 +163,29 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
     let (mut candidates, first, token1) =
         first_leader(url, name, ttl, reached, &events_tx, &mut events).await?;
     let wait = ttl * 5;
-    let etcd = url.starts_with("etcd://") || url.starts_with("etcds://");
-    if etcd {
+    let kind = Kind::of(url);
+    if kind == Kind::Etcd {
         say!("      (the token counts up from the clock in ms, so it rises even across a restore");
         say!("       of an older etcd snapshot, which rolls etcd's own revision back)");
+    } else if kind == Kind::Zk {
+        say!("      (the token counts up from the clock in ms, so it rises even across a restore");
+        say!("       of an older copy of ZooKeeper's data, which rolls its zxids back)");
     } else {
         say!("      (a Redis new to the election grants no lease for one ttl: a leader from");
         say!("       before a restart or failover might still believe it leads)");
     }
     let (second, token2) =
-        crash_the_leader(url, name, etcd, first, &mut candidates, &mut events, wait).await?;
+        crash_the_leader(url, name, kind, first, &mut candidates, &mut events, wait).await?;
     let (third, token3) = resign_the_leader(second, &candidates, &mut events, wait).await?;
     say!("\n4. Fencing tokens rose with every term: {token1} < {token2} < {token3}");
-    refuse_a_late_write(url, name, etcd, (first, token1), (third, token3)).await?;
+    refuse_a_late_write(
+        url,
+        name,
+        kind != Kind::Redis,
+        (first, token1),
+        (third, token3),
+    )
+    .await?;
     drop(candidates);
     Ok(())
 }
@@ -222,7 +233,7 @@ async fn first_leader(
 async fn crash_the_leader(
     url: &str,
     name: &str,
-    etcd: bool,
+    kind: Kind,
     first: &str,
     candidates: &mut Candidates,
     events: &mut Events,
@@ -240,7 +251,17 @@ async fn crash_the_leader(
     }
     let expires_at = crashed_at + ttl_left;
     let (second, token2, at) = next_elected(events, wait).await?;
-    if etcd {
+    if kind == Kind::Zk {
+        // A session's time left is not shown to other clients.
+        say!(
+            "   -> {second} took over {} after the crash (ZooKeeper expires the crashed session one",
+            ms(at - crashed_at)
+        );
+        say!(
+            "      session timeout, the ttl, after its last request, deleting the lease; the watch"
+        );
+        say!("      wakes the follower)");
+    } else if kind == Kind::Etcd {
         // etcd reports a lease's time left in whole seconds (rounded
         // down) and removes expired leases on a 500 ms tick.
         say!(
@@ -282,16 +303,16 @@ async fn resign_the_leader(
 }
 
 /// Step 4: the resource, written by the last leader, refuses a late write
-/// with the first leader's token (on Redis, through a fenced key; on etcd,
-/// told).
+/// with the first leader's token (on Redis, through a fenced key; on etcd
+/// and ZooKeeper, told).
 async fn refuse_a_late_write(
     url: &str,
     name: &str,
-    etcd: bool,
+    told: bool,
     (first, token1): (&str, u64),
     (third, token3): (&str, u64),
 ) -> Result<(), Failure> {
-    if etcd {
+    if told {
         // A resource that keeps the highest token it has accepted, as the
         // book's Guarantees page asks of every resource a leader writes.
         let highest = token3;
@@ -313,6 +334,34 @@ async fn refuse_a_late_write(
         }
     }
     Ok(())
+}
+
+/// Which store a demo URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Redis,
+    Etcd,
+    Zk,
+}
+
+impl Kind {
+    fn of(url: &str) -> Kind {
+        if url.starts_with("etcd://") || url.starts_with("etcds://") {
+            Kind::Etcd
+        } else if url.starts_with("zk://") {
+            Kind::Zk
+        } else {
+            Kind::Redis
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Redis => "Redis",
+            Kind::Etcd => "etcd",
+            Kind::Zk => "ZooKeeper",
+        }
+    }
 }
 
 fn resource_key(name: &str) -> String {

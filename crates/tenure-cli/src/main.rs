@@ -27,6 +27,7 @@ mod run;
 mod seat;
 mod serve;
 mod supervisor;
+mod zk_cleanup;
 
 use std::ffi::OsStr;
 

@@ -75,7 +75,7 @@ fn with_password(url: &str, encoded: &str) -> Result<String, &'static str> {
     };
     match scheme {
         "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-        | "rediss+cluster" | "etcd" | "etcds" => {
+        | "rediss+cluster" | "etcd" | "etcds" | "zk" => {
             // The authority ends at the path or the query.
             let end = rest.find(['/', '?']).unwrap_or(rest.len());
             let (authority, tail) = rest.split_at(end);
@@ -111,7 +111,7 @@ fn with_password(url: &str, encoded: &str) -> Result<String, &'static str> {
         }
         _ => Err(
             "it works with redis://, rediss://, redis+unix://, redis+sentinel://, \
-             redis+cluster:// and etcd:// URLs",
+             redis+cluster://, etcd:// and zk:// URLs",
         ),
     }
 }

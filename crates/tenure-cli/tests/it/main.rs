@@ -16,3 +16,4 @@ mod serve;
 mod store_checks;
 mod support;
 mod topologies;
+mod zookeeper;

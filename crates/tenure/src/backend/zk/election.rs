@@ -244,23 +244,24 @@ impl ZkStore {
             None => self.session(0).await?,
         };
         let mut released = false;
-        let found = self.call_opt(&paths.lease, client.get_data(&paths.lease));
-        if let Some((data, stat)) = found.await? {
+        if self.kept_ttl(&paths.lease, token).is_some() {
+            // One request: while the term's witness is there, no other
+            // term can hold the lease, so the lease is this term's.
+            released = self.release(&client, &paths, token, None).await?;
+        }
+        let found = match released {
+            true => None,
+            false => {
+                self.call_opt(&paths.lease, client.get_data(&paths.lease))
+                    .await?
+            }
+        };
+        if let Some((data, stat)) = found {
             let holder = decode_lease(&paths.lease, &data, stat.ephemeral_owner)?;
             if holder.id == id && holder.token == token {
-                let mut multi = client.new_multi_writer();
-                multi
-                    .add_delete(&paths.lease, Some(stat.version))
-                    .and_then(|()| multi.add_delete(&paths.witness(token), None))
-                    .map_err(|err| self.classify(&paths.lease, err))?;
-                self.requests
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                match tokio::time::timeout(self.call_timeout, multi.commit()).await {
-                    Err(_) => return Err(Error::Timeout(self.call_timeout)),
-                    Ok(Ok(_)) => released = true,
-                    Ok(Err(zk::MultiWriteError::OperationFailed { .. })) => {}
-                    Ok(Err(err)) => return Err(self.classify(&paths.lease, err.into())),
-                }
+                released = self
+                    .release(&client, &paths, token, Some(stat.version))
+                    .await?;
             }
         }
         if !released {
@@ -268,6 +269,30 @@ impl ZkStore {
         }
         self.forget_term(&paths.lease, token);
         Ok(released)
+    }
+
+    /// Delete the lease (at `version`, if given) and the witness of the
+    /// term `token` in one `multi`: whether both were there.
+    async fn release(
+        &self,
+        client: &zk::Client,
+        paths: &Paths,
+        token: u64,
+        version: Option<i32>,
+    ) -> Result<bool> {
+        let mut multi = client.new_multi_writer();
+        multi
+            .add_delete(&paths.witness(token), None)
+            .and_then(|()| multi.add_delete(&paths.lease, version))
+            .map_err(|err| self.classify(&paths.lease, err))?;
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match tokio::time::timeout(self.call_timeout, multi.commit()).await {
+            Err(_) => Err(Error::Timeout(self.call_timeout)),
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(zk::MultiWriteError::OperationFailed { .. })) => Ok(false),
+            Ok(Err(err)) => Err(self.classify(&paths.lease, err.into())),
+        }
     }
 
     /// Who holds the election now.

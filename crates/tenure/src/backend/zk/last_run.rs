@@ -18,11 +18,15 @@ impl ZkStore {
         let paths = self.paths(at)?;
         let client = self.session(0).await?;
         let marker = paths.last_run();
+        // The write comes first: its answer comes after the member this
+        // session reads from has applied every earlier write, the
+        // marker's included (a read alone may be served from a member
+        // that is behind).
+        let now = self.ensemble_now(&client, &paths.now()).await?;
         let Some((data, stat)) = self.call_opt(&marker, client.get_data(&marker)).await? else {
             return Ok(None);
         };
         let keep = decode_marker(&marker, &data)?;
-        let now = self.ensemble_now(&client, &paths.now()).await?;
         let age = Duration::from_millis(u64::try_from(now - stat.mtime).unwrap_or(0));
         Ok((age <= keep).then_some(age))
     }

@@ -186,6 +186,11 @@ impl ZkStore {
         let mut connector = zk::Client::connector()
             .with_session_timeout(timeout)
             .with_connection_timeout(self.call_timeout.min(timeout / 3))
+            // A store dropped without its terms' releases (a crash of the
+            // code holding it) leaves its leases to expire with the
+            // session, as on every store: only a release lets a candidate
+            // in early.
+            .with_detached()
             .with_fail_eagerly();
         if let Some((user, password)) = &self.url.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
