@@ -31,7 +31,7 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
-    /// The store (Redis or etcd) could not be reached (refused, DNS, network).
+    /// The store (Redis, etcd or ZooKeeper) could not be reached (refused, DNS, network).
     #[error("cannot reach {} at {url}: {detail}", store_of(.url))]
     Unreachable {
         /// The URL, with any password replaced by `***`.

@@ -1,4 +1,4 @@
-//! Leader election on Redis or etcd: one leader per named election, kept
+//! Leader election on Redis, etcd or ZooKeeper: one leader per named election, kept
 //! while it is healthy, handed over fast when it dies or steps down, and told
 //! the moment it may no longer act.
 //!
@@ -52,8 +52,9 @@
 //!   leader, that leader keeps renewing there while a new one is elected. A
 //!   single Redis node makes elections *efficient* (few duplicates, fast
 //!   handover); correctness under every failure needs fencing tokens (or
-//!   the etcd backend, behind the `etcd` feature, whose leases are
-//!   replicated by consensus; it still needs fencing against pauses).
+//!   the etcd or ZooKeeper backends, behind the `etcd` and `zookeeper`
+//!   features, whose leases are replicated by consensus; they still need
+//!   fencing against pauses).
 //! - **Restarts end terms early.** A Redis restart without persistence loses
 //!   the lease: the leader learns at its next renewal and stops, and no new
 //!   lease is granted (nor a lease restored from a snapshot adopted) until
@@ -108,7 +109,7 @@
 //! - **keeper**: what renews terms and ends them (one per election; one for
 //!   all the partitions of a partition-set member); its **watchdog** ends a
 //!   term at its deadline even while the keeper waits on the store.
-//! - **store**: where leases are kept (Redis, etcd, or [`MemoryStore`]); a
+//! - **store**: where leases are kept (Redis, etcd, ZooKeeper, or [`MemoryStore`]); a
 //!   [`Store`] is one connection to a store, shared by many elections of a
 //!   process. In the code a store's kinds are `RedisStore`, `EtcdStore` and
 //!   [`MemoryStore`]; a **backend** is one election's view of a store.

@@ -54,9 +54,12 @@ impl Store {
     }
 
     /// The store at `url`, whichever kind it names: Redis (the forms of
-    /// [`Store::redis`]) or, with the crate's `etcd` feature, an etcd
+    /// [`Store::redis`]); with the crate's `etcd` feature, an etcd
     /// cluster (`etcd://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]`, `etcds://`
-    /// for TLS). Moving from one to the other changes the URL, not the code.
+    /// for TLS); with the `zookeeper` feature, a ZooKeeper ensemble
+    /// (`zk://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…][/CHROOT]`, the user
+    /// and password a digest identity). Moving from one to another changes
+    /// the URL, not the code.
     ///
     /// ```no_run
     /// # #[tokio::main] async fn main() -> tenure::Result<()> {
