@@ -485,10 +485,25 @@ fn serve_works_the_same_on_etcd() {
         .election_timeout(Duration::from_millis(500))
         .start()
         .expect("an etcd cluster");
-    let scratch = Scratch::new("serve-etcd");
+    serve_works_the_same_on(&cluster.url(), "serve-etcd");
+}
+
+#[test]
+fn serve_works_the_same_on_zookeeper() {
+    let ensemble = zk_process::ZkEnsemble::builder()
+        .tick_time(Duration::from_millis(100))
+        .start()
+        .expect("a ZooKeeper ensemble");
+    serve_works_the_same_on(&ensemble.url(), "serve-zk");
+}
+
+/// Two `tenure serve` on `url` hand over each election on `POST resign`
+/// and every one on SIGTERM.
+fn serve_works_the_same_on(url: &str, scratch: &str) {
+    let scratch = Scratch::new(scratch);
     let ttl = ["--ttl", "2s"];
-    let mut a = Serve::start(&cluster.url(), &["etl", "mail"], "a", &ttl, &scratch);
-    let mut b = Serve::start(&cluster.url(), &["etl", "mail"], "b", &ttl, &scratch);
+    let mut a = Serve::start(url, &["etl", "mail"], "a", &ttl, &scratch);
+    let mut b = Serve::start(url, &["etl", "mail"], "b", &ttl, &scratch);
     for election in ["etl", "mail"] {
         let leader = leader_of(&[&a, &b], election);
         let held = token(&leader.state(election));
