@@ -358,3 +358,43 @@ async fn without_the_witness_a_lease_deleted_by_hand_gives_two_leaders() {
         "two leaders at once: the bug the witness prevents"
     );
 }
+
+/// A host list that spans two ensembles is refused with one line naming
+/// the odd host, before anything is granted: processes that reached
+/// different ensembles would each grant a term of the same election.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_list_spanning_two_ensembles_is_refused() {
+    let single = || {
+        zk_process::ZkEnsemble::builder()
+            .members(1)
+            .tick_time(Duration::from_millis(100))
+            .start()
+            .expect("an ensemble")
+    };
+    let (one, other) = (single(), single());
+    let url = format!("zk://{},{}", one.connect_string(), other.connect_string());
+    for _ in 0..3 {
+        // The client reaches either first; both ways are refused.
+        let err = Election::builder("spanning")
+            .open(url.as_str())
+            .ttl(TTL)
+            .build()
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, Error::Unsafe { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("another ZooKeeper ensemble") && !text.contains('\n'),
+            "{text}"
+        );
+    }
+    // Each alone is fine.
+    for ensemble in [&one, &other] {
+        Election::builder("spanning")
+            .open(ensemble.url())
+            .ttl(TTL)
+            .build()
+            .await
+            .expect("one ensemble");
+    }
+}

@@ -77,6 +77,7 @@ use target::ZkUrl;
 
 mod codec;
 mod election;
+mod ensemble;
 mod last_run;
 mod layout;
 mod members;
@@ -129,6 +130,7 @@ impl ZkStore {
         let reader = store.session(0).await?;
         // An unknown chroot or a refused user shows now, not mid-term.
         store.call("/", reader.check_stat("/")).await?;
+        store.one_ensemble(&reader).await?;
         Ok(store)
     }
 
@@ -183,15 +185,23 @@ impl ZkStore {
 
     /// A new session with `timeout`.
     async fn open(&self, timeout: Duration) -> Result<zk::Client> {
+        self.open_on(&self.url.hosts, timeout, true).await
+    }
+
+    /// A new session with `timeout` on one of `hosts`; `detached`, it
+    /// outlives its last client (see below).
+    async fn open_on(&self, hosts: &str, timeout: Duration, detached: bool) -> Result<zk::Client> {
         let mut connector = zk::Client::connector()
             .with_session_timeout(timeout)
             .with_connection_timeout(self.call_timeout.min(timeout / 3))
+            .with_fail_eagerly();
+        if detached {
             // A store dropped without its terms' releases (a crash of the
             // code holding it) leaves its leases to expire with the
             // session, as on every store: only a release lets a candidate
             // in early.
-            .with_detached()
-            .with_fail_eagerly();
+            connector = connector.with_detached();
+        }
         if let Some((user, password)) = &self.url.user {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
@@ -200,7 +210,7 @@ impl ZkStore {
             .call_timeout
             .saturating_mul(2)
             .max(Duration::from_secs(2));
-        let connected = tokio::time::timeout(limit, connector.connect(&self.url.hosts)).await;
+        let connected = tokio::time::timeout(limit, connector.connect(hosts)).await;
         match connected {
             Ok(Ok(client)) => Ok(client),
             Ok(Err(zk::Error::AuthFailed)) => Err(Error::Auth {
