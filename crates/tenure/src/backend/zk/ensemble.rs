@@ -32,6 +32,7 @@ impl ZkStore {
             Some(mark) => mark,
             None => self.make_mark(reader, &path).await?,
         };
+        *self.mark.lock().unwrap_or_else(|e| e.into_inner()) = Some(mark.clone());
         for host in hosts {
             let timeout = Duration::from_secs(10);
             let Ok(client) = self.open_on(host, timeout, false).await else {
@@ -51,6 +52,27 @@ impl ZkStore {
             }
         }
         Ok(())
+    }
+
+    /// Check that a new session reached the ensemble the store first
+    /// reached (its client moved to another host meanwhile, or the old
+    /// session expired there).
+    pub(super) async fn same_ensemble(&self, client: &zk::Client) -> Result<()> {
+        let known = self.mark.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(mark) = known else { return Ok(()) };
+        let path = self.mark_path();
+        let theirs = self.read_mark(client, &path).await?;
+        if theirs.as_deref() == Some(mark.as_str()) {
+            return Ok(());
+        }
+        Err(Error::Unsafe {
+            url: self.url.redacted.clone(),
+            detail: format!(
+                "a new session reached another ZooKeeper ensemble than the one first reached \
+                 (its {path} is {}, not {mark}): list the members of one ensemble only",
+                theirs.as_deref().unwrap_or("missing")
+            ),
+        })
     }
 
     /// The mark as `client`'s member knows it after catching up with the

@@ -102,6 +102,9 @@ pub(crate) struct ZkStore {
     members: Mutex<HashMap<String, sweep::Kept>>,
     /// Requests sent.
     requests: AtomicU64,
+    /// The ensemble's mark, once read (URLs of two or more hosts; see
+    /// `ensemble.rs`): every new session must find the same.
+    mark: Mutex<Option<String>>,
     bugs: ZkBugs,
 }
 
@@ -125,6 +128,7 @@ impl ZkStore {
             terms: Mutex::new(HashMap::new()),
             members: Mutex::new(HashMap::new()),
             requests: AtomicU64::new(0),
+            mark: Mutex::new(None),
             bugs,
         };
         let reader = store.session(0).await?;
@@ -173,6 +177,7 @@ impl ZkStore {
                 client.session_timeout()
             )));
         }
+        self.same_ensemble(&client).await?;
         sessions.insert(ttl_ms, client.clone());
         Ok(client)
     }
