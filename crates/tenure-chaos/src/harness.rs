@@ -6,7 +6,7 @@
 //! the store), heals it, and waits. Everything it starts it stops by PID.
 //! The schedule depends only on the seed.
 //!
-//! The election's store has one of four topologies (`--topology`, or its
+//! The election's store has one of five topologies (`--topology`, or its
 //! alias `--store`):
 //! - `single`: one redis-server, reached by every instance through its own
 //!   fault-injecting proxy, so one instance can be cut off while the others
@@ -23,7 +23,9 @@
 //! - `etcd`: a private three-member [`EtcdCluster`] (election timeout
 //!   500 ms), reached by every instance through three fault-injecting
 //!   proxies of its own, one per member, so that its `etcd://` URL names
-//!   three proxied endpoints and cutting the instance off cuts all three.
+//!   three proxied endpoints and cutting the instance off cuts all three;
+//! - `zk`: a private three-member [`ZkEnsemble`] (tick 100 ms), reached
+//!   through three proxies per instance as etcd is (`zk://`).
 //!
 //! With Sentinel or a Cluster the instances connect to the nodes that the
 //! sentinels or the cluster name, at their real addresses: a proxy placed
@@ -103,6 +105,33 @@
 //!   etcd-tokens-without-clock` (tokens from the rolled-back counter alone,
 //!   as revision tokens were) they repeat.
 //!
+//! A ZooKeeper ensemble lists every member in the URL too, and its client
+//! moves to another member when its connection breaks, so the zk topology
+//! keeps the link faults and every fault of instances as etcd does, and
+//! adds faults of the ensemble ([`ZK_ONLY`]; the member faults are written
+//! once for both stores in [`crate::consensus`]):
+//! - `zk-kill-member`: kill -9 a follower member; after the hold, start it
+//!   again with its data and wait until the ensemble is whole (every member
+//!   serving, one of them leading);
+//! - `zk-kill-leader`: the same for the ensemble's leader: nobody can lead
+//!   until the others have elected another;
+//! - `zk-pause-member`: SIGSTOP a member (half the time the leader),
+//!   SIGCONT after the hold;
+//! - `zk-restart-all`: kill -9 every member, wait the hold, start them all
+//!   again with their data;
+//! - `restore-snapshot`: as on etcd, a cold backup, a hand-over, the hold,
+//!   and a restore that rolls znodes and zxids back (`--unsafe-bug
+//!   zk-tokens-without-clock`: the tokens repeat).
+//!
+//! A ZooKeeper session expires when its client is silent for the ttl (the
+//! session timeout): `pause` (1.3 to 2.5 ttls) and `cut` expire the
+//! leader's session on the ensemble, and its ephemeral lease and witness
+//! go with it. `delete-lease` deletes the lease znode by hand (`delete` in
+//! `zkCli.sh`), leaving the witness, which keeps every candidate out until
+//! the holder stopped (`--unsafe-bug zk-ignore-witness`: a candidate takes
+//! the election at once, and the checker sees two leaders). There is no
+//! `revoke-lease`: only the client holding a session can close it.
+//!
 //! A fault of the etcd cluster is recorded as a store outage (like a Redis
 //! restart, see [`crate::checker`]) only when the cluster could not serve:
 //! from the kill or pause of the raft leader until another member led, and
@@ -118,6 +147,8 @@
 //! another instance is elected, and the checker reports overlapping leaders
 //! (the old holder's late writes are rejected by fencing). The book's
 //! "Fault injection on etcd" page has the figures.
+//!
+//! The same holds for ZooKeeper's members.
 //!
 //! In the etcd topology the ttl is a whole number of seconds (etcd's leases
 //! count seconds; with a 500 ms election timeout the smallest is 1 s), 2 s
@@ -172,23 +203,32 @@
 //!   `--unsafe-lease-by-hand-without-witness` the lease's witness goes too,
 //!   as if tenure kept none, and it must see one. Each time, a new
 //!   candidate process starts right after and campaigns for the hold;
+//! - `cut-delete-lease` (single, etcd, ZooKeeper): the same while the
+//!   leader is cut off for the hold, as an operator forcing out a leader
+//!   that looks hung would. The holder cannot hear of the deletion and
+//!   leads on until its deadline, so a candidate elected before then
+//!   overlaps it for sure. On ZooKeeper, where a holder that hears the
+//!   deletion stops within a round trip, this is the fault that shows
+//!   what the witness is for (`--unsafe-bug zk-ignore-witness`);
 //! - `forged`: the leader is killed and a `renewed:1:3600000` announcement
 //!   published, then, after the hold, a flood of `released:` ones.
 
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 use rand::rngs::StdRng;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use etcd_process::EtcdCluster;
 use rand::{Rng, SeedableRng};
 use redis_process::{RedisCluster, RedisServer, SentinelGroup};
+use zk_process::ZkEnsemble;
+
+use crate::consensus::{self, lock, Members, Shared, Whom};
 
 use crate::instance::ELECTION;
 use crate::log::{now_ns, Event, EventLog};
@@ -199,7 +239,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 31] = [
+pub const FAULT_KINDS: [&str; 36] = [
     "kill",
     "pause",
     "restart",
@@ -228,15 +268,20 @@ pub const FAULT_KINDS: [&str; 31] = [
     "etcd-restart-all",
     "etcd-compact",
     "delete-lease",
+    "cut-delete-lease",
     "revoke-lease",
     "pause-minority-member",
     "restore-snapshot",
+    "zk-kill-member",
+    "zk-kill-leader",
+    "zk-pause-member",
+    "zk-restart-all",
 ];
 
 /// Kinds that need a fault-injecting proxy per instance, which only the
-/// single server and etcd have: faults of one instance's link, and
-/// `mixed-ttl`, which cuts the leader off.
-pub const PROXIED: [&str; 4] = ["cut", "drop", "delay", "mixed-ttl"];
+/// single server, etcd and ZooKeeper have: faults of one instance's link,
+/// and `mixed-ttl` and `cut-delete-lease`, which cut the leader off.
+pub const PROXIED: [&str; 5] = ["cut", "drop", "delay", "mixed-ttl", "cut-delete-lease"];
 
 /// Kinds that need the single server: faults of the whole Redis (restart,
 /// stall, rollback).
@@ -263,14 +308,25 @@ pub const CLUSTER_ONLY: [&str; 4] = [
 ];
 
 /// Kinds that need `--topology etcd`.
-pub const ETCD_ONLY: [&str; 6] = [
+pub const ETCD_ONLY: [&str; 5] = [
     "etcd-kill-member",
     "etcd-pause-member",
     "etcd-restart-all",
     "etcd-compact",
     "pause-minority-member",
-    "restore-snapshot",
 ];
+
+/// Kinds that need `--topology zk`.
+pub const ZK_ONLY: [&str; 4] = [
+    "zk-kill-member",
+    "zk-kill-leader",
+    "zk-pause-member",
+    "zk-restart-all",
+];
+
+/// Kinds of a consensus store's operator that need etcd or ZooKeeper: a
+/// restore of every member from an older backup.
+pub const CONSENSUS_ONLY: [&str; 1] = ["restore-snapshot"];
 
 /// Kinds of an operator acting on the lease by hand that need etcd:
 /// `revoke-lease` revokes the etcd lease the election's key hangs on.
@@ -289,14 +345,18 @@ pub enum Topology {
     /// Three etcd members, behind three fault-injecting proxies per
     /// instance (`etcd://`).
     Etcd,
+    /// Three ZooKeeper members, behind three fault-injecting proxies per
+    /// instance (`zk://`).
+    Zk,
 }
 
 impl Topology {
-    const ALL: [Topology; 4] = [
+    const ALL: [Topology; 5] = [
         Topology::Single,
         Topology::Sentinel,
         Topology::Cluster,
         Topology::Etcd,
+        Topology::Zk,
     ];
 
     /// Whether `kind` can be injected in this topology.
@@ -305,22 +365,48 @@ impl Topology {
         let only = |kinds: &[&str], topologies: &[Topology]| {
             !kinds.contains(&kind) || topologies.contains(&self)
         };
-        only(&PROXIED, &[Single, Etcd])
+        only(&PROXIED, &[Single, Etcd, Zk])
             && only(&SINGLE_ONLY, &[Single])
             && only(&REDIS_ONLY, &[Single, Sentinel, Cluster])
             && only(&SENTINEL_ONLY, &[Sentinel])
             && only(&CLUSTER_ONLY, &[Cluster])
             && only(&ETCD_ONLY, &[Etcd])
             && only(&ETCD_LEASES, &[Etcd])
+            && only(&ZK_ONLY, &[Zk])
+            && only(&CONSENSUS_ONLY, &[Etcd, Zk])
     }
 
     /// Why `kind` is not injected in this topology, when that is a choice
-    /// rather than plain impossibility (a Redis fault with no etcd
-    /// counterpart).
+    /// rather than plain impossibility (a Redis fault with no etcd or
+    /// ZooKeeper counterpart).
     pub fn why_not(self, kind: &str) -> Option<&'static str> {
-        if self != Topology::Etcd {
-            return None;
+        match self {
+            Topology::Etcd => Self::why_not_etcd(kind),
+            Topology::Zk => Self::why_not_zk(kind),
+            _ => None,
         }
+    }
+
+    fn why_not_zk(kind: &str) -> Option<&'static str> {
+        Some(match kind {
+            "restart" => {
+                "a Redis restart loses every lease, while ZooKeeper members keep their data across restarts (zk-restart-all is the ZooKeeper counterpart); losing its data means restoring a backup (restore-snapshot)"
+            }
+            "rollback" => {
+                "it restarts Redis from an older SAVEd snapshot, while a ZooKeeper member restarts from its own transaction log (restore-snapshot rolls the whole ensemble back)"
+            }
+            "stall" => "CLIENT PAUSE is a Redis command (zk-pause-member stalls ZooKeeper members)",
+            "forged" => {
+                "it forges Redis pub/sub announcements, while ZooKeeper's are watch events on the election's znode, which only a client allowed to write that znode can cause"
+            }
+            "revoke-lease" => {
+                "only the client that holds a ZooKeeper session can close it; a session ends by expiry instead (pause, cut)"
+            }
+            _ => return None,
+        })
+    }
+
+    fn why_not_etcd(kind: &str) -> Option<&'static str> {
         Some(match kind {
             "restart" => {
                 "a Redis restart loses every lease, while etcd members keep their data across restarts (etcd-restart-all is the etcd counterpart); losing etcd's data means restoring a backup (restore-snapshot)"
@@ -365,28 +451,39 @@ impl Topology {
             Topology::Sentinel => "sentinel",
             Topology::Cluster => "cluster",
             Topology::Etcd => "etcd",
+            Topology::Zk => "zk",
         }
     }
 
     /// The ttl of a run that does not give one: 1 s on Redis; 2 s on etcd,
     /// whose leases count whole seconds, so that a raft election (one to two
-    /// election timeouts of 500 ms) fits well inside a ttl.
+    /// election timeouts of 500 ms) fits well inside a ttl; 2 s on
+    /// ZooKeeper too, where a new leader of the ensemble is elected and
+    /// synced in about a second (its tick is [`ZK_TICK`]).
     pub fn default_ttl(self) -> Duration {
         match self {
-            Topology::Etcd => Duration::from_secs(2),
+            Topology::Etcd | Topology::Zk => Duration::from_secs(2),
             _ => Duration::from_secs(1),
         }
     }
 
     /// Why `ttl` cannot be used in this topology (etcd: whole seconds, at
-    /// least the smallest lease of its 500 ms election timeout).
+    /// least the smallest lease of its 500 ms election timeout; ZooKeeper:
+    /// a margin, a tenth of the ttl, longer than the ensemble's tick, by
+    /// which a session may expire early: see the book's ZooKeeper page).
     pub fn refuse_ttl(self, ttl: Duration) -> Option<String> {
-        (self == Topology::Etcd && !whole_seconds(ttl)).then(|| {
-            format!(
-                "--ttl {} does not suit etcd, whose leases count whole seconds: use 1s or more, in whole seconds",
-                humantime::format_duration(ttl)
-            )
-        })
+        let ttl_text = humantime::format_duration(ttl);
+        match self {
+            Topology::Etcd if !whole_seconds(ttl) => Some(format!(
+                "--ttl {ttl_text} does not suit etcd, whose leases count whole seconds: use 1s or more, in whole seconds"
+            )),
+            Topology::Zk if ttl < ZK_TICK * 10 => Some(format!(
+                "--ttl {ttl_text} does not suit ZooKeeper here: its tick is {}, and the margin (a tenth of the ttl) must be longer; use {} or more",
+                humantime::format_duration(ZK_TICK),
+                humantime::format_duration(ZK_TICK * 10)
+            )),
+            _ => None,
+        }
     }
 
     /// Whether `mixed-ttl` can run at `ttl` here: every second instance
@@ -416,7 +513,7 @@ pub fn default_kinds(topology: Topology, cli: bool, ttl: Duration) -> Vec<String
 
 /// How long the harness waits for a Sentinel group or cluster to reach the
 /// state a fault or its repair needs (a promotion, a demotion, a rejoin).
-const TOPOLOGY_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const TOPOLOGY_WAIT: Duration = Duration::from_secs(60);
 
 /// Kinds that exist only in CLI mode.
 pub const CLI_ONLY: [&str; 2] = ["pause-tenure-only", "kill-guardian"];
@@ -566,7 +663,9 @@ enum Store {
     Cluster(Arc<RedisCluster>),
     /// Behind a mutex: killing and restarting members needs `&mut`, and
     /// is done off the runtime (see [`blocking`]).
-    Etcd(Arc<Mutex<EtcdCluster>>),
+    Etcd(Shared<EtcdCluster>),
+    /// As etcd's.
+    Zk(Shared<ZkEnsemble>),
 }
 
 impl Store {
@@ -577,6 +676,7 @@ impl Store {
             Store::Sentinel(_) => Topology::Sentinel,
             Store::Cluster(_) => Topology::Cluster,
             Store::Etcd(_) => Topology::Etcd,
+            Store::Zk(_) => Topology::Zk,
         };
         topology
             .refusal(kind)
@@ -619,6 +719,12 @@ impl Store {
                 })
                 .await?,
             ))),
+            Topology::Zk => Store::Zk(Arc::new(Mutex::new(
+                blocking("starting a ZooKeeper ensemble", || {
+                    ZkEnsemble::builder().tick_time(ZK_TICK).start()
+                })
+                .await?,
+            ))),
         })
     }
 
@@ -629,21 +735,18 @@ impl Store {
             Store::Sentinel(group) => group.url(),
             Store::Cluster(cluster) => cluster.url(),
             Store::Etcd(cluster) => lock(cluster).url(),
+            Store::Zk(ensemble) => lock(ensemble).url(),
         }
     }
 
     /// The ports each instance's proxies forward to: the single server's,
-    /// or every etcd member's; none on Sentinel or a Cluster (see the
-    /// module docs).
+    /// or every etcd or ZooKeeper member's; none on Sentinel or a Cluster
+    /// (see the module docs).
     fn upstreams(&self) -> Vec<u16> {
         match self {
             Store::Single { redis, .. } => vec![redis.port()],
-            Store::Etcd(cluster) => {
-                let cluster = lock(cluster);
-                (0..cluster.members())
-                    .map(|member| cluster.client_port(member))
-                    .collect()
-            }
+            Store::Etcd(cluster) => consensus::client_ports(cluster),
+            Store::Zk(ensemble) => consensus::client_ports(ensemble),
             Store::Sentinel(_) | Store::Cluster(_) => Vec::new(),
         }
     }
@@ -659,12 +762,8 @@ impl Store {
                 .map(|node| node.pid())
                 .collect(),
             Store::Cluster(cluster) => cluster.nodes().iter().map(|node| node.pid()).collect(),
-            Store::Etcd(cluster) => {
-                let cluster = lock(cluster);
-                (0..cluster.members())
-                    .map(|member| cluster.pid(member))
-                    .collect()
-            }
+            Store::Etcd(cluster) => consensus::pids(cluster),
+            Store::Zk(ensemble) => consensus::pids(ensemble),
         };
         pids.into_iter().flatten().map(|pid| pid as i32).collect()
     }
@@ -696,6 +795,13 @@ impl Store {
                 })
                 .await
             }
+            Store::Zk(ensemble) => {
+                let ensemble = ensemble.clone();
+                blocking("the ZooKeeper ensemble is whole", move || {
+                    zk_whole(&lock(&ensemble), TOPOLOGY_WAIT)
+                })
+                .await
+            }
         }
     }
 }
@@ -705,8 +811,34 @@ impl Store {
 /// whole seconds).
 const ETCD_ELECTION_TIMEOUT: Duration = Duration::from_millis(500);
 
-fn lock(cluster: &Mutex<EtcdCluster>) -> MutexGuard<'_, EtcdCluster> {
-    cluster.lock().unwrap_or_else(PoisonError::into_inner)
+/// ZooKeeper's `tickTime` in the zk topology: a dead leader of the
+/// ensemble is noticed in five ticks and another elected soon after, and a
+/// session expires at most a tick late, well within the margin of the
+/// smallest ttl the topology takes ([`Topology::refuse_ttl`]).
+pub const ZK_TICK: Duration = Duration::from_millis(100);
+
+/// Wait until every ZooKeeper member runs (unpaused) and serves, one of
+/// them as the leader of a quorum.
+fn zk_whole(ensemble: &ZkEnsemble, timeout: Duration) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let last = consensus::all_running(ensemble).and_then(|()| {
+            ensemble
+                .wait_serving(Duration::from_millis(200))
+                .map_err(|e| e.to_string())
+        });
+        match last {
+            Ok(()) => return Ok(()),
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(last) => {
+                return Err(format!(
+                    "the ZooKeeper ensemble is not whole after {timeout:?}: {last}"
+                ))
+            }
+        }
+    }
 }
 
 /// Wait until every etcd member runs (unpaused) and follows one leader,
@@ -730,11 +862,7 @@ fn etcd_whole(cluster: &EtcdCluster, timeout: Duration) -> Result<usize, etcd_pr
 /// One look at the cluster for [`etcd_whole`]: its leader, or why it is not
 /// whole.
 fn etcd_agreed(cluster: &EtcdCluster, deadline: std::time::Instant) -> Result<usize, String> {
-    for member in 0..cluster.members() {
-        if !cluster.is_running(member) || cluster.is_paused(member) {
-            return Err(format!("m{member} is not running"));
-        }
-    }
+    consensus::all_running(cluster)?;
     let left = deadline.saturating_duration_since(std::time::Instant::now());
     let leader = cluster
         .wait_for_leader(left.max(Duration::from_millis(100)))
@@ -792,7 +920,7 @@ fn start_sentinel(min_replicas: bool) -> Result<SentinelGroup, redis_process::Er
 
 /// Run a blocking call of redis-process or etcd-process (they poll with
 /// sleeps) off the runtime, whose threads also carry the proxies' traffic.
-async fn blocking<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
     what: &str,
     call: impl FnOnce() -> Result<T, E> + Send + 'static,
 ) -> Result<T, String> {
@@ -876,7 +1004,7 @@ impl Aim<'_> {
 /// until the store could serve the election again (ns), and whether it
 /// could not serve meanwhile (etcd: told apart per fault; Redis: `None`,
 /// by kind, see the checker).
-struct Outage {
+pub(crate) struct Outage {
     t: u64,
     until: u64,
     store_down: Option<bool>,
@@ -884,7 +1012,7 @@ struct Outage {
 
 impl Outage {
     /// The window `(t, until)` with `store_down`.
-    fn of((t, until): (u64, u64), store_down: Option<bool>) -> Outage {
+    pub(crate) fn of((t, until): (u64, u64), store_down: Option<bool>) -> Outage {
         Outage {
             t,
             until,
@@ -1073,126 +1201,8 @@ async fn cluster_reshard(
     Ok(Outage::of((t, now_ns()), None))
 }
 
-/// `etcd-kill-member` (`kill`) or `etcd-pause-member`: stop the raft
-/// leader (when `coin`, or when it has no follower) or the follower at
-/// `pick`, wait for another leader if it was the leader, hold, then
-/// restart or resume it. The store is down only when the leader stopped.
-async fn etcd_stop_member(
-    cluster: &Arc<Mutex<EtcdCluster>>,
-    kill: bool,
-    coin: bool,
-    pick: usize,
-    hold: Duration,
-) -> Result<Outage, String> {
-    let c = cluster.clone();
-    let (member, leader) = blocking("the etcd leader", move || {
-        let c = lock(&c);
-        let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
-        let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
-        let member = match followers.get(pick % followers.len().max(1)) {
-            Some(follower) if !coin => *follower,
-            _ => leader,
-        };
-        Ok::<_, etcd_process::Error>((member, leader))
-    })
-    .await?;
-    let c = cluster.clone();
-    let t = now_ns();
-    blocking("stopping an etcd member", move || {
-        if kill {
-            lock(&c).kill(member);
-            Ok(())
-        } else {
-            lock(&c).pause(member)
-        }
-    })
-    .await?;
-    // The raft leader gone, nobody can lead until the others
-    // have elected another; a follower gone costs nothing.
-    let (until, elected) = if member == leader {
-        let c = cluster.clone();
-        let elected = blocking("another etcd member leads", move || {
-            lock(&c).wait_for_leader(TOPOLOGY_WAIT).map(|_| ())
-        })
-        .await;
-        (now_ns(), elected)
-    } else {
-        (t, Ok(()))
-    };
-    let store_down = Some(member == leader);
-    if elected.is_ok() {
-        tokio::time::sleep(hold).await;
-    }
-    let c = cluster.clone();
-    let back = blocking("the etcd member runs again", move || {
-        if kill {
-            lock(&c).restart(member)
-        } else {
-            lock(&c).resume(member)
-        }
-    })
-    .await;
-    elected?;
-    back?;
-    Ok(Outage::of((t, until), store_down))
-}
-
-/// `etcd-restart-all`: kill every member, hold, start them all again and
-/// wait for a leader; the store is down throughout.
-async fn etcd_restart_all(
-    cluster: &Arc<Mutex<EtcdCluster>>,
-    hold: Duration,
-) -> Result<Outage, String> {
-    let c = cluster.clone();
-    let t = now_ns();
-    blocking("killing every etcd member", move || {
-        lock(&c).kill_all();
-        Ok::<_, etcd_process::Error>(())
-    })
-    .await?;
-    tokio::time::sleep(hold).await;
-    let c = cluster.clone();
-    blocking("every etcd member starts again", move || {
-        let mut c = lock(&c);
-        c.restart_all()?;
-        c.wait_for_leader(TOPOLOGY_WAIT)
-    })
-    .await?;
-    Ok(Outage::of((t, now_ns()), Some(true)))
-}
-
-/// `pause-minority-member`: pause the follower at `pick`, hold, resume it;
-/// the store keeps serving.
-async fn pause_minority_member(
-    cluster: &Arc<Mutex<EtcdCluster>>,
-    pick: usize,
-    hold: Duration,
-) -> Result<Outage, String> {
-    let c = cluster.clone();
-    let member = blocking("an etcd follower", move || {
-        let c = lock(&c);
-        let leader = c.wait_for_leader(TOPOLOGY_WAIT)?;
-        let followers: Vec<usize> = (0..c.members()).filter(|m| *m != leader).collect();
-        followers
-            .get(pick % followers.len().max(1))
-            .copied()
-            .ok_or_else(|| etcd_process::Error::Topology("no follower member".into()))
-    })
-    .await?;
-    let c = cluster.clone();
-    let t = now_ns();
-    blocking("pausing an etcd follower", move || lock(&c).pause(member)).await?;
-    tokio::time::sleep(hold).await;
-    let c = cluster.clone();
-    blocking("the etcd follower runs again", move || {
-        lock(&c).resume(member)
-    })
-    .await?;
-    Ok(Outage::of((t, now_ns()), Some(false)))
-}
-
 /// `etcd-compact`: compact etcd's history now; the store keeps serving.
-async fn etcd_compact(cluster: &Arc<Mutex<EtcdCluster>>) -> Result<Outage, String> {
+async fn etcd_compact(cluster: &Shared<EtcdCluster>) -> Result<Outage, String> {
     let c = cluster.clone();
     let t = now_ns();
     blocking("compacting etcd", move || lock(&c).compact_now()).await?;
@@ -1207,8 +1217,9 @@ pub struct Harness {
     slots: Vec<Slot>,
     /// The links of `dup-id`'s second process (single and etcd).
     twin_links: Vec<Proxy>,
-    /// The harness's own client of an etcd store (to find the leader).
-    etcd_client: Option<tenure::Store>,
+    /// The harness's own client of an etcd or ZooKeeper store (to find
+    /// the leader).
+    client: Option<tenure::Store>,
     twins: u32,
     log: EventLog,
     /// Every PID ever started (instances and the store's processes), to
@@ -1272,7 +1283,7 @@ impl Harness {
             resource_redis,
             slots,
             twin_links,
-            etcd_client: None,
+            client: None,
             twins: 0,
             log,
             started,
@@ -1305,6 +1316,7 @@ impl Harness {
             (Store::Sentinel(group), true) => group.url_from(first_sentinel),
             (_, true) => self.store.url(),
             (Store::Etcd(_), false) => format!("etcd://{}", endpoints.join(",")),
+            (Store::Zk(_), false) => format!("zk://{}", endpoints.join(",")),
             (_, false) => format!("redis://{}", endpoints[0]),
         }
     }
@@ -1357,10 +1369,11 @@ impl Harness {
     /// The slot whose instance leads now, read from the store directly.
     async fn leader_slot(&mut self) -> Option<usize> {
         let url = self.store.url();
-        let leader = if let Store::Etcd(_) = self.store {
-            // One client for the whole run (etcd's client reconnects by
-            // itself), dropped after an error all the same.
-            let client = match self.etcd_client.take() {
+        let leader = if let Store::Etcd(_) | Store::Zk(_) = self.store {
+            // One client for the whole run (etcd's and ZooKeeper's
+            // clients reconnect by themselves), dropped after an error all
+            // the same.
+            let client = match self.client.take() {
                 Some(client) => client,
                 None => tenure::Store::open(url)
                     .call_timeout(Duration::from_secs(1))
@@ -1372,7 +1385,7 @@ impl Harness {
                 .leader_of(tenure::DEFAULT_PREFIX, ELECTION)
                 .await
                 .ok()?;
-            self.etcd_client = Some(client);
+            self.client = Some(client);
             leader?
         } else {
             let store = tenure::Store::open(url)
@@ -1527,7 +1540,7 @@ impl Harness {
             ("dup-id", Some(i)) => self.dup_id(&aim, i, hold).await?,
             ("forged", Some(i)) => self.forged(&aim, i, hold).await?,
             ("stall", _) => self.stall(&aim, hold).await?,
-            ("delete-lease" | "revoke-lease", Some(i)) => {
+            ("delete-lease" | "cut-delete-lease" | "revoke-lease", Some(i)) => {
                 self.lease_by_hand_and_newcomer(&aim, i, hold).await?;
             }
             ("restore-snapshot", _) => {
@@ -1536,7 +1549,8 @@ impl Harness {
             (store, _)
                 if SENTINEL_ONLY.contains(&store)
                     || CLUSTER_ONLY.contains(&store)
-                    || ETCD_ONLY.contains(&store) =>
+                    || ETCD_ONLY.contains(&store)
+                    || ZK_ONLY.contains(&store) =>
             {
                 self.store_fault(store, aim.target.clone(), hold).await?;
             }
@@ -1607,11 +1621,11 @@ impl Harness {
     }
 
     /// `mixed-ttl`: the instance cut off for the hold and, on Redis, the
-    /// store restarted meanwhile. On etcd, only the cut: the store keeps
-    /// the lease (see the module docs), and the fault is not an outage of
-    /// the store.
+    /// store restarted meanwhile. On etcd and ZooKeeper, only the cut: the
+    /// store keeps the lease (see the module docs), and the fault is not an
+    /// outage of the store.
     async fn mixed_ttl(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
-        if matches!(self.store, Store::Etcd(_)) {
+        if matches!(self.store, Store::Etcd(_) | Store::Zk(_)) {
             self.log.record(&aim.event(aim.until, Some(false)));
             self.set_link(i, Mode::Blackhole);
             tokio::time::sleep(hold).await;
@@ -1695,20 +1709,33 @@ impl Harness {
         hold: Duration,
     ) -> Result<(), String> {
         self.log.record(&aim.event(aim.until, Some(true)));
-        self.lease_by_hand(aim.kind == "revoke-lease").await?;
+        let cut = aim.kind == "cut-delete-lease";
+        if cut {
+            self.set_link(i, Mode::Blackhole);
+        }
+        let by_hand = self.lease_by_hand(aim.kind == "revoke-lease").await;
+        if by_hand.is_err() && cut {
+            self.set_link(i, Mode::Pass);
+        }
+        by_hand?;
         self.twins += 1;
         let newcomer = format!("new#{}", self.twins);
         let ttl = self.slots[i].ttl;
         let url = self.instance_url(&self.twin_links, 0);
-        let mut child = self.launch(&newcomer, None, ttl, &url)?;
-        tokio::time::sleep(hold).await;
-        let how = stop_child(&mut child, Duration::from_secs(10)).await;
-        self.log.record(&Event::Exit {
-            inst: newcomer,
-            t: now_ns(),
-            how,
-        });
-        Ok(())
+        let mut launched = self.launch(&newcomer, None, ttl, &url);
+        if let Ok(child) = &mut launched {
+            tokio::time::sleep(hold).await;
+            let how = stop_child(child, Duration::from_secs(10)).await;
+            self.log.record(&Event::Exit {
+                inst: newcomer,
+                t: now_ns(),
+                how,
+            });
+        }
+        if cut {
+            self.set_link(i, Mode::Pass);
+        }
+        launched.map(|_| ())
     }
 
     /// A fault of a Sentinel group or cluster (see the module docs). The
@@ -1761,11 +1788,31 @@ impl Harness {
             }
             (Store::Etcd(cluster), "etcd-kill-member" | "etcd-pause-member") => {
                 let kill = kind == "etcd-kill-member";
-                etcd_stop_member(cluster, kill, coin, pick, hold).await?
+                let whom = if coin {
+                    Whom::Leader
+                } else {
+                    Whom::Follower(pick)
+                };
+                consensus::stop_member(cluster, kill, whom, hold).await?
             }
-            (Store::Etcd(cluster), "etcd-restart-all") => etcd_restart_all(cluster, hold).await?,
+            (Store::Etcd(cluster), "etcd-restart-all") => {
+                consensus::restart_all(cluster, hold).await?
+            }
             (Store::Etcd(cluster), "pause-minority-member") => {
-                pause_minority_member(cluster, pick, hold).await?
+                consensus::pause_minority_member(cluster, pick, hold).await?
+            }
+            (Store::Zk(ensemble), "zk-kill-member" | "zk-kill-leader" | "zk-pause-member") => {
+                let whom = match kind {
+                    "zk-kill-member" => Whom::Follower(pick),
+                    "zk-kill-leader" => Whom::Leader,
+                    _ if coin => Whom::Leader,
+                    _ => Whom::Follower(pick),
+                };
+                let kill = kind != "zk-pause-member";
+                consensus::stop_member(ensemble, kill, whom, hold).await?
+            }
+            (Store::Zk(ensemble), "zk-restart-all") => {
+                consensus::restart_all(ensemble, hold).await?
             }
             (Store::Etcd(cluster), "etcd-compact") => etcd_compact(cluster).await?,
             (store, kind) => return Err(store.refusal(kind)),
@@ -1788,23 +1835,39 @@ impl Harness {
 
     /// `restore-snapshot` (see the module docs): a cold backup of every
     /// member, a hand-over, the hold, and a restore from the backup. One
-    /// store outage from the backup's start until the restored cluster has
+    /// store outage from the backup's start until the restored store has
     /// a leader.
     async fn restore_snapshot(&mut self, hold: Duration) -> Result<(), String> {
-        let Store::Etcd(cluster) = &self.store else {
-            return Err("restore-snapshot needs --topology etcd".into());
-        };
-        let cluster = cluster.clone();
         self.store.settle().await?;
         let t = now_ns();
-        let c = cluster.clone();
-        let backup = blocking("backing the etcd cluster up", move || {
-            let mut c = lock(&c);
-            let backup = c.back_up()?;
-            c.wait_for_leader(TOPOLOGY_WAIT)?;
-            Ok::<_, etcd_process::Error>(backup)
-        })
-        .await?;
+        match &self.store {
+            Store::Etcd(cluster) => self.back_up_and_restore(&cluster.clone(), hold).await?,
+            Store::Zk(ensemble) => self.back_up_and_restore(&ensemble.clone(), hold).await?,
+            store => return Err(store.refusal("restore-snapshot")),
+        }
+        self.log.record(&Event::Fault {
+            kind: "restore-snapshot".to_string(),
+            target: String::new(),
+            t,
+            until: now_ns(),
+            store_down: Some(true),
+        });
+        self.store.settle().await?;
+        for pid in self.store.pids() {
+            if !self.started.contains(&pid) {
+                self.started.push(pid);
+            }
+        }
+        Ok(())
+    }
+
+    /// The steps of `restore-snapshot` on `members`.
+    async fn back_up_and_restore<C: Members>(
+        &mut self,
+        members: &Shared<C>,
+        hold: Duration,
+    ) -> Result<(), String> {
+        let backup = consensus::back_up(members).await?;
         // Terms after the backup, whose tokens the restore must not issue
         // again: whoever leads hands over, and another is elected.
         let ttl = self.config.ttl;
@@ -1825,27 +1888,7 @@ impl Harness {
             }
         }
         tokio::time::sleep(hold).await;
-        let c = cluster.clone();
-        blocking("restoring the etcd cluster from the backup", move || {
-            let mut c = lock(&c);
-            c.restore(&backup)?;
-            c.wait_for_leader(TOPOLOGY_WAIT)
-        })
-        .await?;
-        self.log.record(&Event::Fault {
-            kind: "restore-snapshot".to_string(),
-            target: String::new(),
-            t,
-            until: now_ns(),
-            store_down: Some(true),
-        });
-        self.store.settle().await?;
-        for pid in self.store.pids() {
-            if !self.started.contains(&pid) {
-                self.started.push(pid);
-            }
-        }
-        Ok(())
+        consensus::restore(members, backup).await
     }
 
     /// Kill the election's Redis and start it again: from the snapshot
@@ -1907,6 +1950,10 @@ impl Harness {
             })
             .await;
         }
+        if let Store::Zk(ensemble) = &self.store {
+            let connect = lock(ensemble).connect_string();
+            return zk_by_hand(&connect, self.config.witness_too).await;
+        }
         let lease = format!("{prefix}:{{{ELECTION}}}:lease");
         let url = self.primary_of(&lease).await?;
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
@@ -1945,7 +1992,7 @@ impl Harness {
                 .await?;
                 Ok(format!("redis://127.0.0.1:{port}"))
             }
-            Store::Etcd(_) => Err(format!("{key} is not on etcd")),
+            Store::Etcd(_) | Store::Zk(_) => Err(format!("{key} is not on Redis")),
         }
     }
 
@@ -1953,7 +2000,7 @@ impl Harness {
         let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
         let command = match &self.store {
             Store::Cluster(_) => "SPUBLISH",
-            Store::Etcd(_) => return Err(Topology::Etcd.refusal("forged").unwrap_or_default()),
+            Store::Etcd(_) | Store::Zk(_) => return Err(self.store.refusal("forged")),
             _ => "PUBLISH",
         };
         let url = self.primary_of(&channel).await?;
@@ -2057,13 +2104,30 @@ impl Harness {
             .map_err(|e| format!("cannot write {}: {e}", resource.display()))?;
         // etcd members log errors only; kept as evidence beside the run's
         // logs (their directories go with the cluster).
-        if let Store::Etcd(cluster) = &self.store {
-            let cluster = lock(cluster);
-            for member in 0..cluster.members() {
-                let copy = self.config.out.join(format!("etcd-m{member}.log"));
-                std::fs::copy(cluster.dir(member).join("etcd.log"), &copy)
-                    .map_err(|e| format!("cannot write {}: {e}", copy.display()))?;
+        let logs: Vec<(String, PathBuf)> = match &self.store {
+            Store::Etcd(cluster) => {
+                let cluster = lock(cluster);
+                (0..cluster.members())
+                    .map(|m| (format!("etcd-m{m}.log"), cluster.dir(m).join("etcd.log")))
+                    .collect()
             }
+            Store::Zk(ensemble) => {
+                let ensemble = lock(ensemble);
+                (0..ensemble.members())
+                    .map(|m| {
+                        (
+                            format!("zk-m{m}.log"),
+                            ensemble.dir(m).join("zookeeper.log"),
+                        )
+                    })
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        for (name, log) in logs {
+            let copy = self.config.out.join(name);
+            std::fs::copy(&log, &copy)
+                .map_err(|e| format!("cannot write {}: {e}", copy.display()))?;
         }
         Ok(())
     }
@@ -2202,3 +2266,41 @@ fn etcd_by_hand(cluster: &EtcdCluster, key: &str, revoke: bool) -> Result<(), St
     }
     Err(format!("cannot change {key} by hand: {last}"))
 }
+
+/// Delete the election's lease znode by hand through a client of the
+/// harness's own (`deleteall`/`delete` in `zkCli.sh`); with `witness_too`,
+/// the witness of its term too. A znode that is not there (no leader right
+/// now) is no error.
+async fn zk_by_hand(connect: &str, witness_too: bool) -> Result<(), String> {
+    use zookeeper_client as zk;
+    let prefix = tenure::DEFAULT_PREFIX;
+    let client = tokio::time::timeout(ZK_BY_HAND_TIMEOUT, zk::Client::connect(connect))
+        .await
+        .map_err(|_| "cannot reach ZooKeeper to delete the lease by hand: timed out".to_string())?
+        .map_err(|e| format!("cannot reach ZooKeeper to delete the lease by hand: {e}"))?;
+    let mut paths = vec![format!("/{prefix}/{ELECTION}")];
+    if witness_too {
+        let dir = format!("/{prefix}/{{{ELECTION}}}");
+        let children = match client.list_children(&dir).await {
+            Ok(children) => children,
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(format!("cannot list {dir}: {e}")),
+        };
+        paths.extend(
+            children
+                .into_iter()
+                .filter(|child| child.starts_with("w-"))
+                .map(|child| format!("{dir}/{child}")),
+        );
+    }
+    for path in paths {
+        match client.delete(&path, None).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(format!("cannot delete {path} by hand: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// How long deleting a lease by hand on ZooKeeper may take.
+const ZK_BY_HAND_TIMEOUT: Duration = Duration::from_secs(10);

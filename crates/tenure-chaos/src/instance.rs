@@ -86,10 +86,12 @@ pub struct Campaign {
 /// Fixed bugs of one store that `--unsafe-bug NAME` switches back on in
 /// every library-mode instance, for failing-mode tests: each is one hidden
 /// `unsafe_*` switch of [`tenure::ElectionBuilder`].
-pub const STORE_BUGS: [&str; 3] = [
+pub const STORE_BUGS: [&str; 5] = [
     "etcd-tokens-without-clock",
     "etcd-no-hedges",
     "first-sentinel-only",
+    "zk-ignore-witness",
+    "zk-tokens-without-clock",
 ];
 
 /// `builder` with the store bug `name` switched back on.
@@ -98,6 +100,8 @@ fn with_store_bug(builder: tenure::ElectionBuilder, name: &str) -> tenure::Elect
         "etcd-tokens-without-clock" => builder.unsafe_etcd_tokens_without_clock(true),
         "etcd-no-hedges" => builder.unsafe_etcd_no_hedges(true),
         "first-sentinel-only" => builder.unsafe_first_sentinel_only(true),
+        "zk-ignore-witness" => builder.unsafe_zk_ignore_witness(true),
+        "zk-tokens-without-clock" => builder.unsafe_zk_tokens_without_clock(true),
         // Refused by the harness before any instance starts.
         _ => builder,
     }

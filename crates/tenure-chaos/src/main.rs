@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod checker;
+mod consensus;
 mod harness;
 mod instance;
 mod log;
@@ -36,7 +37,8 @@ enum Command {
     Check {
         #[arg(default_value = "target/chaos")]
         dir: PathBuf,
-        /// The run's ttl (2s for an etcd run that did not set one).
+        /// The run's ttl (2s for an etcd or ZooKeeper run that did not
+        /// set one).
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         ttl: Duration,
     },
@@ -82,7 +84,8 @@ struct RunArgs {
     #[arg(long, default_value_t = 5)]
     instances: usize,
     /// The lease ttl (default: 1s on Redis; 2s on etcd, whose leases
-    /// count whole seconds).
+    /// count whole seconds, and on ZooKeeper, where it is at least 1s,
+    /// ten of the ensemble's 100 ms ticks).
     #[arg(long, value_parser = humantime::parse_duration)]
     ttl: Option<Duration>,
     /// Where logs, report and timeline go.
@@ -98,8 +101,10 @@ struct RunArgs {
     /// Where the election's data lives: one redis-server behind a proxy
     /// per instance, a Sentinel group (a primary, a replica, three
     /// sentinels; `redis+sentinel://`), a Redis Cluster (three
-    /// primaries, three replicas; `redis+cluster://`), or an etcd
-    /// cluster (three members, three proxies per instance; `etcd://`).
+    /// primaries, three replicas; `redis+cluster://`), an etcd cluster
+    /// (three members, three proxies per instance; `etcd://`), or a
+    /// ZooKeeper ensemble (three members, three proxies per instance;
+    /// `zk://`).
     #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
     topology: harness::Topology,
     /// Sentinel: run the group with Redis's defaults (one replica,
@@ -127,7 +132,9 @@ struct RunArgs {
     /// etcd: its own kinds and kill, pause, cut, drop, delay, graceful,
     /// churn, dup-id, delete-lease, revoke-lease, and mixed-ttl when half
     /// the ttl is whole seconds, not restart, stall, rollback or forged,
-    /// which are faults of Redis).
+    /// which are faults of Redis; zk: its own kinds, restore-snapshot
+    /// and the same faults of instances and links as etcd, not
+    /// revoke-lease).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// Unsafe: instances ignore their local deadline (the checker must object).
@@ -152,7 +159,10 @@ struct RunArgs {
     /// (`pause-minority-member` costs terms), `first-sentinel-only`
     /// (instances listen to the first sentinel of their URL only and ask
     /// only it for the primary: with `--sentinel-without-min-replicas`,
-    /// `hang-sentinel` gives two leaders).
+    /// `hang-sentinel` gives two leaders), `zk-ignore-witness`
+    /// (`delete-lease` on ZooKeeper gives two leaders),
+    /// `zk-tokens-without-clock` (tokens repeat after `restore-snapshot`
+    /// on ZooKeeper).
     #[arg(long = "unsafe-bug", value_name = "NAME")]
     unsafe_bugs: Vec<String>,
     /// Exit 1 also when the liveness goal is missed.
@@ -349,10 +359,13 @@ fn fault_kinds(
         return Err(why);
     }
     if faults.iter().any(|f| f == "mixed-ttl") && !topology.fits_mixed_ttl(ttl) {
+        let advice = match topology {
+            harness::Topology::Zk => "use a ttl of 2s or more",
+            _ => "use a ttl of 2s or more, in even seconds",
+        };
         return Err(format!(
             "mixed-ttl runs every second instance at half the ttl, \
-             and half of {} does not suit {}: use a ttl of 2s or more, in even \
-             seconds",
+             and half of {} does not suit {}: {advice}",
             humantime::format_duration(ttl),
             topology.name()
         ));

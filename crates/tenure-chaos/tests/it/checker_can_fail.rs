@@ -192,13 +192,13 @@ fn a_lease_deleted_by_hand_without_its_witness_is_reported_as_overlapping_leader
     );
 }
 
-/// etcd, restored from an older backup: with tokens taken from the
-/// rolled-back counter alone (as tokens taken from etcd's revision were),
-/// later terms reuse the tokens of terms between the backup and the
-/// restore, and the checker must see it. With the candidates' clocks in the
-/// tokens, the same schedule keeps them rising.
-#[test]
-fn tokens_repeated_after_an_etcd_restore_are_reported() {
+/// A consensus store restored from an older backup: with tokens taken
+/// from the rolled-back counter alone (`bug`, as tokens taken from etcd's
+/// revision or ZooKeeper's zxid would be), later terms reuse the tokens of
+/// terms between the backup and the restore, and the checker must see it.
+/// With the candidates' clocks in the tokens, the same schedule keeps them
+/// rising.
+fn tokens_repeated_after_a_restore_are_reported(topology: &str, bug: &str) {
     let restored = Run {
         name: "restore-snapshot",
         seed: "3",
@@ -206,10 +206,13 @@ fn tokens_repeated_after_an_etcd_restore_are_reported() {
         faults: "restore-snapshot",
         ..PAUSES
     };
-    let etcd = ["--topology", "etcd"];
+    let store = ["--topology", topology];
     let (code, report) = run(
-        restored,
-        &[&etcd[..], &["--unsafe-bug", "etcd-tokens-without-clock"]].concat(),
+        Run {
+            name: &format!("restore-snapshot-{topology}"),
+            ..restored
+        },
+        &[&store[..], &["--unsafe-bug", bug]].concat(),
     );
     assert_eq!(code, 1, "the run is judged unsafe: {report}");
     assert!(
@@ -218,15 +221,64 @@ fn tokens_repeated_after_an_etcd_restore_are_reported() {
     );
     let (code, report) = run(
         Run {
-            name: "restore-snapshot-safe",
+            name: &format!("restore-snapshot-safe-{topology}"),
             ..restored
         },
-        &etcd,
+        &store,
     );
     assert_eq!(code, 0, "the run is judged safe: {report}");
     assert_eq!(report["tokens_not_rising"], 0, "{report}");
     assert!(
         report["faults"]["restore-snapshot"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+}
+
+#[test]
+fn tokens_repeated_after_an_etcd_restore_are_reported() {
+    tokens_repeated_after_a_restore_are_reported("etcd", "etcd-tokens-without-clock");
+}
+
+#[test]
+fn tokens_repeated_after_a_zookeeper_restore_are_reported() {
+    tokens_repeated_after_a_restore_are_reported("zk", "zk-tokens-without-clock");
+}
+
+/// ZooKeeper's lease znode deleted by hand while its holder is cut off
+/// and its term's witness stays: with candidates that ignore the witness
+/// (tenure's ZooKeeper backend without it), one is elected while the
+/// holder, which cannot hear of the deletion, still acts until its
+/// deadline, and the checker must see it. The same schedule with the
+/// witness heeded is safe. (With the holder's link up, it hears the
+/// deletion and stops within a round trip, which usually, but not always,
+/// beats the candidates: too rare a failure for a test.)
+#[test]
+fn a_zookeeper_lease_deleted_by_hand_with_its_witness_ignored_is_reported() {
+    let deleted = Run {
+        name: "zk-cut-delete-lease",
+        seed: "5",
+        duration: "20s",
+        faults: "cut-delete-lease",
+        ..PAUSES
+    };
+    let zk = ["--topology", "zk"];
+    let (code, report) = run(
+        deleted,
+        &[&zk[..], &["--unsafe-bug", "zk-ignore-witness"]].concat(),
+    );
+    assert_eq!(code, 1, "the run is judged unsafe: {report}");
+    assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
+    let (code, report) = run(
+        Run {
+            name: "zk-cut-delete-lease-safe",
+            ..deleted
+        },
+        &zk,
+    );
+    assert_eq!(code, 0, "the run is judged safe: {report}");
+    assert_eq!(report["overlaps"], 0, "{report}");
+    assert!(
+        report["faults"]["cut-delete-lease"].as_u64().unwrap() > 0,
         "{report}"
     );
 }

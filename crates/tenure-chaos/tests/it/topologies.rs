@@ -1,8 +1,9 @@
-//! The checker must be able to fail on a Sentinel group, on a cluster and
-//! on etcd too: with instances that ignore their local deadline, a run under
-//! pauses of the leader is reported unsafe whatever the store's topology.
-//! A short run on etcd under its faults is safe. And the harness refuses
-//! fault kinds its topology cannot inject, and ttls etcd cannot count.
+//! The checker must be able to fail on a Sentinel group, on a cluster, on
+//! etcd and on ZooKeeper too: with instances that ignore their local
+//! deadline, a run under pauses of the leader is reported unsafe whatever
+//! the store's topology. Short runs on etcd and on ZooKeeper under their
+//! faults are safe. And the harness refuses fault kinds its topology cannot
+//! inject, and ttls etcd or ZooKeeper cannot keep.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -72,6 +73,12 @@ fn ignoring_the_local_deadline_on_etcd_is_reported_as_overlapping_leaders() {
     no_deadline_is_unsafe("etcd", "20s");
 }
 
+/// ZooKeeper's ttl is 2 s here too.
+#[test]
+fn ignoring_the_local_deadline_on_zookeeper_is_reported_as_overlapping_leaders() {
+    no_deadline_is_unsafe("zk", "20s");
+}
+
 /// Every fault kind of the etcd topology but `etcd-pause-member`: raft
 /// members killed (the leader half the time), every member killed and
 /// started again, compaction, links cut, dropped and slowed, instances
@@ -109,6 +116,42 @@ fn a_short_run_on_etcd_under_its_faults_is_safe() {
     );
 }
 
+/// Every fault kind of the ZooKeeper topology: members killed (a follower,
+/// the ensemble's leader), paused, every member killed and started again,
+/// a restore from an older backup, the lease deleted by hand, links cut,
+/// dropped and slowed, sessions expired by pauses, instances killed,
+/// churned, duplicated, stopped, mixed ttls.
+#[test]
+fn a_short_run_on_zookeeper_under_its_faults_is_safe() {
+    let (code, report) = run(
+        "zk-safe",
+        &[
+            "--store",
+            "zk",
+            "--seed",
+            "280",
+            "--duration",
+            "40s",
+            "--faults",
+            "kill,pause,cut,drop,delay,graceful,churn,mixed-ttl,dup-id,delete-lease,cut-delete-lease,\
+             restore-snapshot,zk-kill-member,zk-kill-leader,zk-pause-member,zk-restart-all",
+        ],
+    );
+    assert_eq!(code, 0, "the run is judged safe: {report}");
+    assert_eq!(report["safe"], true, "{report}");
+    assert_eq!(report["overlaps"], 0, "{report}");
+    assert_eq!(report["stale_writes_accepted"], 0, "{report}");
+    assert_eq!(report["tokens_not_rising"], 0, "{report}");
+    assert_eq!(report["crashes"].as_array().map(Vec::len), Some(0));
+    assert_eq!(report["leaked"].as_array().map(Vec::len), Some(0));
+    assert!(report["terms"].as_u64().unwrap() > 0, "{report}");
+    let faults = report["faults"].as_object().expect("faults by kind");
+    assert!(
+        faults.keys().any(|kind| kind.starts_with("zk-")),
+        "the seed draws faults of the ensemble: {report}"
+    );
+}
+
 #[test]
 fn faults_of_another_topology_are_refused_before_anything_starts() {
     for (topology, fault) in [
@@ -122,6 +165,13 @@ fn faults_of_another_topology_are_refused_before_anything_starts() {
         ("etcd", "forged"),
         ("single", "etcd-compact"),
         ("cluster", "etcd-kill-member"),
+        ("zk", "restart"),
+        ("zk", "forged"),
+        ("zk", "revoke-lease"),
+        ("zk", "etcd-compact"),
+        ("single", "zk-kill-member"),
+        ("etcd", "zk-restart-all"),
+        ("single", "restore-snapshot"),
     ] {
         let out = std::env::temp_dir().join(format!(
             "tenure-chaos-refused-{topology}-{fault}-{}",
@@ -144,13 +194,28 @@ fn faults_of_another_topology_are_refused_before_anything_starts() {
 }
 
 #[test]
-fn ttls_that_etcd_cannot_count_are_refused_before_anything_starts() {
+fn ttls_that_etcd_or_zookeeper_cannot_keep_are_refused_before_anything_starts() {
     for (args, expected) in [
-        (&["--ttl", "1500ms"][..], "whole seconds"),
-        (&["--ttl", "500ms"][..], "whole seconds"),
+        (&["--store", "etcd", "--ttl", "1500ms"][..], "whole seconds"),
+        (&["--store", "etcd", "--ttl", "500ms"][..], "whole seconds"),
         // mixed-ttl runs every second instance at half the ttl.
-        (&["--ttl", "1s", "--faults", "mixed-ttl"][..], "half of 1s"),
-        (&["--ttl", "3s", "--faults", "mixed-ttl"][..], "half of 3s"),
+        (
+            &["--store", "etcd", "--ttl", "1s", "--faults", "mixed-ttl"][..],
+            "half of 1s",
+        ),
+        (
+            &["--store", "etcd", "--ttl", "3s", "--faults", "mixed-ttl"][..],
+            "half of 3s",
+        ),
+        // Ten ticks of the ensemble's 100 ms: the margin outlasts a tick.
+        (
+            &["--store", "zk", "--ttl", "500ms"][..],
+            "does not suit ZooKeeper",
+        ),
+        (
+            &["--store", "zk", "--ttl", "1s", "--faults", "mixed-ttl"][..],
+            "half of 1s",
+        ),
     ] {
         let out = std::env::temp_dir().join(format!(
             "tenure-chaos-refused-ttl-{}-{}",
@@ -158,7 +223,7 @@ fn ttls_that_etcd_cannot_count_are_refused_before_anything_starts() {
             std::process::id()
         ));
         let output = Command::new(env!("CARGO_BIN_EXE_tenure-chaos"))
-            .args(["run", "--store", "etcd", "--out"])
+            .args(["run", "--out"])
             .arg(&out)
             .args(args)
             .output()
