@@ -34,13 +34,12 @@ use std::time::Duration;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, EventType, Txn, TxnOp};
 use etcd_process::EtcdCluster;
 use redis_process::RedisServer;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::etcd_metrics::{scrape, ByMethod};
 use crate::fixture::{
-    connect, election, floor, handovers, idle_requests, requests_during, samples_len_jitter,
-    takeovers, Crashable,
+    connect, election, floor, handovers, idle_requests, redis_idle, samples_len_jitter, takeovers,
+    Arrivals, Crashable,
 };
 use crate::plan::Plan;
 use crate::report::{Report, Row};
@@ -73,61 +72,28 @@ async fn client(members: &[String]) -> Result<Client> {
         .map_err(|e| format!("cannot connect to etcd: {e}"))
 }
 
-/// The events on one key as they arrive, each with the instant it arrived
-/// (read by a task of its own, so a busy caller delays no timestamp).
-struct Watched {
-    events: mpsc::UnboundedReceiver<(Instant, EventType)>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Watched {
-    /// Watch `key`; returns once etcd says the watch is created, so every
-    /// later change of the key is seen.
-    async fn open(client: &Client, key: &str) -> Result<Watched> {
-        let mut stream = client
-            .clone()
-            .watch(key, None)
-            .await
-            .map_err(|e| format!("cannot watch {key}: {e}"))?;
-        match stream.message().await {
-            Ok(Some(answer)) if answer.created() => {}
-            other => return Err(format!("the watch on {key} was not created: {other:?}")),
+/// Watch `key`; returns once etcd says the watch is created, so every
+/// later change of the key is seen.
+async fn watch_key(client: &Client, key: &str) -> Result<Arrivals<EventType>> {
+    let mut stream = client
+        .clone()
+        .watch(key, None)
+        .await
+        .map_err(|e| format!("cannot watch {key}: {e}"))?;
+    match stream.message().await {
+        Ok(Some(answer)) if answer.created() => {}
+        other => return Err(format!("the watch on {key} was not created: {other:?}")),
+    }
+    Ok(Arrivals::spawn(|sender| async move {
+        while let Ok(Some(answer)) = stream.message().await {
+            let at = Instant::now();
+            for event in answer.events() {
+                if sender.send((at, event.event_type())).is_err() {
+                    return;
+                }
+            }
         }
-        let (sender, events) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            while let Ok(Some(answer)) = stream.message().await {
-                let at = Instant::now();
-                for event in answer.events() {
-                    if sender.send((at, event.event_type())).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Watched { events, task })
-    }
-
-    /// When the next event of `kind` arrived (earlier events of other
-    /// kinds are passed over).
-    async fn next(&mut self, kind: EventType, limit: Duration) -> Result<Instant> {
-        let wait = async {
-            while let Some((at, event)) = self.events.recv().await {
-                if event == kind {
-                    return Ok(at);
-                }
-            }
-            Err("the watch ended".to_string())
-        };
-        tokio::time::timeout(limit, wait)
-            .await
-            .map_err(|_| format!("no {kind:?} event within {limit:?}"))?
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    }))
 }
 
 /// etcd's floors: what one read, one write and one write seen by a watcher
@@ -142,7 +108,7 @@ async fn floors(members: &[String], n: usize) -> Result<Floors> {
     let writer = client(members).await?;
     let watcher = client(members).await?;
     let key = "bench-floor";
-    let mut watched = Watched::open(&watcher, key).await?;
+    let mut watched = watch_key(&watcher, key).await?;
     let mut floors = Floors {
         range: Samples::default(),
         txn: Samples::default(),
@@ -213,7 +179,7 @@ async fn takeovers_etcd(url: &str, members: &[String], rounds: usize) -> Result<
         let name = format!("bench-crash-{round}");
         // The library's layout: election NAME under prefix `tenure` is
         // the key `tenure/NAME`.
-        let mut watched = Watched::open(&observer, &format!("tenure/{name}")).await?;
+        let mut watched = watch_key(&observer, &format!("tenure/{name}")).await?;
         // Start at a random point of etcd's 500 ms revocation tick: a round
         // begins right after the previous one's revocation, so without this
         // every lease would end just after a tick and wait out the next.
@@ -529,7 +495,13 @@ async fn idle_rows(
         ttl.as_secs()
     );
     let window = ttl * terms;
-    let redis_idle = redis_idle(redis_url, server.port(), ttl, window, terms).await?;
+    let (leader, follower) = redis_idle(redis_url, server.port(), ttl, window).await?;
+    let redis_idle = Idle {
+        leader: leader / f64::from(terms),
+        follower: follower / f64::from(terms),
+        leader_methods: None,
+        follower_methods: None,
+    };
     let etcd_idle = etcd_idle(etcd_url, members, ttl, window, terms).await?;
     let how = format!(
         "An election of ttl {} s: the leader alone, then the leader and a follower waiting in \
@@ -571,25 +543,6 @@ async fn idle_rows(
         )),
     );
     Ok(())
-}
-
-/// Requests of an idle tenure leader and follower per lease ttl on Redis,
-/// counted with MONITOR on `port`.
-async fn redis_idle(
-    redis_url: &str,
-    port: u16,
-    ttl: Duration,
-    window: Duration,
-    terms: u32,
-) -> Result<Idle> {
-    let (leader, both) =
-        idle_requests(redis_url, ttl, window, |w| requests_during(port, w)).await?;
-    Ok(Idle {
-        leader: leader / f64::from(terms),
-        follower: (both - leader) / f64::from(terms),
-        leader_methods: None,
-        follower_methods: None,
-    })
 }
 
 /// Requests of an idle tenure leader and follower per lease ttl on etcd,
@@ -777,7 +730,7 @@ mod tests {
         .expect("an etcd member");
         let members = cluster.endpoints();
         let client = client(&members).await.expect("connected");
-        let mut watched = Watched::open(&client, "counted").await.expect("watch");
+        let mut watched = watch_key(&client, "counted").await.expect("watch");
 
         let before = scrape(&members).await.expect("metrics");
         let unchanged = scrape(&members).await.expect("metrics");

@@ -1,12 +1,14 @@
 //! The measurements every section shares, run on whatever store a URL
-//! names (one redis-server, a Sentinel group, a Redis Cluster, etcd): the
-//! floor of raw round trips, hand-overs, takeovers after a crash and the
-//! requests of idle elections. A leaf: it knows no section.
+//! names (one redis-server, a Sentinel group, a Redis Cluster, etcd,
+//! ZooKeeper): the floor of raw round trips, hand-overs, takeovers after a
+//! crash, the requests of idle elections, and the timestamping of a
+//! store's watch events. A leaf: it knows no section.
 
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use tenure::{Election, Leadership};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::stats::Samples;
@@ -264,4 +266,61 @@ where
     follower_task.abort();
     term.resign().await.map_err(|e| e.to_string())?;
     Ok((leader, both))
+}
+
+/// Requests an idle tenure leader, then an idle follower, sent to the
+/// redis-server on `port` during `window` each (see [`idle_requests`];
+/// counted with MONITOR): the Redis baseline of the consensus sections.
+pub(crate) async fn redis_idle(
+    redis_url: &str,
+    port: u16,
+    ttl: Duration,
+    window: Duration,
+) -> Result<(f64, f64)> {
+    let (leader, both) =
+        idle_requests(redis_url, ttl, window, |w| requests_during(port, w)).await?;
+    Ok((leader, both - leader))
+}
+
+/// A store's watch events as they arrive, each with the instant it arrived,
+/// read by a task of its own: a busy caller delays no timestamp, and the
+/// same timestamps serve etcd's watch and ZooKeeper's.
+pub(crate) struct Arrivals<E> {
+    events: mpsc::UnboundedReceiver<(Instant, E)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl<E: PartialEq + std::fmt::Debug + Send + 'static> Arrivals<E> {
+    /// Run `read` on a task of its own; it sends each event with its
+    /// arrival instant and returns when the watch ends or nobody listens.
+    pub(crate) fn spawn<F>(read: impl FnOnce(mpsc::UnboundedSender<(Instant, E)>) -> F) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (sender, events) = mpsc::unbounded_channel();
+        let task = tokio::spawn(read(sender));
+        Arrivals { events, task }
+    }
+
+    /// When the next event equal to `kind` arrived (earlier events of other
+    /// kinds are passed over).
+    pub(crate) async fn next(&mut self, kind: E, limit: Duration) -> Result<Instant> {
+        let wait = async {
+            while let Some((at, event)) = self.events.recv().await {
+                if event == kind {
+                    return Ok(at);
+                }
+            }
+            Err("the watch ended".to_string())
+        };
+        tokio::time::timeout(limit, wait)
+            .await
+            .map_err(|_| format!("no {kind:?} event within {limit:?}"))?
+    }
+}
+
+impl<E> Drop for Arrivals<E> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

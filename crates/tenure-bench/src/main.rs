@@ -6,7 +6,8 @@
 //!
 //! It starts its own private `redis-server` (and, for the topology rows, a
 //! private Sentinel group and Redis Cluster; for the etcd rows, a private
-//! 3-member etcd cluster), prints a table for people and
+//! 3-member etcd cluster; for the ZooKeeper rows, a private 3-member
+//! ensemble), prints a table for people and
 //! writes JSON for machines. Targets are goals the table reports against;
 //! nothing here is a test assertion.
 #![forbid(unsafe_code)]
@@ -24,6 +25,8 @@ mod serve_handover;
 mod stats;
 mod svg;
 mod topology;
+mod zk;
+mod zk_metrics;
 
 use std::path::PathBuf;
 
@@ -46,7 +49,8 @@ struct Cli {
     /// on a Sentinel group), `cluster` (hand-over, takeover and a 10,000
     /// partition set on a 3-shard Redis Cluster), `etcd` (hand-over,
     /// takeover, idle requests and a 10,000 partition set on a 3-member etcd
-    /// cluster, each beside the same figure on a redis-server).
+    /// cluster, each beside the same figure on a redis-server), `zk` (the
+    /// same on a 3-member ZooKeeper ensemble).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
 
@@ -184,6 +188,8 @@ mod tests {
         assert_eq!(cli.only, [Section::Sentinel, Section::Cluster]);
         let cli = Cli::try_parse_from(["tenure-bench", "--only", "etcd"]).expect("etcd alone");
         assert_eq!(cli.only, [Section::Etcd]);
+        let cli = Cli::try_parse_from(["tenure-bench", "--only", "zk"]).expect("zk alone");
+        assert_eq!(cli.only, [Section::Zk]);
         let cli =
             Cli::try_parse_from(["tenure-bench", "--only", "etcd,single"]).expect("in any order");
         assert_eq!(cli.only, [Section::Etcd, Section::Single]);

@@ -23,11 +23,12 @@ use crate::serve_handover;
 use crate::stats::Samples;
 use crate::svg::{Chart, Kind, Series};
 use crate::topology;
+use crate::zk;
 
 type Result<T> = std::result::Result<T, String>;
 
 /// Run the `sections` asked for (all when none is named), in the order
-/// single, sentinel, cluster, etcd; each starts its own Redis and stops it after.
+/// single, sentinel, cluster, etcd, zk; each starts its own Redis and stops it after.
 /// The error is for what stops the whole run; a section's own failure is
 /// in [`Report::failures`].
 pub async fn all(
@@ -60,6 +61,7 @@ pub async fn all(
             Section::Sentinel => topology::sentinel(&plan, &mut report).await,
             Section::Cluster => topology::cluster(&plan, &mut report).await,
             Section::Etcd => etcd::section(&plan, &mut report).await,
+            Section::Zk => zk::section(&plan, &mut report).await,
         };
         if let Err(err) = outcome {
             eprintln!("tenure-bench: the {} section failed: {err}", section.name());

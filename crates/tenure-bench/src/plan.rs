@@ -17,14 +17,19 @@ pub enum Section {
     /// Hand-over, takeover, idle load and a large partition set on a
     /// 3-member etcd cluster, beside the same figures on a redis-server.
     Etcd,
+    /// Hand-over, takeover, idle load and a large partition set on a
+    /// 3-member ZooKeeper ensemble, beside the same figures on a
+    /// redis-server.
+    Zk,
 }
 
 impl Section {
-    pub const ALL: [Section; 4] = [
+    pub const ALL: [Section; 5] = [
         Section::Single,
         Section::Sentinel,
         Section::Cluster,
         Section::Etcd,
+        Section::Zk,
     ];
 
     /// The name `--only` takes.
@@ -34,6 +39,7 @@ impl Section {
             Section::Sentinel => "sentinel",
             Section::Cluster => "cluster",
             Section::Etcd => "etcd",
+            Section::Zk => "zk",
         }
     }
 }
@@ -55,10 +61,12 @@ pub(crate) struct Plan {
     pub(crate) scales: Vec<usize>,
     pub(crate) naive_scales: Vec<usize>,
     pub(crate) scale_seconds: u64,
-    /// Partitions of the set on the Redis Cluster (and on etcd).
+    /// Partitions of the set on the Redis Cluster (and on etcd and
+    /// ZooKeeper).
     pub(crate) cluster_partitions: usize,
     /// Samples of each etcd floor (a read, a write, a write seen by a
-    /// watcher): each costs a Raft round, so fewer than `ops`.
+    /// watcher) and each ZooKeeper floor: each costs a consensus round, so
+    /// fewer than `ops`.
     pub(crate) etcd_ops: usize,
 }
 

@@ -1,7 +1,9 @@
 //! Many elections in one process: CPU share, peak RSS and Redis round
 //! trips per renew interval. Each measurement runs in a child process of
-//! its own, so that its peak RSS is its own. On etcd the child also counts
-//! the requests the members received during its window (their metrics).
+//! its own, so that its peak RSS is its own. On etcd and ZooKeeper the
+//! child also counts the requests the members received during its window
+//! (etcd's metrics, ZooKeeper's four-letter words), and on ZooKeeper the
+//! sessions it holds.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::etcd_metrics::{self, ByMethod};
 use crate::naive::NaiveElection;
+use crate::zk_metrics::{self, Counts};
 
 /// Lease ttl of the scale runs; renewals every ttl/3.
 const TTL: Duration = Duration::from_secs(3);
@@ -34,6 +37,10 @@ pub struct ScaleFigures {
     /// (`grpc_server_msg_received_total`, summed over members), by method.
     #[serde(default)]
     pub server_requests_per_interval: Option<BTreeMap<String, f64>>,
+    /// ZooKeeper only: packets the members received per renew interval
+    /// (and the sessions connected at the window's end).
+    #[serde(default)]
+    pub zk_per_interval: Option<Counts>,
 }
 
 /// Run `tenure-bench scale-child` and read its figures.
@@ -121,8 +128,11 @@ async fn tenure_child(
         TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
     )
     .await?;
-    let members = etcd_metrics::metrics_endpoints(url);
-    let figures = window(seconds, members.as_deref(), || {
+    let members = Members {
+        etcd: etcd_metrics::metrics_endpoints(url),
+        zk: zk_metrics::members_of(url),
+    };
+    let figures = window(seconds, &members, || {
         (observer.round_trips(), observer.cycles())
     })
     .await?;
@@ -171,7 +181,10 @@ async fn naive_child(
     }
     let total = elections as u64;
     wait_until(|| held.load(Ordering::Relaxed) == total, TTL * 4).await?;
-    let figures = window(seconds, None, || (round_trips.load(Ordering::Relaxed), 0)).await?;
+    let figures = window(seconds, &Members::default(), || {
+        (round_trips.load(Ordering::Relaxed), 0)
+    })
+    .await?;
     Ok(finish(
         elections,
         held.load(Ordering::Relaxed) as usize,
@@ -197,15 +210,23 @@ async fn wait_until(mut done: impl FnMut() -> bool, limit: Duration) -> Result<(
     Ok(())
 }
 
+/// The members that count what they receive, of the store the child uses.
+#[derive(Default)]
+struct Members {
+    etcd: Option<Vec<String>>,
+    zk: Option<Vec<String>>,
+}
+
 /// What a steady window saw: CPU and wall seconds, round trips and renewal
 /// cycles (0 when the design has no cycles to count), and the requests the
-/// etcd members received, when the store is etcd.
+/// etcd or ZooKeeper members received, when the store is one of those.
 struct Window {
     cpu: f64,
     wall: f64,
     trips: u64,
     cycles: u64,
     server: Option<ByMethod>,
+    zk: Option<Counts>,
 }
 
 /// Measure a steady window; `counters` reads (round trips, cycles). When
@@ -213,10 +234,10 @@ struct Window {
 /// begins, away from the instant a cycle counts itself and its round trips
 /// (and, the window being whole intervals, so does it end). The etcd
 /// `members`' metrics are read at both ends (a few milliseconds each, no
-/// gRPC request).
+/// gRPC request), or the ZooKeeper members' four-letter words.
 async fn window(
     seconds: u64,
-    members: Option<&[String]>,
+    members: &Members,
     counters: impl Fn() -> (u64, u64),
 ) -> Result<Window, String> {
     let (_, cycles) = counters();
@@ -224,16 +245,26 @@ async fn window(
         let _ = wait_until(|| counters().1 != cycles, TTL).await;
         tokio::time::sleep(TTL / 6).await;
     }
-    let server0 = match members {
+    let server0 = match &members.etcd {
         Some(members) => Some(etcd_metrics::scrape(members).await?),
+        None => None,
+    };
+    let zk0 = match &members.zk {
+        Some(members) => Some(zk_metrics::Snapshot::read(members).await?),
         None => None,
     };
     let (cpu0, (trips0, cycles0), t0) = (cpu_seconds(), counters(), Instant::now());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let (trips1, cycles1) = counters();
     let (cpu1, wall) = (cpu_seconds(), t0.elapsed().as_secs_f64());
-    let server = match (members, server0) {
+    let server = match (&members.etcd, server0) {
         (Some(members), Some(before)) => Some(etcd_metrics::scrape(members).await?.minus(&before)),
+        _ => None,
+    };
+    let zk = match (&members.zk, zk0) {
+        (Some(members), Some(before)) => {
+            Some(zk_metrics::Snapshot::read(members).await?.since(&before))
+        }
         _ => None,
     };
     Ok(Window {
@@ -242,6 +273,7 @@ async fn window(
         trips: trips1 - trips0,
         cycles: cycles1 - cycles0,
         server,
+        zk,
     })
 }
 
@@ -257,6 +289,7 @@ fn finish(elections: usize, held: usize, w: Window) -> ScaleFigures {
         cycles_per_interval: counted.then(|| w.cycles as f64 / intervals),
         round_trips_per_cycle: counted.then(|| w.trips as f64 / w.cycles as f64),
         server_requests_per_interval: w.server.map(|s| s.scaled(1.0 / intervals).0),
+        zk_per_interval: w.zk.map(|c| c.scaled(1.0 / intervals)),
     }
 }
 
