@@ -330,22 +330,32 @@ async fn digest_credentials_are_checked_and_guard_the_znodes() {
     assert!(term.is_leader());
 }
 
-/// The failing mode of the test above, so that it is known to catch the
-/// bug: without the witness, a candidate is elected while the holder whose
-/// lease was deleted by hand still leads.
+/// The failing mode of the cut-off test above, so that it is known to
+/// catch the bug: without the witness, a candidate is elected while the
+/// holder whose lease was deleted by hand still leads. (The holder must be
+/// cut off: one that hears the deletion on its own watch stops within a
+/// round trip, usually before any candidate is elected.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_witness_a_lease_deleted_by_hand_gives_two_leaders() {
     let ensemble = support::zk();
-    let url = ensemble.url();
+    let proxy = Proxy::start(ensemble.client_port(0)).expect("a proxy");
     let raw = by_hand(&ensemble).await;
     let ttl = Duration::from_secs(3);
-    let a = support::election(&url, "unwitnessed", "a", ttl).await;
+    let a = Election::builder("unwitnessed")
+        .open(format!("zk://127.0.0.1:{}", proxy.port()))
+        .ttl(ttl)
+        .id("a")
+        .build()
+        .await
+        .expect("an election through the proxy");
     let term = campaign(&a).await;
+    renewed(&term).await;
+    proxy.blackhole();
     raw.delete("/tenure/unwitnessed", None)
         .await
         .expect("deleted by hand");
     let b = Election::builder("unwitnessed")
-        .open(url.as_str())
+        .open(ensemble.url())
         .ttl(ttl)
         .id("b")
         .unsafe_zk_ignore_witness(true)
@@ -357,6 +367,7 @@ async fn without_the_witness_a_lease_deleted_by_hand_gives_two_leaders() {
         term.is_leader() && next.is_leader(),
         "two leaders at once: the bug the witness prevents"
     );
+    proxy.heal();
 }
 
 /// A host list that spans two ensembles is refused with one line naming
@@ -397,4 +408,47 @@ async fn a_host_list_spanning_two_ensembles_is_refused() {
             .await
             .expect("one ensemble");
     }
+}
+
+/// The sessions the ensemble's members serve now, by `cons` (the
+/// connection asking, which has no session, is not among them).
+fn sessions(ensemble: &zk_process::ZkEnsemble) -> std::collections::BTreeSet<String> {
+    let mut sessions = std::collections::BTreeSet::new();
+    for member in 0..ensemble.members() {
+        let cons = ensemble.four_letter(member, "cons").expect("cons");
+        for line in cons.lines() {
+            let sid = line
+                .split("sid=")
+                .nth(1)
+                .and_then(|rest| rest.split([',', ')']).next());
+            if let Some(sid) = sid.filter(|sid| *sid != "0x0") {
+                sessions.insert(sid.to_string());
+            }
+        }
+    }
+    sessions
+}
+
+/// A process that campaigns on one ttl keeps one session: the one its
+/// terms live on, which also serves its reads. The session opened at
+/// connect, for reads before any election, is closed once the election's
+/// opens, not left pinging beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_on_one_ttl_keeps_one_session() {
+    let ensemble = support::zk();
+    let store = store(&ensemble.url()).await;
+    let candidate = election(&store, "one-session", "a").await;
+    let _term = campaign(&candidate).await;
+    let leader = store
+        .leader_of(tenure::DEFAULT_PREFIX, "one-session")
+        .await
+        .expect("a read");
+    assert_eq!(leader.map(|holder| holder.id), Some("a".to_string()));
+    let deadline = Instant::now() + HANG;
+    let mut seen = sessions(&ensemble);
+    while seen.len() != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        seen = sessions(&ensemble);
+    }
+    assert_eq!(seen.len(), 1, "sessions: {seen:?}");
 }

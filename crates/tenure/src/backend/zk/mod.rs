@@ -87,7 +87,8 @@ mod target;
 mod watch;
 
 /// The session timeout asked for the session that serves operations with
-/// no ttl of their own (inspect, listing, the last-run marker).
+/// no ttl of their own (inspect, listing, the last-run marker) while no
+/// session of a ttl is open.
 const READER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A ZooKeeper ensemble: one session per ttl, and what this store began.
@@ -156,18 +157,31 @@ impl ZkStore {
         }
     }
 
-    /// The session of `ttl_ms` (0: the reader's), opened now if there is
-    /// none or it expired.
+    /// The session of `ttl_ms`, opened now if there is none or it
+    /// expired; for 0, any open session, else the reader's.
+    ///
+    /// Operations with no ttl of their own create no ephemeral znode, so
+    /// any session serves them: the reader opened at connect is closed as
+    /// soon as a session of a ttl opens, and a process that campaigns on
+    /// one ttl keeps one session, whose pings are its only idle traffic.
     async fn session(&self, ttl_ms: u64) -> Result<zk::Client> {
         let mut sessions = self.sessions.lock().await;
         if let Some(client) = sessions.get(&ttl_ms).filter(|c| usable(c)) {
             return Ok(client.clone());
         }
-        let timeout = match ttl_ms {
-            0 => READER_TIMEOUT,
-            ms => Duration::from_millis(ms),
+        if ttl_ms == 0 {
+            if let Some(client) = sessions.values().find(|c| usable(c)) {
+                return Ok(client.clone());
+            }
+        }
+        let client = match ttl_ms {
+            // Not detached: it holds no lease, so when its last clone
+            // goes, its session is closed at once rather than left to
+            // expire.
+            0 => self.open_on(&self.url.hosts, READER_TIMEOUT, false).await?,
+            ms => self.open(Duration::from_millis(ms)).await?,
         };
-        let client = self.open(timeout).await?;
+        let timeout = Duration::from_millis(ttl_ms);
         if ttl_ms != 0 && client.session_timeout() != timeout {
             return Err(Error::Config(format!(
                 "{} gives sessions a timeout of {:?}, not the ttl {timeout:?}: on ZooKeeper \
@@ -178,6 +192,9 @@ impl ZkStore {
             )));
         }
         self.same_ensemble(&client).await?;
+        if ttl_ms != 0 {
+            sessions.remove(&0);
+        }
         sessions.insert(ttl_ms, client.clone());
         Ok(client)
     }
