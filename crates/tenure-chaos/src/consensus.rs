@@ -19,8 +19,8 @@ use std::time::Duration;
 use etcd_process::EtcdCluster;
 use zk_process::ZkEnsemble;
 
-use crate::harness::{blocking, Outage, TOPOLOGY_WAIT};
 use crate::log::now_ns;
+use crate::outage::{blocking, Outage, TOPOLOGY_WAIT};
 
 /// The members of an etcd cluster or a ZooKeeper ensemble, as the faults
 /// here use them (each method is the test crate's own of that name).

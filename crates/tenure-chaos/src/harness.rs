@@ -229,6 +229,7 @@ use redis_process::{RedisCluster, RedisServer, SentinelGroup};
 use zk_process::ZkEnsemble;
 
 use crate::consensus::{self, lock, Members, Shared, Whom};
+use crate::outage::{blocking, Outage, TOPOLOGY_WAIT};
 
 use crate::instance::ELECTION;
 use crate::log::{now_ns, Event, EventLog};
@@ -510,10 +511,6 @@ pub fn default_kinds(topology: Topology, cli: bool, ttl: Duration) -> Vec<String
         .map(|kind| kind.to_string())
         .collect()
 }
-
-/// How long the harness waits for a Sentinel group or cluster to reach the
-/// state a fault or its repair needs (a promotion, a demotion, a rejoin).
-pub(crate) const TOPOLOGY_WAIT: Duration = Duration::from_secs(60);
 
 /// Kinds that exist only in CLI mode.
 pub const CLI_ONLY: [&str; 2] = ["pause-tenure-only", "kill-guardian"];
@@ -918,19 +915,6 @@ fn start_sentinel(min_replicas: bool) -> Result<SentinelGroup, redis_process::Er
     Ok(group)
 }
 
-/// Run a blocking call of redis-process or etcd-process (they poll with
-/// sleeps) off the runtime, whose threads also carry the proxies' traffic.
-pub(crate) async fn blocking<T: Send + 'static, E: std::fmt::Display + Send + 'static>(
-    what: &str,
-    call: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, String> {
-    match tokio::task::spawn_blocking(call).await {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(err)) => Err(format!("{what}: {err}")),
-        Err(err) => Err(format!("{what}: {err}")),
-    }
-}
-
 /// The slot of the election's keys on a cluster (they share its hash tag).
 fn election_slot() -> u16 {
     redis_process::slot_of(ELECTION)
@@ -994,27 +978,6 @@ impl Aim<'_> {
             kind: self.kind.to_string(),
             target: self.target.clone(),
             t: self.t,
-            until,
-            store_down,
-        }
-    }
-}
-
-/// A fault of the store as [`Harness::store_fault`] records it: from `t`
-/// until the store could serve the election again (ns), and whether it
-/// could not serve meanwhile (etcd: told apart per fault; Redis: `None`,
-/// by kind, see the checker).
-pub(crate) struct Outage {
-    t: u64,
-    until: u64,
-    store_down: Option<bool>,
-}
-
-impl Outage {
-    /// The window `(t, until)` with `store_down`.
-    pub(crate) fn of((t, until): (u64, u64), store_down: Option<bool>) -> Outage {
-        Outage {
-            t,
             until,
             store_down,
         }

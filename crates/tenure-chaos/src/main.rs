@@ -11,6 +11,7 @@ mod consensus;
 mod harness;
 mod instance;
 mod log;
+mod outage;
 mod proxy;
 mod timeline;
 
