@@ -38,7 +38,7 @@ pub(super) fn floors(
             None,
         )
         .noted(format!(
-            "{version}; 3 members on this machine, tick 100 ms; the bench's own sessions              (zookeeper-client, the library's client)."
+            "{version}; 3 members on this machine, tick 100 ms; the bench's own sessions (zookeeper-client, the library's client)."
         )),
     );
     report.push(
