@@ -57,7 +57,7 @@ pub(super) fn decode_lease(path: &str, data: &[u8], ephemeral_owner: i64) -> Res
             .and_then(|l| l.parse().ok())
             .ok_or_else(|| foreign(path, &format!("no {what}")))
     };
-    let ttl_ms = number("ttl")?;
+    let ttl = checked_ttl(path, number("ttl")?)?;
     let since_ms = number("start time")?;
     let attempt = lines.next().ok_or_else(|| foreign(path, "no attempt"))?;
     let owner = lines.next().ok_or_else(|| foreign(path, "no owner"))?;
@@ -71,11 +71,25 @@ pub(super) fn decode_lease(path: &str, data: &[u8], ephemeral_owner: i64) -> Res
     Ok(Holder {
         id: owner.to_string(),
         token,
-        ttl_left: Duration::from_millis(ttl_ms),
+        ttl_left: ttl,
         since_ms,
         attempt: attempt.to_string(),
-        ttl: Duration::from_millis(ttl_ms),
+        ttl,
     })
+}
+
+/// A ttl read from a znode, refused beyond any ttl tenure grants: a
+/// candidate waits for it, and a foreign one of years (or of `u64::MAX`
+/// ms, past what a clock can add) would hold it off for ever.
+fn checked_ttl(path: &str, ms: u64) -> Result<Duration> {
+    let ttl = Duration::from_millis(ms);
+    if ttl > crate::machine::MAX_TTL {
+        return Err(foreign(
+            path,
+            &format!("a ttl of {ms} ms, beyond any tenure grants"),
+        ));
+    }
+    Ok(ttl)
 }
 
 /// A witness's data: its term and ttl.
@@ -90,8 +104,8 @@ pub(super) fn decode_witness(path: &str, data: &[u8]) -> Result<Duration> {
     match lines.as_slice() {
         [MAGIC, "witness", _id, _token, ttl] => ttl
             .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| foreign(path, "a ttl that is not a number")),
+            .map_err(|_| foreign(path, "a ttl that is not a number"))
+            .and_then(|ms| checked_ttl(path, ms)),
         _ => Err(foreign(path, "it is not a tenure witness")),
     }
 }
@@ -164,5 +178,26 @@ mod tests {
         let keep = decode_marker("/m", &encode_marker(60_000, "h", 3)).expect("marker");
         assert_eq!(keep, Duration::from_secs(60));
         assert!(new_token(5) > 5 && new_token(u64::MAX) == u64::MAX);
+    }
+
+    /// A candidate waits out the ttl a lease or witness names: a foreign
+    /// one past any tenure grants is refused, not waited for (and
+    /// `u64::MAX` ms would overflow the clock it is added to).
+    #[test]
+    fn a_foreign_ttl_beyond_any_tenure_grants_is_foreign_data() {
+        for ms in [u64::MAX, 10u64.pow(12)] {
+            let witness = format!("{MAGIC}\nwitness\nh\n1\n{ms}");
+            let err = decode_witness("/w", witness.as_bytes()).expect_err("refused");
+            assert!(matches!(err, Error::ForeignData { .. }), "{err}");
+            let lease = format!("{MAGIC}\n{ms}\n0\na1\nh\n1");
+            let err = decode_lease("/l", lease.as_bytes(), 42).expect_err("refused");
+            assert!(matches!(err, Error::ForeignData { .. }), "{err}");
+        }
+        let day = crate::machine::MAX_TTL.as_millis();
+        let witness = format!("{MAGIC}\nwitness\nh\n1\n{day}");
+        assert_eq!(
+            decode_witness("/w", witness.as_bytes()).ok(),
+            Some(crate::machine::MAX_TTL)
+        );
     }
 }

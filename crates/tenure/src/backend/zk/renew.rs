@@ -26,9 +26,15 @@ impl ZkStore {
             .pop()
             .unwrap_or_else(|| Err(Error::internal("a renewal of one term had no reply")))?;
         if let RenewReply::NotOwner(_) = reply {
-            // Who holds it now, for the keeper's message.
-            let holder = self.inspect(at).await.ok().flatten();
-            let _ = id;
+            // Who holds it now, for the keeper's message: not this term,
+            // whose lease may outlive its witness deleted by hand (its
+            // loss is then no take-over by itself).
+            let holder = self
+                .inspect(at)
+                .await
+                .ok()
+                .flatten()
+                .filter(|holder| holder.token != token || holder.id != id);
             return Ok(RenewReply::NotOwner(holder));
         }
         Ok(reply)
@@ -94,9 +100,23 @@ impl ZkStore {
                     }
                     left.clear();
                 }
-                Err(Check::Failed(index)) => {
+                // Two checks per term: the failed one's term. An index the
+                // request did not have is the server's error, not a panic.
+                Err(Check::Failed(index)) if index / 2 < left.len() => {
                     let n = left.remove(index / 2);
                     replies[n] = Some(Ok(RenewReply::NotOwner(None)));
+                }
+                Err(Check::Failed(index)) => {
+                    let err = Error::ZooKeeper {
+                        detail: format!(
+                            "a renewal's multi of {} checks failed at index {index}",
+                            left.len() * 2
+                        ),
+                    };
+                    for &n in &left {
+                        replies[n] = Some(Err(copy_error(&err)));
+                    }
+                    left.clear();
                 }
                 Err(Check::Error(err)) => {
                     for &n in &left {
@@ -110,6 +130,25 @@ impl ZkStore {
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::internal("a term had no renewal reply"))))
             .collect())
+    }
+
+    /// Whether the term `token` still holds the election at `paths`: its
+    /// lease and witness checked in one `multi`, through the ensemble's
+    /// leader (a read may be answered from a member's stale view).
+    pub(super) async fn still_holds(
+        &self,
+        client: &zk::Client,
+        paths: &Paths,
+        token: u64,
+    ) -> Result<bool> {
+        match self
+            .check_all(client, &[(paths.clone(), token)], &[0])
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(Check::Failed(_)) => Ok(false),
+            Err(Check::Error(err)) => Err(err),
+        }
     }
 
     /// One `multi` checking the lease and witness of each term in `which`.
