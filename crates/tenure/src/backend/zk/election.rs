@@ -63,7 +63,12 @@ impl ZkStore {
         if let Some((holder, owner)) = seen.lease {
             let ours = holder.id == request.id && holder.attempt == request.attempt;
             if ours && owner == session {
-                // Our own attempt wrote it before its answer was lost.
+                // Our own attempt wrote it before its answer was lost. The
+                // read may come from a member's stale view, so the term is
+                // adopted only once the ensemble's leader confirms it.
+                if !self.still_holds(client, paths, holder.token).await? {
+                    return Ok(None);
+                }
                 self.keep_term(paths, holder.token, request.ttl_ms, session, began);
                 return Ok(Some(AcquireReply::Won {
                     token: holder.token,
@@ -135,21 +140,27 @@ impl ZkStore {
             multi.add_create(&paths.witness(token), &witness, &ephemeral)
         })();
         prepared.map_err(|err| self.classify(&paths.lease, err))?;
+        // Kept from before it is sent: if it commits but its answer never
+        // comes back (a timeout, a cancelled campaign, a lost connection),
+        // the sweep still deletes the term a ttl later, and no other
+        // acquire of this store takes the lease for a term nobody keeps.
+        if !self.pend_term(paths, token, request.ttl_ms, session, began) {
+            return Ok(None);
+        }
         self.requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let committed = tokio::time::timeout(self.call_timeout, multi.commit()).await;
         match committed {
             Err(_) => Err(Error::Timeout(self.call_timeout)),
-            Ok(Ok(_)) => {
-                self.keep_term(paths, token, request.ttl_ms, session, began);
-                Ok(Some(AcquireReply::Won { token }))
-            }
+            Ok(Ok(_)) => Ok(Some(AcquireReply::Won { token })),
             Ok(Err(zk::MultiWriteError::OperationFailed { source, .. }))
                 if matches!(
                     source,
                     zk::Error::NodeExists | zk::Error::BadVersion | zk::Error::NoNode
                 ) =>
             {
+                // Definitely not created: nothing to keep.
+                self.forget_term(&paths.lease, token);
                 if source == zk::Error::NoNode {
                     // The prefix's znode is gone (deleted by hand).
                     self.make_path(client, &paths.root).await?;

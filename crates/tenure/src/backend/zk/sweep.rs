@@ -63,6 +63,35 @@ impl ZkStore {
             .map(|k| k.ttl_ms)
     }
 
+    /// Keep the term `token` at `paths` from before its `multi` is sent;
+    /// `false` (keep nothing) while another term of that lease is kept on
+    /// `session` and has not lapsed: an acquire of this store under way,
+    /// or a term not yet released.
+    pub(super) fn pend_term(
+        &self,
+        paths: &Paths,
+        token: u64,
+        ttl_ms: u64,
+        session: i64,
+        began: Instant,
+    ) -> bool {
+        let mut terms = self.terms_lock();
+        if let Some(kept) = terms.get(&paths.lease) {
+            if kept.session == session && !kept.lapsed(Instant::now()) {
+                return false;
+            }
+        }
+        let kept = Kept {
+            token,
+            ttl_ms,
+            session,
+            renewed: began,
+            paths: paths.clone(),
+        };
+        terms.insert(paths.lease.clone(), kept);
+        true
+    }
+
     pub(super) fn forget_term(&self, lease: &str, token: u64) {
         let mut terms = self.terms_lock();
         if terms.get(lease).is_some_and(|k| k.token == token) {
