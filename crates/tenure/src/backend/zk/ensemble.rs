@@ -98,6 +98,13 @@ impl ZkStore {
 
     /// Create the mark, or read the one another process made first.
     async fn make_mark(&self, client: &zk::Client, path: &str) -> Result<String> {
+        // Under a chroot no one has used yet, the chroot's znodes first.
+        if let Some((parent, _)) = path
+            .rsplit_once('/')
+            .filter(|(parent, _)| !parent.is_empty())
+        {
+            self.make_path(client, parent).await?;
+        }
         let id = format!("{:032x}", rand::random::<u128>());
         let data = format!("{MAGIC}\nensemble\n{id}");
         let options = zk::CreateMode::Persistent.with_acls(self.acls());

@@ -47,6 +47,12 @@ async fn watch_lease(
     sender: watch::Sender<Notices>,
 ) {
     let mut first = true;
+    // Each failed try may leave a session behind (one that reached another
+    // ensemble, or whose timeout the ensemble would not grant, expires
+    // only a ttl later): tries slow down to one per renew interval.
+    let fastest = Duration::from_millis(100);
+    let slowest = Duration::from_millis(ttl_ms / 3).max(fastest);
+    let mut retry = fastest;
     loop {
         let Some(strong) = store.upgrade() else {
             return;
@@ -58,9 +64,11 @@ async fn watch_lease(
         drop(strong);
         let Some(watcher) = watched else {
             first = false;
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(slowest);
             continue;
         };
+        retry = fastest;
         if !first {
             sender.send_modify(|n| n.released += 1);
         }
