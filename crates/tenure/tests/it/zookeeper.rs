@@ -452,3 +452,55 @@ async fn a_process_on_one_ttl_keeps_one_session() {
     }
     assert_eq!(seen.len(), 1, "sessions: {seen:?}");
 }
+
+/// A term whose create committed but whose answer never came back (the
+/// ensemble's leader stopped while the create waited on it, the call
+/// timed out, and the leader then went on) is nobody's: the instance that
+/// sent it deletes it a ttl later, and another candidate is elected then,
+/// not only once that instance exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_created_after_its_acquire_timed_out_is_deleted_a_ttl_later() {
+    // A long tick: the followers serve reads and wait on a stopped leader
+    // for five ticks before they give up on it.
+    let ensemble = zk_process::ZkEnsemble::builder()
+        .tick_time(Duration::from_millis(500))
+        .start()
+        .expect("an ensemble");
+    let leader = ensemble.leader().expect("a ZooKeeper leader");
+    let follower = (leader + 1) % ensemble.members();
+    let ttl = Duration::from_secs(3);
+    let a = Election::builder("orphan")
+        .open(format!("zk://127.0.0.1:{}", ensemble.client_port(follower)))
+        .ttl(ttl)
+        .call_timeout(Duration::from_millis(300))
+        .id("a")
+        .build()
+        .await
+        .expect("an election on a follower member");
+    ensemble.pause(leader).expect("the leader stops");
+    let lost = a.try_campaign().await;
+    ensemble.resume(leader).expect("the leader goes on");
+    assert!(lost.is_err(), "the acquire timed out: {lost:?}");
+    let b = support::election(&ensemble.url(), "orphan", "b", ttl).await;
+    let term = timeout(HANG, b.campaign())
+        .await
+        .expect("b is elected")
+        .expect("a term");
+    assert!(term.is_leader());
+    drop(a);
+}
+
+/// A URL of several hosts and a chroot nobody has used yet: its znodes are
+/// made on first use, the ensemble mark among them, as with one host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_chroot_on_a_url_of_several_hosts_is_made_on_first_use() {
+    let ensemble = support::zk();
+    let url = format!("{}/apps/new", ensemble.url());
+    let candidate = support::election(&url, "chrooted", "a", TTL).await;
+    let term = campaign(&candidate).await;
+    assert!(term.is_leader());
+    let under = ensemble
+        .cli(0, &["ls", "/apps/new"])
+        .expect("ls the chroot");
+    assert!(under.contains("tenure-ensemble"), "{under}");
+}
