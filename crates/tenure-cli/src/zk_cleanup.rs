@@ -1,7 +1,8 @@
 //! What `tenure demo` leaves on a ZooKeeper ensemble, deleted: the
-//! election's persistent `/PREFIX/{NAME}` znode (its lease and witness,
-//! ephemeral, went with the candidates' releases), as the demo deletes
-//! its keys from a shared Redis.
+//! election's persistent `/PREFIX/{NAME}` znode and what is under it, and
+//! the lease of its last leader, which the demo stops without a release
+//! (its session, and so the ephemeral lease, would outlive the demo by a
+//! ttl), as the demo deletes its keys from a shared Redis.
 
 use std::time::Duration;
 
@@ -11,13 +12,14 @@ use zookeeper_client as zk;
 /// Delete the demo election `name`'s znodes under the URL's chroot;
 /// complain in one line if that fails (nothing else depends on it).
 pub async fn forget(url: &str, name: &str) {
-    let dir = format!("/{}/{{{name}}}", tenure::DEFAULT_PREFIX);
-    if let Err(err) = delete_tree(url, &dir).await {
+    let prefix = tenure::DEFAULT_PREFIX;
+    let (lease, dir) = (format!("/{prefix}/{name}"), format!("/{prefix}/{{{name}}}"));
+    if let Err(err) = delete_tree(url, &lease, &dir).await {
         crate::complain!("tenure: could not delete the demo's znode {dir}: {err}");
     }
 }
 
-async fn delete_tree(url: &str, dir: &str) -> Result<(), String> {
+async fn delete_tree(url: &str, lease: &str, dir: &str) -> Result<(), String> {
     let rest = url.strip_prefix("zk://").ok_or("not a zk:// URL")?;
     let (user, hosts) = match rest.rsplit_once('@') {
         Some((userinfo, hosts)) => (Some(userinfo), hosts),
@@ -36,6 +38,10 @@ async fn delete_tree(url: &str, dir: &str) -> Result<(), String> {
         .await
         .map_err(|_| "no session within 5s".to_string())?
         .map_err(|err| err.to_string())?;
+    match client.delete(lease, None).await {
+        Ok(()) | Err(zk::Error::NoNode) => {}
+        Err(err) => return Err(format!("{lease}: {err}")),
+    }
     let children = match client.list_children(dir).await {
         Ok(children) => children,
         Err(zk::Error::NoNode) => return Ok(()),

@@ -5,6 +5,7 @@
 mod bad_input;
 mod cgroup;
 mod connect_errors;
+mod consensus;
 mod conventions;
 mod demo;
 mod etcd;

@@ -1,9 +1,8 @@
 //! `tenure run`, `status` and `demo` end to end on a private 3-member
 //! ZooKeeper ensemble: `--store zk://…`.
 
-use nix::sys::signal::Signal;
-
-use crate::support::{eventually, status, tenure_output, tokens, Instance, Scratch, LONG_JOB};
+use crate::consensus;
+use crate::support::tenure_output;
 
 fn ensemble() -> zk_process::ZkEnsemble {
     zk_process::ZkEnsemble::builder()
@@ -15,67 +14,18 @@ fn ensemble() -> zk_process::ZkEnsemble {
 #[test]
 fn run_hands_over_on_sigterm_and_after_a_kill_and_status_follows() {
     let ensemble = ensemble();
-    let url = ensemble.url();
-    let scratch = Scratch::new("zk-run");
-    let ttl = ["--ttl", "2s"];
-    let mut a = Instance::start(&url, "nightly", "a", &ttl, LONG_JOB, &scratch);
-    eventually("a leads", || !tokens(&scratch, "a").is_empty());
-    let mut b = Instance::start(&url, "nightly", "b", &ttl, LONG_JOB, &scratch);
-    eventually("status shows a", || {
-        status(&url) == [("nightly".to_string(), Some("a".to_string()))]
-    });
-    // A graceful stop hands over to b at once.
-    a.signal(Signal::SIGTERM);
-    assert_eq!(a.wait(), 0, "{}", a.log());
-    eventually("b leads", || !tokens(&scratch, "b").is_empty());
-    assert!(tokens(&scratch, "b")[0] > tokens(&scratch, "a")[0]);
-    eventually("status shows b", || {
-        status(&url) == [("nightly".to_string(), Some("b".to_string()))]
-    });
-    // b's tenure is killed: its command goes with it, and c leads once b's
-    // session expired.
-    let c = Instance::start(&url, "nightly", "c", &ttl, LONG_JOB, &scratch);
-    b.kill_group();
-    b.wait();
-    eventually("c leads", || !tokens(&scratch, "c").is_empty());
-    assert!(tokens(&scratch, "c")[0] > tokens(&scratch, "b")[0]);
-    drop(c);
+    consensus::run_hands_over_on_sigterm_and_after_a_kill_and_status_follows(
+        &ensemble.url(),
+        "zk-run",
+    );
 }
 
 #[test]
 fn at_most_every_skips_a_job_that_succeeded_within_the_period_and_retries_a_failed_one() {
     let ensemble = ensemble();
-    let url = ensemble.url();
-    let run = |cmd: &str| {
-        let out = tenure_output(&[
-            "run",
-            "--store",
-            &url,
-            "--election",
-            "cron",
-            "--ttl",
-            "2s",
-            "--once",
-            "--at-most-every",
-            "1h",
-            "--",
-            "sh",
-            "-c",
-            cmd,
-        ]);
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        (out.status.code(), stderr)
-    };
-    let (code, stderr) = run("exit 3");
-    assert_eq!(code, Some(3), "a failure is not recorded: {stderr}");
-    let (code, stderr) = run("exit 0");
-    assert_eq!(code, Some(0), "{stderr}");
-    assert!(!stderr.contains("skipping"), "{stderr}");
-    let (code, stderr) = run("exit 5");
-    assert_eq!(code, Some(0), "skipped after the success: {stderr}");
-    assert!(stderr.contains("skipping"), "{stderr}");
-    // The marker is no election.
-    assert_eq!(status(&url), Vec::<(String, Option<String>)>::new());
+    consensus::at_most_every_skips_a_job_that_succeeded_within_the_period_and_retries_a_failed_one(
+        &ensemble.url(),
+    );
 }
 
 #[test]
