@@ -137,6 +137,14 @@ pub enum Error {
         detail: String,
     },
 
+    /// A SQLite transaction failed (the file busy past the call timeout,
+    /// a disk error): transient.
+    #[error("SQLite error: {detail}")]
+    Sqlite {
+        /// What failed, on one line.
+        detail: String,
+    },
+
     /// The simulated outage of an in-memory store ([`crate::MemoryStore::set_fault`]).
     #[error("in-memory store unavailable (simulated fault)")]
     Unavailable,
@@ -170,6 +178,7 @@ impl Error {
                 | Error::Redis { .. }
                 | Error::Etcd { .. }
                 | Error::ZooKeeper { .. }
+                | Error::Sqlite { .. }
                 | Error::Unavailable
                 | Error::Internal(_)
         )
@@ -204,8 +213,19 @@ fn store_of(url: &str) -> &'static str {
         "etcd"
     } else if url.starts_with("zk://") || url.starts_with("zks://") {
         "ZooKeeper"
+    } else if url.starts_with("sqlite:") {
+        "SQLite"
     } else {
         "Redis"
+    }
+}
+
+#[cfg(all(feature = "sqlite", target_os = "linux"))]
+impl From<rusqlite::Error> for Error {
+    fn from(err: rusqlite::Error) -> Self {
+        Error::Sqlite {
+            detail: one_line(&err.to_string()),
+        }
     }
 }
 
@@ -246,6 +266,9 @@ pub(crate) fn copy_error(err: &Error) -> Error {
             detail: detail.clone(),
         },
         Error::ZooKeeper { detail } => Error::ZooKeeper {
+            detail: detail.clone(),
+        },
+        Error::Sqlite { detail } => Error::Sqlite {
             detail: detail.clone(),
         },
         Error::NotLeader(reason) => Error::NotLeader(reason.clone()),

@@ -52,6 +52,8 @@ pub(crate) mod memory;
 mod op;
 mod options;
 pub(crate) mod redis;
+#[cfg(all(feature = "sqlite", target_os = "linux"))]
+pub(crate) mod sqlite;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zk;
 
@@ -76,6 +78,8 @@ pub(crate) enum Store {
     Etcd(Arc<etcd::EtcdStore>),
     #[cfg(feature = "zookeeper")]
     Zk(Arc<zk::ZkStore>),
+    #[cfg(all(feature = "sqlite", target_os = "linux"))]
+    Sqlite(Arc<sqlite::SqliteStore>),
     Memory(memory::MemoryStore),
 }
 
@@ -83,6 +87,9 @@ impl Store {
     /// Connect to the store `spec` names, whichever kind its URL's scheme
     /// says: the one connect path of every builder.
     pub async fn connect(spec: Connect) -> Result<Store> {
+        if is_sqlite_url(&spec.url) {
+            return connect_sqlite(&spec).await;
+        }
         if is_zk_url(&spec.url) {
             #[cfg(feature = "zookeeper")]
             return Ok(Store::Zk(connect_zk(&spec).await?));
@@ -123,6 +130,8 @@ impl Store {
             Store::Etcd(store) => store.election(at, needs.ttl).await?,
             #[cfg(feature = "zookeeper")]
             Store::Zk(store) => store.election(at, needs.ttl).await?,
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(store) => store.election(at)?,
             Store::Memory(memory) => memory.election(at),
         };
         Ok(Backend::new(self.clone(), at, hints))
@@ -137,6 +146,8 @@ impl Store {
             Store::Etcd(store) => store.check(group, true, needs.ttl).await,
             #[cfg(feature = "zookeeper")]
             Store::Zk(store) => store.check(group, needs.ttl).await,
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(_) => Ok(()),
             Store::Memory(_) => Ok(()),
         }
     }
@@ -149,6 +160,8 @@ impl Store {
             Store::Etcd(store) => store.list_elections(prefix).await,
             #[cfg(feature = "zookeeper")]
             Store::Zk(store) => store.list_elections(prefix).await,
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(store) => store.list_elections(prefix).await,
             Store::Memory(memory) => Ok(memory.elections()),
         }
     }
@@ -171,6 +184,11 @@ impl Store {
                 "zookeeper".to_string(),
                 store.list_elections(prefix).await,
             )]),
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(store) => Ok(vec![(
+                "sqlite".to_string(),
+                store.list_elections(prefix).await,
+            )]),
             Store::Memory(memory) => Ok(vec![("memory".to_string(), Ok(memory.elections()))]),
         }
     }
@@ -183,6 +201,8 @@ impl Store {
             Store::Etcd(store) => store.url().to_string(),
             #[cfg(feature = "zookeeper")]
             Store::Zk(store) => store.url().to_string(),
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(store) => store.url().to_string(),
             Store::Memory(_) => "memory".to_string(),
         }
     }
@@ -209,6 +229,8 @@ impl Store {
             Store::Etcd(store) => store.batch(ops, round_trips).await,
             #[cfg(feature = "zookeeper")]
             Store::Zk(store) => store.batch(ops, round_trips).await,
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(store) => store.batch(ops, round_trips).await,
             Store::Memory(store) => {
                 round_trips.fetch_add(1, Ordering::Relaxed);
                 store.batch(ops).await
@@ -231,6 +253,46 @@ impl Store {
             shared.store.reset();
         }
     }
+}
+
+/// Whether `url` names a SQLite file (`sqlite://`).
+pub(crate) fn is_sqlite_url(url: &str) -> bool {
+    url.starts_with("sqlite:")
+}
+
+/// Open the SQLite file `spec` names, and let go of the locks of lapsed
+/// terms until the store is dropped.
+#[cfg(all(feature = "sqlite", target_os = "linux"))]
+async fn connect_sqlite(spec: &Connect) -> Result<Store> {
+    if spec.tls.ca.is_some() || spec.tls.cert.is_some() || spec.tls.key.is_some() {
+        return Err(Error::Config(format!(
+            "TLS files were given for {}, a local SQLite file",
+            spec.url
+        )));
+    }
+    let store = Arc::new(sqlite::SqliteStore::connect(&spec.url, spec.call_timeout).await?);
+    let weak = Arc::downgrade(&store);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(store) = weak.upgrade() else { return };
+            store.sweep();
+        }
+    });
+    Ok(Store::Sqlite(store))
+}
+
+/// Without the `sqlite` feature (or off Linux), a SQLite URL is a
+/// configuration error.
+#[cfg(not(all(feature = "sqlite", target_os = "linux")))]
+async fn connect_sqlite(spec: &Connect) -> Result<Store> {
+    Err(Error::Config(format!(
+        "{} is a SQLite URL, but this build of tenure has no SQLite support (it needs Linux \
+         and the crate's `sqlite` feature)",
+        spec.url
+    )))
 }
 
 /// Whether `url` names a ZooKeeper ensemble (`zk://`).

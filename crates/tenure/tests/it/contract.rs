@@ -29,6 +29,7 @@ enum Fixture {
     Etcd(etcd_process::EtcdCluster),
     #[cfg(feature = "zookeeper")]
     Zk(zk_process::ZkEnsemble),
+    Sqlite(support::SqliteFile),
     Memory(tenure::MemoryStore),
 }
 
@@ -46,6 +47,11 @@ impl Fixture {
         Fixture::Zk(support::zk())
     }
 
+    #[cfg(feature = "sqlite")]
+    fn sqlite() -> Fixture {
+        Fixture::Sqlite(support::sqlite())
+    }
+
     fn memory() -> Fixture {
         support::init_logs();
         Fixture::Memory(tenure::MemoryStore::new())
@@ -57,6 +63,7 @@ impl Fixture {
             Fixture::Etcd(cluster) => Target::Url(cluster.url()),
             #[cfg(feature = "zookeeper")]
             Fixture::Zk(ensemble) => Target::Url(ensemble.url()),
+            Fixture::Sqlite(file) => Target::Url(file.url()),
             Fixture::Memory(store) => Target::Memory(store.clone()),
         }
     }
@@ -67,6 +74,8 @@ macro_rules! contract {
         contract!(@on on_redis, redis, $($promise),*);
         contract!(@on on_etcd, etcd, $($promise),*);
         contract!(@on on_memory, memory, $($promise),*);
+        #[cfg(feature = "sqlite")]
+        contract!(@on on_sqlite, sqlite, $($promise),*);
         #[cfg(feature = "zookeeper")]
         contract!(@on on_zk, zk, $($promise),*);
     };
@@ -165,6 +174,11 @@ async fn a_crashed_leader_is_replaced_after_its_lease_expires(target: &Target) {
         .expect("campaign");
     let waited = crashed_at.elapsed();
     assert!(term.token() > old_token);
+    if target.is_sqlite() {
+        // On one host a crash is seen: the victim's lock went with it.
+        assert!(waited < TTL - TTL / 3, "waited for the expiry: {waited:?}");
+        return;
+    }
     // The victim renewed at most a renew interval before the crash: its
     // lease had at least ttl - ttl/3 left, and nobody deleted it.
     assert!(

@@ -16,6 +16,8 @@ mod partitions_memory;
 mod safety;
 mod schedule;
 mod sentinel;
+#[cfg(feature = "sqlite")]
+mod sqlite;
 mod state_machine;
 mod support;
 #[cfg(feature = "zookeeper")]

@@ -49,6 +49,11 @@ pub enum Target {
 }
 
 impl Target {
+    /// Whether it is a SQLite file (where a crash is seen at once).
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self, Target::Url(url) if url.starts_with("sqlite:"))
+    }
+
     /// An election on it with the given ttl and id.
     pub async fn election(&self, name: &str, id: &str, ttl: Duration) -> Election {
         let builder = Election::builder(name);
@@ -380,6 +385,43 @@ pub fn zk() -> zk_process::ZkEnsemble {
         Ok(ensemble) => ensemble,
         Err(err) => panic!("cannot start a ZooKeeper ensemble for the tests: {err}"),
     }
+}
+
+/// A SQLite file in a private temporary directory, removed when dropped.
+pub struct SqliteFile {
+    dir: std::path::PathBuf,
+}
+
+impl SqliteFile {
+    /// Its `sqlite://` URL.
+    pub fn url(&self) -> String {
+        format!("sqlite://{}/tenure.db", self.dir.display())
+    }
+
+    /// The directory it lives in.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+}
+
+impl Drop for SqliteFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A new SQLite file's place, in a directory of its own.
+pub fn sqlite() -> SqliteFile {
+    init_logs();
+    let dir = std::env::temp_dir().join(format!(
+        "tenure-test-{}-{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    if let Err(err) = std::fs::create_dir_all(&dir) {
+        panic!("cannot make {}: {err}", dir.display());
+    }
+    SqliteFile { dir }
 }
 
 /// A private 3-member etcd cluster with a short election timeout (500 ms),

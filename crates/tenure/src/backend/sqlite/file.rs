@@ -1,0 +1,233 @@
+//! The database file: its URL, the file systems it may live on, and the
+//! tables tenure owns in it.
+//!
+//! SQLite's locking is only as good as the file system's: on NFS, SMB or
+//! other network file systems both its byte-range locks and the `flock`s
+//! that detect a crashed holder can be lost or granted twice, which would
+//! give two leaders. Such a file is refused.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use super::clock::Now;
+use crate::{Error, Result};
+
+/// The schema tenure writes in `tenure_meta`: anything else there is not
+/// tenure's.
+const SCHEMA: &str = "tenure 1";
+
+/// Every table tenure owns, created if missing. Expiries are on the boot
+/// clock of the boot named beside them (see `clock.rs`).
+const TABLES: &str = "
+CREATE TABLE IF NOT EXISTS tenure_meta (
+    key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;
+CREATE TABLE IF NOT EXISTS tenure_leases (
+    prefix TEXT NOT NULL, name TEXT NOT NULL,
+    owner TEXT NOT NULL, attempt TEXT NOT NULL, token INTEGER NOT NULL,
+    ttl_ms INTEGER NOT NULL, boot TEXT NOT NULL, expires INTEGER NOT NULL,
+    since_ms INTEGER NOT NULL, locked INTEGER NOT NULL,
+    PRIMARY KEY (prefix, name)) STRICT;
+CREATE TABLE IF NOT EXISTS tenure_witnesses (
+    prefix TEXT NOT NULL, name TEXT NOT NULL,
+    owner TEXT NOT NULL, token INTEGER NOT NULL,
+    boot TEXT NOT NULL, expires INTEGER NOT NULL, locked INTEGER NOT NULL,
+    PRIMARY KEY (prefix, name)) STRICT;
+CREATE TABLE IF NOT EXISTS tenure_tokens (
+    prefix TEXT NOT NULL, name TEXT NOT NULL, last INTEGER NOT NULL,
+    PRIMARY KEY (prefix, name)) STRICT;
+CREATE TABLE IF NOT EXISTS tenure_members (
+    prefix TEXT NOT NULL, grp TEXT NOT NULL, member TEXT NOT NULL,
+    boot TEXT NOT NULL, expires INTEGER NOT NULL,
+    PRIMARY KEY (prefix, grp, member)) STRICT;
+CREATE TABLE IF NOT EXISTS tenure_runs (
+    prefix TEXT NOT NULL, name TEXT NOT NULL, token INTEGER NOT NULL,
+    at_ms INTEGER NOT NULL, keep_until_ms INTEGER NOT NULL,
+    PRIMARY KEY (prefix, name)) STRICT;
+";
+
+/// One read of every column tenure uses: a table of that name that is
+/// not tenure's fails it.
+const COLUMNS: &[(&str, &str)] = &[
+    (
+        "tenure_leases",
+        "SELECT prefix, name, owner, attempt, token, ttl_ms, boot, expires, since_ms, locked \
+         FROM tenure_leases LIMIT 0",
+    ),
+    (
+        "tenure_witnesses",
+        "SELECT prefix, name, owner, token, boot, expires, locked FROM tenure_witnesses LIMIT 0",
+    ),
+    (
+        "tenure_tokens",
+        "SELECT prefix, name, last FROM tenure_tokens LIMIT 0",
+    ),
+    (
+        "tenure_members",
+        "SELECT prefix, grp, member, boot, expires FROM tenure_members LIMIT 0",
+    ),
+    (
+        "tenure_runs",
+        "SELECT prefix, name, token, at_ms, keep_until_ms FROM tenure_runs LIMIT 0",
+    ),
+];
+
+/// The path a `sqlite://` URL names: `sqlite:///abs/path.db` or
+/// `sqlite://relative/path.db`.
+pub(super) fn path_of(url: &str) -> Result<PathBuf> {
+    let bad = |why: &str| Error::Config(format!("{url} is not a SQLite URL: {why}"));
+    let rest = url
+        .strip_prefix("sqlite://")
+        .ok_or_else(|| bad("it must start with sqlite://"))?;
+    if rest.contains('?') || rest.contains('#') {
+        return Err(bad("it takes no query or fragment"));
+    }
+    if rest.is_empty() || rest.ends_with('/') {
+        return Err(bad("it names no file (sqlite:///path/to/file.db)"));
+    }
+    Ok(PathBuf::from(rest))
+}
+
+/// File systems whose locks SQLite and `flock` cannot rely on, by
+/// `statfs` magic number.
+const NETWORK_FILE_SYSTEMS: &[(i64, &str)] = &[
+    (0x6969, "NFS"),
+    (0x517B, "SMB"),
+    (0xFF53_4D42, "CIFS"),
+    (0xFE53_4D42, "SMB2"),
+    (0x5346_414F, "AFS"),
+    (0x0102_1997, "9P"),
+    (0x00C3_6400, "CephFS"),
+    (0x0BD0_0BD0, "Lustre"),
+    (0x4731_4653, "GPFS"),
+];
+
+/// Refuse a directory on a network file system.
+fn local_only(url: &str, dir: &Path) -> Result<()> {
+    let stat = nix::sys::statfs::statfs(dir).map_err(|err| Error::Unreachable {
+        url: url.to_string(),
+        detail: format!("cannot read the file system of {}: {err}", dir.display()),
+    })?;
+    #[allow(clippy::unnecessary_cast)]
+    let magic = stat.filesystem_type().0 as i64;
+    if let Some((_, name)) = NETWORK_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic) {
+        return Err(Error::Unsafe {
+            url: url.to_string(),
+            detail: format!(
+                "{} is on {name}, a network file system, where locks can be lost or granted \
+                 twice; put the file on a local disk, or use a network store (PostgreSQL, \
+                 Redis, etcd, ZooKeeper) for processes on several hosts",
+                dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Open the database at `path` (created if missing), checked, with
+/// tenure's tables; a `busy` timeout bounds each wait for another writer.
+pub(super) fn open(url: &str, path: &Path, busy: Duration, now: &Now) -> Result<Connection> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(Error::Unreachable {
+            url: url.to_string(),
+            detail: format!("the directory {} does not exist", dir.display()),
+        });
+    }
+    local_only(url, &dir)?;
+    let unreachable = |err: rusqlite::Error| Error::Unreachable {
+        url: url.to_string(),
+        detail: crate::error::one_line(&err.to_string()),
+    };
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut conn = Connection::open_with_flags(path, flags).map_err(unreachable)?;
+    conn.busy_timeout(busy).map_err(unreachable)?;
+    // Not a database at all (a text file, say) shows on the first read.
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
+        .map_err(|err| Error::ForeignData {
+            key: path.display().to_string(),
+            detail: crate::error::one_line(&err.to_string()),
+        })?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(url = %url, journal_mode = %mode, "SQLite refused WAL mode; writers will block readers");
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(unreachable)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(unreachable)?;
+    tx.execute_batch(TABLES)
+        .map_err(|err| foreign(path, &err))?;
+    let schema: Option<String> = tx
+        .query_row(
+            "SELECT value FROM tenure_meta WHERE key = 'schema'",
+            [],
+            |row| row.get(0),
+        )
+        .map(Some)
+        .or_else(|err| match err {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            err => Err(err),
+        })
+        .map_err(|err| foreign(path, &err))?;
+    match schema.as_deref() {
+        Some(SCHEMA) => {}
+        Some(other) => {
+            return Err(Error::ForeignData {
+                key: format!("{} (table tenure_meta)", path.display()),
+                detail: format!("schema {other:?}, not {SCHEMA:?}"),
+            })
+        }
+        None => {
+            // A new file: leases it might once have held are unknown, so
+            // it grants none for a while (see `born` in `ops.rs`).
+            tx.execute(
+                "INSERT INTO tenure_meta (key, value) VALUES ('schema', ?1), \
+                 ('born_boot', ?2), ('born_ms', ?3)",
+                rusqlite::params![SCHEMA, now.boot, now.ms.to_string()],
+            )
+            .map_err(|err| foreign(path, &err))?;
+        }
+    }
+    for (table, query) in COLUMNS {
+        tx.prepare(query).map_err(|err| Error::ForeignData {
+            key: format!("{} (table {table})", path.display()),
+            detail: crate::error::one_line(&err.to_string()),
+        })?;
+    }
+    tx.commit().map_err(unreachable)?;
+    Ok(conn)
+}
+
+fn foreign(path: &Path, err: &rusqlite::Error) -> Error {
+    Error::ForeignData {
+        key: path.display().to_string(),
+        detail: crate::error::one_line(&err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_a_file() {
+        assert_eq!(path_of("sqlite:///tmp/a.db").ok(), Some("/tmp/a.db".into()));
+        assert_eq!(path_of("sqlite://a.db").ok(), Some("a.db".into()));
+        for bad in [
+            "sqlite://",
+            "sqlite:///tmp/",
+            "sqlite:///a.db?mode=ro",
+            "file:///a.db",
+        ] {
+            assert!(matches!(path_of(bad), Err(Error::Config(_))), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! Crash detection on one host: an OS lock (`flock`) per election.
+//!
+//! A candidate that wins an election while holding the election's lock
+//! file exclusively keeps it for its whole term, and marks its lease
+//! `locked`. It lets go only once it stopped leading (its release, or its
+//! term lapsed: see [`Locks::sweep`]), and the kernel lets go for it the
+//! instant its process dies. So a candidate that holds the lock and finds
+//! a `locked` lease knows its holder no longer leads, and takes over at
+//! once, with no wait for the lease to expire.
+//!
+//! Followers wait for the lock in a thread of their own, shared, which
+//! costs no polling: the kernel wakes them all when the holder lets go,
+//! they let go at once and announce a release, and their campaigns try
+//! the lock (exclusively) and the lease. A paused or wedged holder keeps
+//! its lock; its lease expires by the clock, a follower takes over then
+//! (without the lock: its lease is not `locked`, so its crash is detected
+//! only by its expiry), and fencing covers the paused holder.
+//!
+//! Lock files live in a directory beside the database (`FILE.locks/`), one
+//! per election, and are never deleted: a file deleted and made anew
+//! would be a second lock.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use tokio::sync::watch;
+
+use crate::backend::op::Notices;
+use crate::backend::Address;
+use crate::{Error, Result};
+
+/// An election, as the locks know it.
+pub(super) type Key = (String, String);
+
+pub(super) fn key(at: Address<'_>) -> Key {
+    (at.prefix.to_string(), at.name.to_string())
+}
+
+/// A term's exclusive lock, kept while the term may lead.
+struct Held {
+    id: String,
+    attempt: String,
+    /// The term's token, once it won.
+    token: Option<u64>,
+    ttl: Duration,
+    /// When its last acquire or renewal committed.
+    renewed: Instant,
+    _lock: Flock<File>,
+}
+
+/// What a follower's watcher is told.
+enum Arm {
+    /// The election is held under its lock: wait for it.
+    Wait,
+    /// The election is no longer watched.
+    Stop,
+}
+
+/// A follower's watcher: its id, and how it is armed.
+type Watcher = (u64, mpsc::Sender<Arm>);
+
+/// The locks of one store (one process's view of one database file).
+pub(super) struct Locks {
+    dir: PathBuf,
+    held: Mutex<HashMap<Key, Held>>,
+    /// The watchers of each election this process follows.
+    watchers: Mutex<HashMap<Key, Vec<Watcher>>>,
+    /// The id of the next watcher.
+    next: std::sync::atomic::AtomicU64,
+}
+
+fn guard<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How a lock file's name spells an election: bytes other than ASCII
+/// letters, digits, `-`, `_` and `.` as `%XX`, so names never collide or
+/// leave the directory.
+fn file_name(key: &Key) -> String {
+    let mut name = String::new();
+    for (part, text) in [key.0.as_str(), key.1.as_str()].iter().enumerate() {
+        if part == 1 {
+            name.push('+');
+        }
+        for byte in text.bytes() {
+            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.') {
+                name.push(char::from(byte));
+            } else {
+                name.push_str(&format!("%{byte:02X}"));
+            }
+        }
+    }
+    name.push_str(".lock");
+    name
+}
+
+impl Locks {
+    /// The locks beside the database at `db`; their directory is made now.
+    pub fn beside(url: &str, db: &Path) -> Result<Locks> {
+        let mut dir = db.as_os_str().to_owned();
+        dir.push(".locks");
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).map_err(|err| Error::Unreachable {
+            url: url.to_string(),
+            detail: format!("cannot make the lock directory {}: {err}", dir.display()),
+        })?;
+        Ok(Locks {
+            dir,
+            held: Mutex::new(HashMap::new()),
+            watchers: Mutex::new(HashMap::new()),
+            next: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    fn open(&self, key: &Key) -> Result<File> {
+        let path = self.dir.join(file_name(key));
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|err| Error::Sqlite {
+                detail: format!("cannot open the lock file {}: {err}", path.display()),
+            })
+    }
+
+    /// Whether anyone in this process watches `key`: only elections are,
+    /// so a partition set's many terms take no lock (and no file
+    /// descriptor) each.
+    pub fn watched(&self, key: &Key) -> bool {
+        guard(&self.watchers)
+            .get(key)
+            .is_some_and(|w| !w.is_empty())
+    }
+
+    /// Before an acquire by attempt (`id`, `attempt`): whether it holds
+    /// the election's lock, taking it if it is free. A lock taken now is
+    /// kept only if the acquire wins ([`Locks::after_acquire`]).
+    pub fn before_acquire(&self, key: &Key, id: &str, attempt: &str) -> Option<Taken> {
+        if let Some(held) = guard(&self.held).get(key) {
+            let ours = held.id == id && held.attempt == attempt;
+            return ours.then_some(Taken::Kept);
+        }
+        let file = self.open(key).ok()?;
+        // Followers' watchers hold it shared for an instant each: a few
+        // short tries get past them.
+        let mut file = file;
+        for _ in 0..20 {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Some(Taken::Now(lock)),
+                Err((back, _)) => file = back,
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        None
+    }
+
+    /// After an acquire: a term that won keeps the lock it holds.
+    pub fn after_acquire(
+        &self,
+        key: &Key,
+        id: &str,
+        attempt: &str,
+        ttl: Duration,
+        won: Option<u64>,
+        taken: Option<Taken>,
+    ) {
+        let mut held = guard(&self.held);
+        match (taken, won) {
+            (Some(Taken::Now(lock)), Some(token)) => {
+                held.insert(
+                    key.clone(),
+                    Held {
+                        id: id.to_string(),
+                        attempt: attempt.to_string(),
+                        token: Some(token),
+                        ttl,
+                        renewed: Instant::now(),
+                        _lock: lock,
+                    },
+                );
+            }
+            (Some(Taken::Kept), Some(token)) => {
+                if let Some(kept) = held.get_mut(key) {
+                    kept.token = Some(token);
+                    kept.ttl = ttl;
+                    kept.renewed = Instant::now();
+                }
+            }
+            // Lost: a lock taken for this try is let go as it drops.
+            _ => {}
+        }
+    }
+
+    /// After a renewal of term (`id`, `token`) committed.
+    pub fn renewed(&self, key: &Key, id: &str, token: u64, ttl: Duration) {
+        if let Some(kept) = guard(&self.held).get_mut(key) {
+            if kept.id == id && kept.token == Some(token) {
+                kept.ttl = ttl;
+                kept.renewed = Instant::now();
+            }
+        }
+    }
+
+    /// After term (`id`, `token`) resigned (its release committed): its
+    /// lock goes, and followers wake.
+    pub fn released(&self, key: &Key, id: &str, token: u64) {
+        let mut held = guard(&self.held);
+        if held
+            .get(key)
+            .is_some_and(|k| k.id == id && k.token == Some(token))
+        {
+            held.remove(key);
+        }
+    }
+
+    /// Let go of the locks of terms nobody renewed for a whole ttl: their
+    /// deadlines have passed, so their keepers no longer lead.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        guard(&self.held).retain(|_, kept| now < kept.renewed + kept.ttl);
+    }
+
+    /// Wake the watchers of `key`: the election is held under its lock.
+    pub fn arm(&self, key: &Key) {
+        if let Some(watchers) = guard(&self.watchers).get_mut(key) {
+            watchers.retain(|(_, w)| w.send(Arm::Wait).is_ok());
+        }
+    }
+
+    /// Watch `key` for as long as the returned guard lives: each time
+    /// the lock it waits for is let go, `notices` counts a release.
+    pub fn watch(self: &Arc<Self>, key: Key, notices: watch::Sender<Notices>) -> Result<Watching> {
+        let file = self.open(&key)?;
+        let (arm, armed) = mpsc::channel();
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        guard(&self.watchers)
+            .entry(key.clone())
+            .or_default()
+            .push((id, arm.clone()));
+        std::thread::Builder::new()
+            .name("tenure-sqlite-watch".into())
+            .spawn(move || wait_for_releases(file, &armed, &notices))
+            .map_err(|err| Error::internal(format!("cannot start a lock watcher: {err}")))?;
+        Ok(Watching {
+            locks: Arc::downgrade(self),
+            key,
+            id,
+            arm,
+        })
+    }
+}
+
+/// How an acquire holds the election's lock.
+pub(super) enum Taken {
+    /// Its attempt held it already (a retry).
+    Kept,
+    /// Taken for this try.
+    Now(Flock<File>),
+}
+
+/// A follower's watcher: waits (in its own thread: a blocked `flock` cannot
+/// be cancelled, and must not hold up the runtime's shutdown) for the lock
+/// each time it is armed, and announces each release.
+fn wait_for_releases(file: File, armed: &mpsc::Receiver<Arm>, notices: &watch::Sender<Notices>) {
+    let mut file = file;
+    loop {
+        match armed.recv() {
+            Ok(Arm::Wait) => {}
+            Ok(Arm::Stop) | Err(_) => return,
+        }
+        // Arms sent meanwhile are all answered by this one wait.
+        loop {
+            match armed.try_recv() {
+                Ok(Arm::Wait) => {}
+                Ok(Arm::Stop) | Err(mpsc::TryRecvError::Disconnected) => return,
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+        file = match Flock::lock(file, FlockArg::LockShared) {
+            Ok(lock) => match lock.unlock() {
+                Ok(file) => file,
+                Err(_) => return,
+            },
+            Err((file, _)) => {
+                // Interrupted: wait again, after a pause.
+                std::thread::sleep(Duration::from_millis(10));
+                file
+            }
+        };
+        if notices.is_closed() {
+            return;
+        }
+        notices.send_modify(|n| n.released += 1);
+    }
+}
+
+/// Keeps a watcher going; dropping it stops the watcher (at once if it is
+/// idle, else as soon as the lock it waits for is let go).
+pub(super) struct Watching {
+    locks: std::sync::Weak<Locks>,
+    key: Key,
+    id: u64,
+    arm: mpsc::Sender<Arm>,
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        let _ = self.arm.send(Arm::Stop);
+        if let Some(locks) = self.locks.upgrade() {
+            if let Some(watchers) = guard(&locks.watchers).get_mut(&self.key) {
+                watchers.retain(|(id, _)| *id != self.id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_file_names_never_collide_or_leave_the_directory() {
+        let name = |p: &str, n: &str| file_name(&(p.to_string(), n.to_string()));
+        assert_eq!(name("tenure:", "jobs"), "tenure%3A+jobs.lock");
+        assert_ne!(name("a+", "b"), name("a", "+b"));
+        assert!(!name("../", "x/y").contains('/'));
+    }
+}

@@ -1,0 +1,401 @@
+//! The embedded store: a SQLite file that processes on one host share
+//! (`sqlite:///path/to/file.db`, behind the `sqlite` feature, Linux only).
+//!
+//! No server: SQLite is compiled in, each batch of operations is one short
+//! `BEGIN IMMEDIATE` transaction (WAL mode, a busy timeout bounded by the
+//! call timeout, so a busy file is a failed call that is retried, never a
+//! stall), and the one host gives what no network store can:
+//!
+//! - **Exact time** (`clock.rs`): leases expire on `CLOCK_BOOTTIME`, which
+//!   every process on the host reads alike; a lease of an earlier boot is
+//!   dead.
+//! - **Crash takeover without waiting for the ttl** (`locks.rs`): a holder
+//!   keeps an OS lock for its term, the kernel drops it the instant the
+//!   holder dies, and a follower waiting for it takes over at once. The
+//!   same lock, let go by a resign, is the hand-over's notification.
+//!
+//! One host only: every host would elect a leader of its own from its own
+//! file, and a file on a network file system is refused (`file.rs`).
+
+mod clock;
+mod file;
+mod locks;
+mod ops;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::watch;
+
+use super::op::{Hints, Notices, Op, Reply};
+use super::Address;
+use crate::machine::{AcquireReply, AcquireRequest};
+use crate::{Error, Result};
+use clock::Now;
+use locks::{Locks, Taken};
+
+/// One process's connection to a database file.
+pub(crate) struct SqliteStore {
+    url: String,
+    boot: String,
+    conn: Arc<Mutex<Connection>>,
+    locks: Arc<Locks>,
+}
+
+impl SqliteStore {
+    /// Open (or create) the file `url` names, checked for leases.
+    pub async fn connect(url: &str, call_timeout: Duration) -> Result<SqliteStore> {
+        let url = url.to_string();
+        tokio::task::spawn_blocking(move || {
+            let path = file::path_of(&url)?;
+            let boot = clock::boot_id()?;
+            let now = Now::read(&boot)?;
+            let conn = file::open(&url, &path, call_timeout, &now)?;
+            let locks = Arc::new(Locks::beside(&url, &path)?);
+            Ok(SqliteStore {
+                url,
+                boot,
+                conn: Arc::new(Mutex::new(conn)),
+                locks,
+            })
+        })
+        .await
+        .map_err(|err| Error::internal(format!("opening the SQLite file: {err}")))?
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// An election in this file: followers are woken by its lock.
+    pub fn election(&self, at: Address<'_>) -> Result<Hints> {
+        let (sender, notices) = watch::channel(Notices::default());
+        let watching = self.locks.watch(locks::key(at), sender)?;
+        Ok(Hints {
+            notices,
+            guard: Some(Box::new(watching)),
+        })
+    }
+
+    /// Let go of the locks of terms that lapsed (see `locks.rs`).
+    pub fn sweep(&self) {
+        self.locks.sweep();
+    }
+
+    /// Carry out `ops` in one transaction.
+    pub async fn batch(
+        self: &Arc<Self>,
+        ops: &[Op<'_>],
+        round_trips: &AtomicU64,
+    ) -> Result<Vec<Result<Reply>>> {
+        round_trips.fetch_add(1, Ordering::Relaxed);
+        // The blocking pool needs owned operations: the batch is run by
+        // index over a copy of its addresses and strings.
+        let owned = ops.iter().map(OwnedOp::from).collect::<Vec<_>>();
+        let store = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let terms = owned.iter().map(OwnedOp::terms).collect::<Vec<_>>();
+            let ops = owned
+                .iter()
+                .zip(&terms)
+                .map(|(op, terms)| op.as_op(terms))
+                .collect::<Vec<_>>();
+            store.batch_blocking(&ops)
+        })
+        .await
+        .map_err(|err| Error::internal(format!("a SQLite batch: {err}")))?
+    }
+
+    fn batch_blocking(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
+        self.locks.sweep();
+        let mut taken: Vec<Option<Taken>> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Acquire { at, request } => {
+                    let key = locks::key(*at);
+                    if self.locks.watched(&key) {
+                        self.locks.before_acquire(&key, request.id, request.attempt)
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            })
+            .collect();
+        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = Now::read(&self.boot)?;
+        let mut replies = Vec::with_capacity(ops.len());
+        for (op, taken) in ops.iter().zip(&taken) {
+            replies.push(ops::apply(&tx, op, &now, taken.is_some())?);
+        }
+        tx.commit()?;
+        drop(conn);
+        for ((op, (reply, seen)), taken) in ops.iter().zip(&replies).zip(taken.iter_mut()) {
+            self.after(op, reply, *seen, taken.take());
+        }
+        Ok(replies.into_iter().map(|(reply, _)| Ok(reply)).collect())
+    }
+
+    /// The locks' part of an operation that committed.
+    fn after(&self, op: &Op<'_>, reply: &Reply, seen: ops::Seen, taken: Option<Taken>) {
+        match (op, reply) {
+            (Op::Acquire { at, request }, Reply::Acquire(answer)) => {
+                let key = locks::key(*at);
+                let won = match answer {
+                    AcquireReply::Won { token } => Some(*token),
+                    _ => None,
+                };
+                let ttl = Duration::from_millis(request.ttl_ms);
+                self.locks
+                    .after_acquire(&key, request.id, request.attempt, ttl, won, taken);
+                if seen.held_locked {
+                    self.locks.arm(&key);
+                }
+            }
+            (
+                Op::Renew {
+                    at,
+                    id,
+                    token,
+                    ttl_ms,
+                    ..
+                },
+                Reply::Renew(crate::machine::RenewReply::Renewed),
+            ) => {
+                let ttl = Duration::from_millis(*ttl_ms);
+                self.locks.renewed(&locks::key(*at), id, *token, ttl);
+            }
+            (Op::Resign { at, id, token }, _) => {
+                self.locks.released(&locks::key(*at), id, *token);
+            }
+            _ => {}
+        }
+    }
+
+    /// The elections under `prefix` with a live lease.
+    pub async fn list_elections(self: &Arc<Self>, prefix: &str) -> Result<Vec<String>> {
+        let store = Arc::clone(self);
+        let prefix = prefix.to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut conn = store.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let now = Now::read(&store.boot)?;
+            ops::elections(&tx, &prefix, &now)
+        })
+        .await
+        .map_err(|err| Error::internal(format!("listing SQLite elections: {err}")))?
+    }
+}
+
+/// An [`Op`] that owns its strings, to cross into the blocking pool.
+enum OwnedOp {
+    Heartbeat {
+        group: (String, String),
+        member: String,
+        ttl_ms: u64,
+        join: bool,
+    },
+    Acquire {
+        at: (String, String),
+        id: String,
+        attempt: String,
+        ttl_ms: u64,
+        hold_off_ms: u64,
+    },
+    Renew {
+        at: (String, String),
+        id: String,
+        token: u64,
+        ttl_ms: u64,
+        announce: bool,
+    },
+    RenewMany {
+        prefix: String,
+        id: String,
+        ttl_ms: u64,
+        terms: Vec<(String, u64)>,
+    },
+    Resign {
+        at: (String, String),
+        id: String,
+        token: u64,
+    },
+    Inspect {
+        at: (String, String),
+    },
+    LastRun {
+        at: (String, String),
+    },
+    RecordRun {
+        at: (String, String),
+        id: String,
+        token: u64,
+        keep_ms: u64,
+    },
+}
+
+fn own(at: Address<'_>) -> (String, String) {
+    (at.prefix.to_string(), at.name.to_string())
+}
+
+fn address(at: &(String, String)) -> Address<'_> {
+    Address::new(&at.0, &at.1)
+}
+
+impl From<&Op<'_>> for OwnedOp {
+    fn from(op: &Op<'_>) -> Self {
+        match *op {
+            Op::Heartbeat {
+                group,
+                member,
+                ttl_ms,
+                join,
+            } => OwnedOp::Heartbeat {
+                group: own(group),
+                member: member.to_string(),
+                ttl_ms,
+                join,
+            },
+            Op::Acquire { at, request } => OwnedOp::Acquire {
+                at: own(at),
+                id: request.id.to_string(),
+                attempt: request.attempt.to_string(),
+                ttl_ms: request.ttl_ms,
+                hold_off_ms: request.hold_off_ms,
+            },
+            Op::Renew {
+                at,
+                id,
+                token,
+                ttl_ms,
+                announce,
+            } => OwnedOp::Renew {
+                at: own(at),
+                id: id.to_string(),
+                token,
+                ttl_ms,
+                announce,
+            },
+            Op::RenewMany {
+                prefix,
+                id,
+                ttl_ms,
+                terms,
+            } => OwnedOp::RenewMany {
+                prefix: prefix.to_string(),
+                id: id.to_string(),
+                ttl_ms,
+                terms: terms
+                    .iter()
+                    .map(|(name, token)| (name.to_string(), *token))
+                    .collect(),
+            },
+            Op::Resign { at, id, token } => OwnedOp::Resign {
+                at: own(at),
+                id: id.to_string(),
+                token,
+            },
+            Op::Inspect { at } => OwnedOp::Inspect { at: own(at) },
+            Op::LastRun { at } => OwnedOp::LastRun { at: own(at) },
+            Op::RecordRun {
+                at,
+                id,
+                token,
+                keep_ms,
+            } => OwnedOp::RecordRun {
+                at: own(at),
+                id: id.to_string(),
+                token,
+                keep_ms,
+            },
+        }
+    }
+}
+
+impl OwnedOp {
+    /// The terms of a [`Op::RenewMany`], borrowed (empty for the others).
+    fn terms(&self) -> Vec<(&str, u64)> {
+        match self {
+            OwnedOp::RenewMany { terms, .. } => terms
+                .iter()
+                .map(|(name, token)| (name.as_str(), *token))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The operation again, borrowing from `self` (and `terms`, from
+    /// [`OwnedOp::terms`]).
+    fn as_op<'a>(&'a self, terms: &'a [(&'a str, u64)]) -> Op<'a> {
+        match self {
+            OwnedOp::Heartbeat {
+                group,
+                member,
+                ttl_ms,
+                join,
+            } => Op::Heartbeat {
+                group: address(group),
+                member,
+                ttl_ms: *ttl_ms,
+                join: *join,
+            },
+            OwnedOp::Acquire {
+                at,
+                id,
+                attempt,
+                ttl_ms,
+                hold_off_ms,
+            } => Op::Acquire {
+                at: address(at),
+                request: AcquireRequest {
+                    id,
+                    attempt,
+                    ttl_ms: *ttl_ms,
+                    hold_off_ms: *hold_off_ms,
+                },
+            },
+            OwnedOp::Renew {
+                at,
+                id,
+                token,
+                ttl_ms,
+                announce,
+            } => Op::Renew {
+                at: address(at),
+                id,
+                token: *token,
+                ttl_ms: *ttl_ms,
+                announce: *announce,
+            },
+            OwnedOp::RenewMany {
+                prefix, id, ttl_ms, ..
+            } => Op::RenewMany {
+                prefix,
+                id,
+                ttl_ms: *ttl_ms,
+                terms,
+            },
+            OwnedOp::Resign { at, id, token } => Op::Resign {
+                at: address(at),
+                id,
+                token: *token,
+            },
+            OwnedOp::Inspect { at } => Op::Inspect { at: address(at) },
+            OwnedOp::LastRun { at } => Op::LastRun { at: address(at) },
+            OwnedOp::RecordRun {
+                at,
+                id,
+                token,
+                keep_ms,
+            } => Op::RecordRun {
+                at: address(at),
+                id,
+                token: *token,
+                keep_ms: *keep_ms,
+            },
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! Each operation of the seam as SQL, inside the one `BEGIN IMMEDIATE`
+//! transaction of its batch: the same rules as the Redis scripts and the
+//! memory store, on rows instead of keys.
+//!
+//! One addition: `has_lock`, whether the caller holds the election's OS
+//! lock (see `locks.rs`). A lease written under that lock (`locked`) whose
+//! lock the caller now holds belongs to a holder that released the lock,
+//! which it does only once it stopped leading, or died: it is taken over
+//! at once, with no wait for its expiry.
+
+use std::time::Duration;
+
+use rusqlite::{params, OptionalExtension, Transaction};
+
+use super::clock::Now;
+use crate::backend::op::{Op, Reply};
+use crate::backend::Address;
+use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
+use crate::term::Holder;
+use crate::Result;
+
+/// A lease row.
+#[derive(Debug, Clone)]
+pub(super) struct Lease {
+    pub owner: String,
+    pub attempt: String,
+    pub token: u64,
+    pub ttl_ms: u64,
+    pub boot: String,
+    pub expires: i64,
+    pub since_ms: u64,
+    pub locked: bool,
+}
+
+impl Lease {
+    fn live(&self, now: &Now) -> bool {
+        now.before(&self.boot, self.expires)
+    }
+
+    fn holder(&self, now: &Now) -> Holder {
+        Holder {
+            id: self.owner.clone(),
+            token: self.token,
+            ttl_left: now.until(self.expires),
+            since_ms: self.since_ms,
+            attempt: self.attempt.clone(),
+            ttl: Duration::from_millis(self.ttl_ms),
+        }
+    }
+}
+
+/// What one operation found, besides its reply, for the locks.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Seen {
+    /// An acquire found the election held by a term under its lock: the
+    /// election's watchers wait for that lock.
+    pub held_locked: bool,
+}
+
+fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn uint(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+pub(super) fn lease(tx: &Transaction<'_>, at: Address<'_>) -> Result<Option<Lease>> {
+    let row = tx
+        .query_row(
+            "SELECT owner, attempt, token, ttl_ms, boot, expires, since_ms, locked \
+             FROM tenure_leases WHERE prefix = ?1 AND name = ?2",
+            params![at.prefix, at.name],
+            |r| {
+                Ok(Lease {
+                    owner: r.get(0)?,
+                    attempt: r.get(1)?,
+                    token: uint(r.get(2)?),
+                    ttl_ms: uint(r.get(3)?),
+                    boot: r.get(4)?,
+                    expires: r.get(5)?,
+                    since_ms: uint(r.get(6)?),
+                    locked: r.get(7)?,
+                })
+            },
+        )
+        .optional()?;
+    Ok(row)
+}
+
+/// Carry out `op` in `tx` at `now`.
+pub(super) fn apply(
+    tx: &Transaction<'_>,
+    op: &Op<'_>,
+    now: &Now,
+    has_lock: bool,
+) -> Result<(Reply, Seen)> {
+    let mut seen = Seen::default();
+    let reply = match *op {
+        Op::Heartbeat {
+            group,
+            member,
+            ttl_ms,
+            join,
+        } => heartbeat(tx, group, member, ttl_ms, join, now)?,
+        Op::Acquire { at, request } => {
+            let (reply, held_locked) = acquire(tx, at, &request, now, has_lock)?;
+            seen.held_locked = held_locked;
+            Reply::Acquire(reply)
+        }
+        Op::Renew {
+            at,
+            id,
+            token,
+            ttl_ms,
+            ..
+        } => Reply::Renew(renew(tx, at, id, token, ttl_ms, now)?),
+        Op::RenewMany {
+            prefix,
+            id,
+            ttl_ms,
+            terms,
+        } => {
+            let mut replies = Vec::with_capacity(terms.len());
+            for (name, token) in terms {
+                let at = Address::new(prefix, name);
+                replies.push(renew(tx, at, id, *token, ttl_ms, now));
+            }
+            Reply::RenewMany(replies)
+        }
+        Op::Resign { at, id, token } => Reply::Resign(resign(tx, at, id, token, now)?),
+        Op::Inspect { at } => Reply::Inspect(
+            lease(tx, at)?
+                .filter(|l| l.live(now))
+                .map(|l| l.holder(now)),
+        ),
+        Op::LastRun { at } => Reply::LastRun(last_run(tx, at, now)?),
+        Op::RecordRun {
+            at,
+            id,
+            token,
+            keep_ms,
+        } => Reply::RecordRun(record_run(tx, at, id, token, keep_ms, now)?),
+    };
+    Ok((reply, seen))
+}
+
+/// As `acquire.lua`, plus the lock: a live lease of another term is
+/// reported, unless it was written under the lock the caller now holds;
+/// a lease of this same attempt is adopted; a new file grants nothing for
+/// the hold-off; a witness of a lease that vanished holds the election
+/// until it runs out; else a new term begins.
+fn acquire(
+    tx: &Transaction<'_>,
+    at: Address<'_>,
+    request: &AcquireRequest<'_>,
+    now: &Now,
+    has_lock: bool,
+) -> Result<(AcquireReply, bool)> {
+    let current = lease(tx, at)?.filter(|l| l.live(now));
+    let mut dead_holder = None;
+    if let Some(lease) = current {
+        if lease.owner == request.id && lease.attempt == request.attempt {
+            let expires = now.plus(request.ttl_ms);
+            let locked = lease.locked || has_lock;
+            tx.execute(
+                "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4, locked = ?5 \
+                 WHERE prefix = ?1 AND name = ?2",
+                params![at.prefix, at.name, expires, int(request.ttl_ms), locked],
+            )?;
+            witness(tx, at, request.id, lease.token, now, expires, locked)?;
+            return Ok((AcquireReply::Won { token: lease.token }, false));
+        }
+        if !(lease.locked && has_lock) {
+            let locked = lease.locked;
+            return Ok((AcquireReply::Held(lease.holder(now)), locked));
+        }
+        // Its holder let go of the lock: it stopped leading, or died.
+        dead_holder = Some(lease.token);
+    }
+    if let Some(wait) = born_hold_off(tx, request, now)? {
+        return Ok((AcquireReply::HoldOff { wait }, false));
+    }
+    let witnessed: Option<(u64, String, i64, bool)> = tx
+        .query_row(
+            "SELECT token, boot, expires, locked FROM tenure_witnesses \
+             WHERE prefix = ?1 AND name = ?2",
+            params![at.prefix, at.name],
+            |r| Ok((uint(r.get(0)?), r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()?;
+    if let Some((token, boot, expires, locked)) = witnessed {
+        let released_lock = (locked && has_lock) || dead_holder == Some(token);
+        if now.before(&boot, expires) && !released_lock {
+            // The lease vanished without its holder's release (deleted by
+            // hand): nobody leads until its holder surely stopped.
+            return Ok((
+                AcquireReply::HoldOff {
+                    wait: now.until(expires),
+                },
+                false,
+            ));
+        }
+    }
+    let last: Option<i64> = tx
+        .query_row(
+            "SELECT last FROM tenure_tokens WHERE prefix = ?1 AND name = ?2",
+            params![at.prefix, at.name],
+            |r| r.get(0),
+        )
+        .optional()?;
+    // Above every earlier token, and above the wall clock's milliseconds:
+    // a file restored from a backup (an older counter) still gives rising
+    // tokens.
+    let token = last.unwrap_or(0).saturating_add(1).max(now.wall_ms);
+    tx.execute(
+        "INSERT INTO tenure_tokens (prefix, name, last) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (prefix, name) DO UPDATE SET last = excluded.last",
+        params![at.prefix, at.name, token],
+    )?;
+    let expires = now.plus(request.ttl_ms);
+    tx.execute(
+        "INSERT INTO tenure_leases (prefix, name, owner, attempt, token, ttl_ms, boot, expires, \
+         since_ms, locked) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         ON CONFLICT (prefix, name) DO UPDATE SET owner = excluded.owner, \
+         attempt = excluded.attempt, token = excluded.token, ttl_ms = excluded.ttl_ms, \
+         boot = excluded.boot, expires = excluded.expires, since_ms = excluded.since_ms, \
+         locked = excluded.locked",
+        params![
+            at.prefix,
+            at.name,
+            request.id,
+            request.attempt,
+            token,
+            int(request.ttl_ms),
+            now.boot,
+            expires,
+            now.wall_ms,
+            has_lock
+        ],
+    )?;
+    let token = uint(token);
+    witness(tx, at, request.id, token, now, expires, has_lock)?;
+    Ok((AcquireReply::Won { token }, false))
+}
+
+/// A file created less than the hold-off ago (in this boot) grants no
+/// lease yet: it may have replaced one that held leases whose holders
+/// still act (deleted and made anew, say), as a restarted Redis may.
+fn born_hold_off(
+    tx: &Transaction<'_>,
+    request: &AcquireRequest<'_>,
+    now: &Now,
+) -> Result<Option<Duration>> {
+    let read = |key: &str| -> Result<Option<String>> {
+        Ok(tx
+            .query_row(
+                "SELECT value FROM tenure_meta WHERE key = ?1",
+                params![key],
+                |r| r.get(0),
+            )
+            .optional()?)
+    };
+    let (Some(boot), Some(born)) = (read("born_boot")?, read("born_ms")?) else {
+        return Ok(None);
+    };
+    let Ok(born) = born.parse::<i64>() else {
+        return Ok(None);
+    };
+    let hold_off = request.ttl_ms.max(request.hold_off_ms);
+    let until = born.saturating_add(int(hold_off));
+    Ok(now.before(&boot, until).then(|| now.until(until)))
+}
+
+/// Set the witness of term (`id`, `token`): it outlives a lease deleted
+/// by hand, and only its holder's release removes it.
+fn witness(
+    tx: &Transaction<'_>,
+    at: Address<'_>,
+    id: &str,
+    token: u64,
+    now: &Now,
+    expires: i64,
+    locked: bool,
+) -> Result<()> {
+    tx.execute(
+        "INSERT INTO tenure_witnesses (prefix, name, owner, token, boot, expires, locked) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (prefix, name) DO UPDATE SET \
+         owner = excluded.owner, token = excluded.token, boot = excluded.boot, \
+         expires = excluded.expires, locked = excluded.locked",
+        params![
+            at.prefix,
+            at.name,
+            id,
+            int(token),
+            now.boot,
+            expires,
+            locked
+        ],
+    )?;
+    Ok(())
+}
+
+fn renew(
+    tx: &Transaction<'_>,
+    at: Address<'_>,
+    id: &str,
+    token: u64,
+    ttl_ms: u64,
+    now: &Now,
+) -> Result<RenewReply> {
+    match lease(tx, at)?.filter(|l| l.live(now)) {
+        Some(lease) if lease.owner == id && lease.token == token => {
+            let expires = now.plus(ttl_ms);
+            tx.execute(
+                "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4 \
+                 WHERE prefix = ?1 AND name = ?2",
+                params![at.prefix, at.name, expires, int(ttl_ms)],
+            )?;
+            witness(tx, at, id, token, now, expires, lease.locked)?;
+            Ok(RenewReply::Renewed)
+        }
+        Some(lease) => Ok(RenewReply::NotOwner(Some(lease.holder(now)))),
+        None => Ok(RenewReply::NotOwner(None)),
+    }
+}
+
+/// The holder's release: of its lease, or, when the lease vanished some
+/// other way, of its witness alone. `true` only if the lease was ours.
+fn resign(tx: &Transaction<'_>, at: Address<'_>, id: &str, token: u64, now: &Now) -> Result<bool> {
+    let lease = lease(tx, at)?.filter(|l| l.owner == id && l.token == token);
+    let ours = lease.as_ref().is_some_and(|l| l.live(now));
+    if lease.is_some() {
+        tx.execute(
+            "DELETE FROM tenure_leases WHERE prefix = ?1 AND name = ?2",
+            params![at.prefix, at.name],
+        )?;
+    }
+    tx.execute(
+        "DELETE FROM tenure_witnesses WHERE prefix = ?1 AND name = ?2 AND owner = ?3 \
+         AND token = ?4",
+        params![at.prefix, at.name, id, int(token)],
+    )?;
+    Ok(ours)
+}
+
+fn heartbeat(
+    tx: &Transaction<'_>,
+    group: Address<'_>,
+    member: &str,
+    ttl_ms: u64,
+    join: bool,
+    now: &Now,
+) -> Result<Reply> {
+    tx.execute(
+        "DELETE FROM tenure_members WHERE prefix = ?1 AND grp = ?2 \
+         AND (boot != ?3 OR expires <= ?4)",
+        params![group.prefix, group.name, now.boot, now.ms],
+    )?;
+    if join {
+        tx.execute(
+            "INSERT INTO tenure_members (prefix, grp, member, boot, expires) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (prefix, grp, member) DO UPDATE SET \
+             boot = excluded.boot, expires = excluded.expires",
+            params![group.prefix, group.name, member, now.boot, now.plus(ttl_ms)],
+        )?;
+    } else {
+        tx.execute(
+            "DELETE FROM tenure_members WHERE prefix = ?1 AND grp = ?2 AND member = ?3",
+            params![group.prefix, group.name, member],
+        )?;
+    }
+    let mut query = tx.prepare_cached(
+        "SELECT member FROM tenure_members WHERE prefix = ?1 AND grp = ?2 ORDER BY member",
+    )?;
+    let members = query
+        .query_map(params![group.prefix, group.name], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(Reply::Members {
+        members,
+        phantoms: 0,
+    })
+}
+
+fn last_run(tx: &Transaction<'_>, at: Address<'_>, now: &Now) -> Result<Option<Duration>> {
+    let run: Option<(i64, i64)> = tx
+        .query_row(
+            "SELECT at_ms, keep_until_ms FROM tenure_runs WHERE prefix = ?1 AND name = ?2",
+            params![at.prefix, at.name],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    Ok(run
+        .filter(|(_, keep_until)| *keep_until > now.wall_ms)
+        .map(|(at_ms, _)| Duration::from_millis(uint(now.wall_ms.saturating_sub(at_ms)))))
+}
+
+/// As `last_run.lua`: only the term holding the lease records, and never
+/// over a newer term's record.
+fn record_run(
+    tx: &Transaction<'_>,
+    at: Address<'_>,
+    id: &str,
+    token: u64,
+    keep_ms: u64,
+    now: &Now,
+) -> Result<bool> {
+    let holds = lease(tx, at)?.is_some_and(|l| l.live(now) && l.owner == id && l.token == token);
+    let newer: bool = tx
+        .query_row(
+            "SELECT token > ?3 FROM tenure_runs WHERE prefix = ?1 AND name = ?2 \
+             AND keep_until_ms > ?4",
+            params![at.prefix, at.name, int(token), now.wall_ms],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(false);
+    if !holds || newer {
+        return Ok(false);
+    }
+    tx.execute(
+        "INSERT INTO tenure_runs (prefix, name, token, at_ms, keep_until_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (prefix, name) DO UPDATE SET \
+         token = excluded.token, at_ms = excluded.at_ms, keep_until_ms = excluded.keep_until_ms",
+        params![
+            at.prefix,
+            at.name,
+            int(token),
+            now.wall_ms,
+            now.wall_ms.saturating_add(int(keep_ms))
+        ],
+    )?;
+    Ok(true)
+}
+
+/// The elections under `prefix` with a live lease, sorted.
+pub(super) fn elections(tx: &Transaction<'_>, prefix: &str, now: &Now) -> Result<Vec<String>> {
+    let mut query = tx.prepare_cached(
+        "SELECT name FROM tenure_leases WHERE prefix = ?1 AND boot = ?2 AND expires > ?3 \
+         ORDER BY name",
+    )?;
+    let names = query
+        .query_map(params![prefix, now.boot, now.ms], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    Ok(names)
+}
