@@ -1,20 +1,22 @@
 //! `tenure demo`: the project's main job on a fresh machine, narrated.
 //!
 //! Three candidates (each on its own runtime, so one can vanish the way a
-//! crashed process does) campaign for one election on a private
-//! redis-server. The demo measures and prints: the first election, the
-//! takeover after the leader crashes (at lease expiry), the handover after a
+//! crashed process does) campaign for one election, by default in a
+//! temporary SQLite file (the embedded store: no server to install, so a
+//! fresh machine needs only the Rust toolchain), or on the store `--store`
+//! names. The demo measures and prints: the first election, the takeover
+//! after the leader crashes (at once on SQLite, where the kernel shows the
+//! crash; at lease expiry on a network store), the handover after a
 //! graceful step-down (milliseconds), and the fencing tokens rising, with a
 //! stale write being refused.
 //!
-//! On a Redis of the user's (`--redis`), the demo deletes the keys of its
-//! own election when it ends, however it ends. `PREFIX:epoch` stays: every
-//! election under the prefix shares it.
+//! On a Redis of the user's, the demo deletes the keys of its own election
+//! when it ends, however it ends. `PREFIX:epoch` stays: every election
+//! under the prefix shares it.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis_process::RedisServer;
 use tenure::{fence, Election, FencedKey, FencedWrite};
 use tokio::sync::mpsc;
 use tokio::time::{timeout, Instant};
@@ -94,8 +96,7 @@ impl Drop for Candidate {
 
 pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     let started = Instant::now();
-    let kind = args.url.as_deref().map_or(Kind::Redis, Kind::of);
-    let etcd = kind == Kind::Etcd;
+    let etcd = args.url.as_deref().map(Kind::of) == Some(Kind::Etcd);
     if etcd && (args.ttl < Duration::from_secs(1) || args.ttl.subsec_nanos() != 0) {
         return Err(Failure::new(
             exit::USAGE,
@@ -106,9 +107,10 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
             ),
         ));
     }
+    let kind = args.url.as_deref().map_or(Kind::Sqlite, Kind::of);
     let store = kind.name();
     say!("tenure demo: leader election on {store}, with measured times\n");
-    let (url, server) = match args.url {
+    let (url, scratch) = match args.url {
         Some(url) => {
             say!(
                 "{}: using {}",
@@ -118,35 +120,33 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
             (url, None)
         }
         None => {
-            let server = tokio::task::spawn_blocking(RedisServer::start)
-                .await
-                .map_err(|e| Failure::new(1, e.to_string()))?
-                .map_err(|e| Failure::new(exit::UNAVAILABLE, e.to_string()))?;
+            let scratch = Scratch::new()?;
+            let url = format!("sqlite://{}", scratch.db().display());
             say!(
-                "redis: started a private redis-server on 127.0.0.1:{} (pid {})",
-                server.port(),
-                server.pid().unwrap_or(0)
+                "sqlite: a temporary file, {} (no server: SQLite is built into tenure)",
+                scratch.db().display()
             );
-            (server.url(), Some(server))
+            (url, Some(scratch))
         }
     };
     let name = format!("demo-{:08x}", rand_suffix());
     let mut reached = false;
     let outcome = narrate(&url, &name, args.ttl, &mut reached).await;
-    let stopped = if server.is_some() {
-        "; the private redis-server was stopped"
-    } else if etcd || !reached {
+    let stopped = if scratch.is_some() {
+        "; the temporary file was removed"
+    } else if etcd || !reached || kind == Kind::Sqlite {
         // etcd: the election's key went with its lease; nothing else was
-        // written. Unreached: nothing was written at all.
+        // written. Unreached: nothing was written at all. A file of the
+        // user's keeps its rows, as a record.
         ""
     } else if kind == Kind::Zk {
-        crate::zk_cleanup::forget(&url, &name).await;
+        forget_zk(&url, &name).await;
         ""
     } else {
         forget(&url, &name).await;
         ""
     };
-    drop(server);
+    drop(scratch);
     outcome?;
     say!("\ndone in {:.1}s{stopped}", started.elapsed().as_secs_f64());
     Ok(exit::OK)
@@ -170,6 +170,9 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
     } else if kind == Kind::Zk {
         say!("      (the token counts up from the clock in ms, so it rises even across a restore");
         say!("       of an older copy of ZooKeeper's data, which rolls its zxids back)");
+    } else if kind == Kind::Sqlite {
+        say!("      (a new file grants no lease for one ttl: it may have replaced one whose");
+        say!("       leaders still act)");
     } else {
         say!("      (a Redis new to the election grants no lease for one ttl: a leader from");
         say!("       before a restart or failover might still believe it leads)");
@@ -240,7 +243,11 @@ async fn crash_the_leader(
     wait: Duration,
 ) -> Result<(&'static str, u64), Failure> {
     let store = tenure::Store::open(url).connect().await?;
-    say!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
+    if kind == Kind::Sqlite {
+        say!("\n2. {first} crashes: its process vanishes without resigning");
+    } else {
+        say!("\n2. {first} crashes: its process vanishes without resigning; the lease stays until it expires");
+    }
     let ttl_left = store
         .leader_of(tenure::DEFAULT_PREFIX, name)
         .await?
@@ -251,7 +258,14 @@ async fn crash_the_leader(
     }
     let expires_at = crashed_at + ttl_left;
     let (second, token2, at) = next_elected(events, wait).await?;
-    if kind == Kind::Zk {
+    if kind == Kind::Sqlite {
+        say!(
+            "   -> {second} took over {} after the crash, though the lease had {} left: on one",
+            ms(at - crashed_at),
+            ms(ttl_left),
+        );
+        say!("      host a crash is seen at once (the kernel let go of {first}'s lock on the election)");
+    } else if kind == Kind::Zk {
         // A session's time left is not shown to other clients.
         say!(
             "   -> {second} took over {} after the crash (ZooKeeper expires the crashed session one",
@@ -342,6 +356,7 @@ enum Kind {
     Redis,
     Etcd,
     Zk,
+    Sqlite,
 }
 
 impl Kind {
@@ -350,6 +365,8 @@ impl Kind {
             Kind::Etcd
         } else if url.starts_with("zk://") {
             Kind::Zk
+        } else if url.starts_with("sqlite:") {
+            Kind::Sqlite
         } else {
             Kind::Redis
         }
@@ -360,9 +377,53 @@ impl Kind {
             Kind::Redis => "Redis",
             Kind::Etcd => "etcd",
             Kind::Zk => "ZooKeeper",
+            Kind::Sqlite => "SQLite",
         }
     }
 }
+
+/// The demo's temporary directory (a SQLite file and its locks), removed
+/// when dropped.
+struct Scratch {
+    dir: std::path::PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Result<Scratch, Failure> {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-demo-{}-{:08x}",
+            std::process::id(),
+            rand_suffix()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|err| {
+            Failure::new(
+                exit::UNAVAILABLE,
+                format!("cannot make a temporary directory {}: {err}", dir.display()),
+            )
+        })?;
+        Ok(Scratch { dir })
+    }
+
+    fn db(&self) -> std::path::PathBuf {
+        self.dir.join("demo.db")
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Delete the znodes the demo's election left on a ZooKeeper ensemble.
+#[cfg(feature = "zookeeper")]
+async fn forget_zk(url: &str, name: &str) {
+    crate::zk_cleanup::forget(url, name).await;
+}
+
+/// Without ZooKeeper support, no ZooKeeper URL gets this far.
+#[cfg(not(feature = "zookeeper"))]
+async fn forget_zk(_url: &str, _name: &str) {}
 
 fn resource_key(name: &str) -> String {
     format!("{name}:resource")

@@ -27,6 +27,7 @@ mod run;
 mod seat;
 mod serve;
 mod supervisor;
+#[cfg(feature = "zookeeper")]
 mod zk_cleanup;
 
 use std::ffi::OsStr;

@@ -36,6 +36,9 @@ pub(crate) struct TermShared {
     ends: Mutex<Ends>,
     /// Woken when either changes.
     changed: Notify,
+    /// Where [`Leadership::lock_fd`] gets the term's OS lock (SQLite).
+    #[cfg(unix)]
+    pub lock: std::sync::OnceLock<crate::backend::LockSource>,
 }
 
 #[derive(Default)]
@@ -54,6 +57,8 @@ impl TermShared {
             deadline: Mutex::new((state.deadline, state.suspended)),
             ends: Mutex::new(Ends::default()),
             changed: Notify::new(),
+            #[cfg(unix)]
+            lock: std::sync::OnceLock::new(),
         }
     }
 
@@ -247,6 +252,33 @@ impl Leadership {
     /// this election. Pass it to resources that reject stale leaders.
     pub fn token(&self) -> u64 {
         self.shared.token
+    }
+
+    /// On a SQLite store, a new duplicate of the OS lock this term holds on
+    /// its election; `None` on every other store, and once the term has
+    /// let go of its lock.
+    ///
+    /// On one host, a follower takes over the instant the leader's process
+    /// dies: the kernel lets go of this lock then. When the leader's work
+    /// runs in another process (a child it started), hand that process a
+    /// duplicate and keep it open there until the work is done: the lock,
+    /// and so the election, stays held until both have let go, so a
+    /// follower takes over at once only when the work is gone too (and
+    /// otherwise when the lease expires). `tenure run` passes it to the
+    /// guardian of its command. Never pass it to a process that outlives
+    /// the work: the election would then wait for every lease to expire.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let term = election.campaign().await?;
+    /// assert!(term.lock_fd().is_none(), "only SQLite terms hold an OS lock");
+    /// # Ok(()) }
+    /// ```
+    #[cfg(unix)]
+    pub fn lock_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        self.shared.lock.get().and_then(|source| source())
     }
 
     /// The election's name.

@@ -395,6 +395,10 @@ pub(crate) async fn record_run(
     store.one(op).await?.into_record_run()
 }
 
+/// Where a term's OS lock comes from, for [`crate::Leadership::lock_fd`].
+#[cfg(unix)]
+pub(crate) type LockSource = Box<dyn Fn() -> Option<std::os::fd::OwnedFd> + Send + Sync>;
+
 /// One election's storage: its store, its address, and its announcements.
 pub(crate) struct Backend {
     store: Store,
@@ -471,6 +475,28 @@ impl Backend {
     /// Drop the current connection for a new one (after a timeout).
     pub fn reset(&self) {
         self.store.reset();
+    }
+
+    /// Where term (`id`, `token`) finds its OS lock, on a store that has
+    /// them (SQLite).
+    #[cfg(unix)]
+    pub fn lock_source(&self, id: &str, token: u64) -> Option<LockSource> {
+        match &self.store {
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(store) => {
+                let store = Arc::downgrade(store);
+                let (prefix, name, id) = (self.prefix.clone(), self.name.clone(), id.to_string());
+                Some(Box::new(move || {
+                    store
+                        .upgrade()?
+                        .lock_of(Address::new(&prefix, &name), &id, token)
+                }))
+            }
+            _ => {
+                let _ = (id, token);
+                None
+            }
+        }
     }
 
     pub fn notices(&self) -> watch::Receiver<Notices> {

@@ -219,7 +219,14 @@ impl Election {
     pub(super) fn start_term(&self, state: LeaderState) -> Leadership {
         let (commands_tx, commands_rx) = mpsc::channel(8);
         let mut keeper = Keeper::new(&self.inner.id, &commands_tx, Report::PerTerm, true);
+        let token = state.token;
         let term = keeper.begin(TERM, &self.inner.name, state, ());
+        #[cfg(unix)]
+        if let Some(source) = self.inner.backend.lock_source(&self.inner.id, token) {
+            let _ = term.shared().lock.set(source);
+        }
+        #[cfg(not(unix))]
+        let _ = token;
         // From now on the term's handles hold the only senders: the keeper
         // hears when the last one is dropped.
         drop(commands_tx);

@@ -23,19 +23,30 @@ const TTL: Duration = Duration::from_secs(3);
 /// An instance that leads election `name` on a runtime of its own; its
 /// election (and so its store and its lock) is returned to the caller.
 fn lead(file: &SqliteFile, name: &str, id: &str) -> (Crashable, Election, u64) {
+    let (runtime, election, token, _) = lead_with_lock(file, name, id);
+    (runtime, election, token)
+}
+
+/// [`lead`], and a duplicate of the term's OS lock.
+fn lead_with_lock(
+    file: &SqliteFile,
+    name: &str,
+    id: &str,
+) -> (Crashable, Election, u64, std::os::fd::OwnedFd) {
     let runtime = Crashable::start();
     let target = Target::Url(file.url());
-    let (election, token) = runtime.block_on(async {
+    let (election, token, lock) = runtime.block_on(async {
         let election = target.election(name, id, TTL).await;
         let term = campaign(&election).await;
         let token = term.token();
+        let lock = term.lock_fd().expect("a SQLite term holds a lock");
         tokio::spawn(async move {
             let _term = term;
             std::future::pending::<()>().await;
         });
-        (election, token)
+        (election, token, lock)
     });
-    (runtime, election, token)
+    (runtime, election, token, lock)
 }
 
 /// A follower that campaigns from now on, once it has seen someone lead.
@@ -90,6 +101,32 @@ async fn a_killed_holder_is_replaced_before_its_lease_expires() {
     assert!(waited < TTL - TTL / 3, "waited for the expiry: {waited:?}");
     let leader = survivor.leader().await.expect("leader()").expect("leads");
     assert_eq!(leader.id, "survivor");
+    assert!(leader.token > old);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_whose_work_lives_on_elsewhere_is_replaced_only_after_the_work() {
+    let file = support::sqlite();
+    // The holder's work runs elsewhere (as `tenure run`'s command under
+    // its guardian), with a duplicate of the lock.
+    let (mut runtime, election, old, work) = lead_with_lock(&file, "work", "victim");
+    let task = follower(&file, "work", "survivor").await;
+    runtime.crash();
+    let killed_at = Instant::now();
+    drop(election);
+    // The work takes a while to stop after its leader died.
+    tokio::time::sleep(TTL / 6).await;
+    assert!(!task.is_finished(), "took over while the work ran");
+    let work_gone_at = Instant::now();
+    drop(work);
+    let (survivor, _) = won(task, killed_at).await;
+    let after_the_work = work_gone_at.elapsed();
+    let waited = killed_at.elapsed();
+    assert!(
+        waited < TTL - TTL / 3,
+        "waited for the expiry, not the work: {waited:?} ({after_the_work:?} after it)"
+    );
+    let leader = survivor.leader().await.expect("leader()").expect("leads");
     assert!(leader.token > old);
 }
 

@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{Flock, FlockArg};
 use tokio::sync::watch;
 
 use crate::backend::op::Notices;
@@ -49,7 +48,10 @@ struct Held {
     ttl: Duration,
     /// When its last acquire or renewal committed.
     renewed: Instant,
-    _lock: Flock<File>,
+    /// Locked (`flock`, exclusive). Closed, never unlocked: a duplicate
+    /// handed to another process ([`Locks::duplicate`]) keeps the lock
+    /// held until that process closes it too.
+    file: File,
 }
 
 /// What a follower's watcher is told.
@@ -149,11 +151,9 @@ impl Locks {
         let file = self.open(key).ok()?;
         // Followers' watchers hold it shared for an instant each: a few
         // short tries get past them.
-        let mut file = file;
         for _ in 0..20 {
-            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-                Ok(lock) => return Some(Taken::Now(lock)),
-                Err((back, _)) => file = back,
+            if file.try_lock().is_ok() {
+                return Some(Taken::Now(file));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -172,7 +172,7 @@ impl Locks {
     ) {
         let mut held = guard(&self.held);
         match (taken, won) {
-            (Some(Taken::Now(lock)), Some(token)) => {
+            (Some(Taken::Now(file)), Some(token)) => {
                 held.insert(
                     key.clone(),
                     Held {
@@ -181,7 +181,7 @@ impl Locks {
                         token: Some(token),
                         ttl,
                         renewed: Instant::now(),
-                        _lock: lock,
+                        file,
                     },
                 );
             }
@@ -217,6 +217,16 @@ impl Locks {
         {
             held.remove(key);
         }
+    }
+
+    /// A duplicate of the lock term (`id`, `token`) holds, while it holds
+    /// one: the lock stays held until every duplicate is closed.
+    pub fn duplicate(&self, key: &Key, id: &str, token: u64) -> Option<std::os::fd::OwnedFd> {
+        let held = guard(&self.held);
+        let kept = held
+            .get(key)
+            .filter(|k| k.id == id && k.token == Some(token))?;
+        kept.file.try_clone().ok().map(std::os::fd::OwnedFd::from)
     }
 
     /// Let go of the locks of terms nobody renewed for a whole ttl: their
@@ -260,15 +270,14 @@ impl Locks {
 pub(super) enum Taken {
     /// Its attempt held it already (a retry).
     Kept,
-    /// Taken for this try.
-    Now(Flock<File>),
+    /// Taken for this try (locked).
+    Now(File),
 }
 
 /// A follower's watcher: waits (in its own thread: a blocked `flock` cannot
 /// be cancelled, and must not hold up the runtime's shutdown) for the lock
 /// each time it is armed, and announces each release.
 fn wait_for_releases(file: File, armed: &mpsc::Receiver<Arm>, notices: &watch::Sender<Notices>) {
-    let mut file = file;
     loop {
         match armed.recv() {
             Ok(Arm::Wait) => {}
@@ -282,17 +291,15 @@ fn wait_for_releases(file: File, armed: &mpsc::Receiver<Arm>, notices: &watch::S
                 Err(mpsc::TryRecvError::Empty) => break,
             }
         }
-        file = match Flock::lock(file, FlockArg::LockShared) {
-            Ok(lock) => match lock.unlock() {
-                Ok(file) => file,
-                Err(_) => return,
-            },
-            Err((file, _)) => {
-                // Interrupted: wait again, after a pause.
-                std::thread::sleep(Duration::from_millis(10));
-                file
+        match file.lock_shared() {
+            Ok(()) => {
+                if file.unlock().is_err() {
+                    return;
+                }
             }
-        };
+            // Interrupted: wait again, after a pause.
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
         if notices.is_closed() {
             return;
         }

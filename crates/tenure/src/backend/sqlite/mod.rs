@@ -79,6 +79,12 @@ impl SqliteStore {
         })
     }
 
+    /// A duplicate of the OS lock term (`id`, `token`) of the election at
+    /// `at` holds (see `locks.rs`), while it holds one.
+    pub fn lock_of(&self, at: Address<'_>, id: &str, token: u64) -> Option<std::os::fd::OwnedFd> {
+        self.locks.duplicate(&locks::key(at), id, token)
+    }
+
     /// Let go of the locks of terms that lapsed (see `locks.rs`).
     pub fn sweep(&self) {
         self.locks.sweep();
