@@ -42,7 +42,7 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Chain, Lines};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::Signal;
@@ -52,8 +52,8 @@ use tenure_procs::cgroup::Cgroup;
 
 use crate::cli::GuardianArgs;
 use crate::supervisor::{
-    children_left, connect, exit_code, instant_of, kill_job, reap_orphans, DEADLINE_MESSAGE,
-    EXITED_MESSAGE,
+    children_left, connect, exit_code, instant_of, kill_job, reap_orphans, receive_start,
+    DEADLINE_MESSAGE, EXITED_MESSAGE,
 };
 
 /// Exit status when the guardian killed CMD (as if CMD got SIGKILL).
@@ -96,7 +96,7 @@ struct Ignored {
 /// The guardian's end of its channel to tenure: lines from tenure, and
 /// the half it writes to.
 struct Channel {
-    messages: Lines<BufReader<OwnedReadHalf>>,
+    messages: Lines<BufReader<Chain<std::io::Cursor<Vec<u8>>, OwnedReadHalf>>>,
     writer: OwnedWriteHalf,
 }
 
@@ -137,25 +137,35 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
         }
     };
     let (reader, writer) = channel.into_split();
-    let mut channel = Channel {
-        messages: BufReader::new(reader).lines(),
-        writer,
-    };
-    // Standby until tenure wins a term, or lets go of this guardian.
-    let (kill_at, token) = loop {
-        tokio::select! {
-            message = channel.messages.next_line() => match message {
-                Ok(Some(line)) => {
-                    if let Some(start) = parse_start(&line) {
-                        break start;
-                    }
-                }
-                Ok(None) | Err(_) => return NOT_STARTED,
-            },
-            _ = ignored.term.recv() => {}
-            _ = ignored.int.recv() => {}
-            _ = ignored.hup.recv() => {}
+    // Standby until tenure wins a term, or lets go of this guardian. The
+    // term's OS lock (SQLite) may come with `start`: it is kept open until
+    // this process exits, after CMD's tree is gone, so that no follower on
+    // this host takes over while CMD may still run.
+    let received = {
+        let receiving = receive_start(&reader);
+        tokio::pin!(receiving);
+        loop {
+            tokio::select! {
+                received = &mut receiving => break received,
+                _ = ignored.term.recv() => {}
+                _ = ignored.int.recv() => {}
+                _ = ignored.hup.recv() => {}
+            }
         }
+    };
+    let Ok((read, _lock)) = received else {
+        return NOT_STARTED;
+    };
+    let Some(end) = read.iter().position(|byte| *byte == b'\n') else {
+        return NOT_STARTED;
+    };
+    let Some((kill_at, token)) = parse_start(&String::from_utf8_lossy(&read[..end])) else {
+        return NOT_STARTED;
+    };
+    let rest = std::io::Cursor::new(read[end + 1..].to_vec());
+    let mut channel = Channel {
+        messages: BufReader::new(rest.chain(reader)).lines(),
+        writer,
     };
     let kill_at = instant_of(kill_at);
     if Instant::now() >= kill_at {

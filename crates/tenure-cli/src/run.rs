@@ -374,12 +374,19 @@ async fn lead(
             return Ok(Outcome::Skipped);
         }
     }
-    let started = match standby.start(term.token(), limits.kill_at(term)).await {
+    let started = match standby
+        .start(term.token(), limits.kill_at(term), term.lock_fd())
+        .await
+    {
         Ok(job) => Ok(job),
         Err(err) => {
             tracing::warn!(error = %err, "the waiting guardian is gone; starting another");
             match Standby::spawn(command, env, cgroup).await {
-                Ok(standby) => standby.start(term.token(), limits.kill_at(term)).await,
+                Ok(standby) => {
+                    standby
+                        .start(term.token(), limits.kill_at(term), term.lock_fd())
+                        .await
+                }
                 Err(err) => Err(err),
             }
         }

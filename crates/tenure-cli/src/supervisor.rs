@@ -207,13 +207,17 @@ impl Standby {
     /// # Cancel safety
     /// Not cancel safe: a guardian may have been told to start, and only
     /// the returned [`Job`] can stop it.
-    pub async fn start(mut self, token: u64, kill_at: Instant) -> std::io::Result<Job> {
-        use tokio::io::AsyncWriteExt;
+    pub async fn start(
+        mut self,
+        token: u64,
+        kill_at: Instant,
+        lock: Option<std::os::fd::OwnedFd>,
+    ) -> std::io::Result<Job> {
         let kill_at = monotonic_ns(kill_at)?;
         let line = format!("start {kill_at} {token}\n");
         // A fresh socket's buffer takes the line at once, unless the
         // guardian is gone.
-        if let Err(err) = self.channel.write_all(line.as_bytes()).await {
+        if let Err(err) = send_start(&mut self.channel, line.as_bytes(), lock).await {
             let _ = self.guardian.start_kill();
             return Err(err);
         }
@@ -541,6 +545,89 @@ fn exited_code(heard: &[u8]) -> Option<i32> {
                 .parse()
                 .ok()
         })
+}
+
+/// Send `start` on `channel`, with the term's OS lock (SQLite) attached:
+/// the guardian keeps it open until CMD's tree is gone, so that a
+/// follower on the same host cannot take over while CMD may still run,
+/// even when tenure itself was killed.
+async fn send_start(
+    channel: &mut UnixStream,
+    line: &[u8],
+    lock: Option<std::os::fd::OwnedFd>,
+) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    use tokio::io::AsyncWriteExt;
+    let Some(lock) = lock else {
+        return channel.write_all(line).await;
+    };
+    let sent = loop {
+        channel.writable().await?;
+        let sent = channel.try_io(tokio::io::Interest::WRITABLE, || {
+            use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+            let fds = [lock.as_fd()];
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = SendAncillaryBuffer::new(&mut space);
+            if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+                return Err(std::io::Error::other("no room for the lock"));
+            }
+            let iov = [std::io::IoSlice::new(line)];
+            rustix::net::sendmsg(&*channel, &iov, &mut control, SendFlags::NOSIGNAL)
+                .map_err(std::io::Error::from)
+        });
+        match sent {
+            Ok(sent) => break sent,
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(err) => return Err(err),
+        }
+    };
+    // The lock went with the first byte; the rest of the line follows.
+    channel.write_all(&line[sent.min(line.len())..]).await
+}
+
+/// Receive the `start` line on `channel` (the guardian's side), with the
+/// OS lock that may come with it. Returns the bytes read (the line, and
+/// whatever followed it in the same read) and the lock; no bytes: the
+/// channel closed.
+pub async fn receive_start(
+    channel: &tokio::net::unix::OwnedReadHalf,
+) -> std::io::Result<(Vec<u8>, Option<std::os::fd::OwnedFd>)> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let stream: &UnixStream = channel.as_ref();
+    let mut read = Vec::new();
+    let mut lock = None;
+    while !read.contains(&b'\n') {
+        stream.readable().await?;
+        let mut buf = [0u8; 256];
+        let received = stream.try_io(tokio::io::Interest::READABLE, || {
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+            let mut control = RecvAncillaryBuffer::new(&mut space);
+            let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+            let message =
+                rustix::net::recvmsg(stream, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC)
+                    .map_err(std::io::Error::from)?;
+            let mut fds = Vec::new();
+            for part in control.drain() {
+                if let RecvAncillaryMessage::ScmRights(received) = part {
+                    fds.extend(received);
+                }
+            }
+            Ok((message.bytes, fds))
+        });
+        let (bytes, fds) = match received {
+            Ok(received) => received,
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(err) => return Err(err),
+        };
+        if let Some(fd) = fds.into_iter().next() {
+            lock = Some(fd);
+        }
+        if bytes == 0 {
+            return Ok((read, lock));
+        }
+        read.extend_from_slice(&buf[..bytes.min(buf.len())]);
+    }
+    Ok((read, lock))
 }
 
 /// Bind a fresh abstract socket name for one job's channel.

@@ -1,6 +1,7 @@
-//! What `tenure run` and `status` promise on every consensus store, run on
-//! etcd (`etcd.rs`) and ZooKeeper (`zookeeper.rs`): each store's module
-//! starts its own servers and calls these with their URL.
+//! What `tenure run` and `status` promise on every store but Redis (whose
+//! own tests are in `run.rs`), run on etcd (`etcd.rs`), ZooKeeper
+//! (`zookeeper.rs`) and SQLite (`sqlite.rs`): each store's module starts
+//! its own servers (or makes its file) and calls these with their URL.
 
 use nix::sys::signal::Signal;
 

@@ -14,6 +14,7 @@ mod observe;
 mod run;
 mod secrets;
 mod serve;
+mod sqlite;
 mod store_checks;
 mod support;
 mod topologies;

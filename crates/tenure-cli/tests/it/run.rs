@@ -637,29 +637,6 @@ fn a_wrong_password_is_reported_without_echoing_it() {
 }
 
 #[test]
-fn the_demo_runs_on_its_own_private_redis() {
-    let out = tenure_output(&["demo", "--ttl", "1s"]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for expected in [
-        "leads after",
-        "took over",
-        "after the resignation",
-        "is refused",
-        "redis-server was stopped",
-    ] {
-        assert!(
-            stdout.contains(expected),
-            "demo output lacks {expected:?}:\n{stdout}"
-        );
-    }
-}
-
-#[test]
 fn kill_9_of_the_guardian_kills_the_whole_command_before_the_lease_is_released() {
     let server = redis();
     let scratch = Scratch::new("guardian9");

@@ -295,3 +295,51 @@ async fn bad_files_are_one_clear_line() {
     let err = open("sqlite://".to_string()).await;
     assert!(matches!(err, Some(Error::Config(_))), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_deleted_under_its_leader_gives_no_second_leader() {
+    let file = support::sqlite();
+    let target = Target::Url(file.url());
+    let a = target.election("gone", "a", TTL).await;
+    let b = target.election("gone", "b", TTL).await;
+    let term = campaign(&a).await;
+    support::topo::renewed(&term).await;
+    let follower = tokio::spawn(async move { campaign(&b).await });
+    // The operator deletes the database (and its WAL) under both.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(file.dir().join(format!("tenure.db{suffix}")));
+    }
+    let reason = timeout(HANG, term.lost()).await.expect("a's term ends");
+    let last_deadline = term.deadline();
+    let next = timeout(HANG, follower)
+        .await
+        .expect("b leads in the new file")
+        .expect("no panic");
+    // b's term began after a's could have ended: its first deadline is a
+    // ttl after its acquisition was sent.
+    let b_began = next.deadline() - TTL;
+    assert!(
+        b_began >= last_deadline,
+        "b began {:?} before a's deadline (a lost: {reason:?})",
+        last_deadline - b_began
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_file_deleted_under_its_holder_lets_nobody_in_early() {
+    let file = support::sqlite();
+    let target = Target::Url(file.url());
+    let a = target.election("unlinked", "a", TTL).await;
+    let term = campaign(&a).await;
+    assert!(term.lock_fd().is_some());
+    // The operator cleans up the lock directory while a leads.
+    let locks = file.dir().join("tenure.db.locks");
+    std::fs::remove_dir_all(&locks).expect("remove the locks");
+    std::fs::create_dir_all(&locks).expect("make it again");
+    // b takes a new lock file's lock: it says nothing of a, which goes on
+    // renewing and leading.
+    let b = target.election("unlinked", "b", TTL).await;
+    let tried = timeout(TTL * 2, b.campaign()).await;
+    assert!(tried.is_err(), "b won while a led");
+    assert!(term.is_leader(), "{:?}", term.lost_reason());
+}

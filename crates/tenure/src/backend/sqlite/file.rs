@@ -206,6 +206,13 @@ pub(super) fn open(url: &str, path: &Path, busy: Duration, now: &Now) -> Result<
     Ok(conn)
 }
 
+/// The (device, inode) the path names now.
+pub(super) fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
 fn foreign(path: &Path, err: &rusqlite::Error) -> Error {
     Error::ForeignData {
         key: path.display().to_string(),

@@ -52,6 +52,8 @@ struct Held {
     /// handed to another process ([`Locks::duplicate`]) keeps the lock
     /// held until that process closes it too.
     file: File,
+    /// Its inode.
+    inode: i64,
 }
 
 /// What a follower's watcher is told.
@@ -146,14 +148,15 @@ impl Locks {
     pub fn before_acquire(&self, key: &Key, id: &str, attempt: &str) -> Option<Taken> {
         if let Some(held) = guard(&self.held).get(key) {
             let ours = held.id == id && held.attempt == attempt;
-            return ours.then_some(Taken::Kept);
+            return ours.then_some(Taken::Kept(held.inode));
         }
         let file = self.open(key).ok()?;
+        let inode = inode(&file)?;
         // Followers' watchers hold it shared for an instant each: a few
         // short tries get past them.
         for _ in 0..20 {
             if file.try_lock().is_ok() {
-                return Some(Taken::Now(file));
+                return Some(Taken::Now(file, inode));
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -172,7 +175,7 @@ impl Locks {
     ) {
         let mut held = guard(&self.held);
         match (taken, won) {
-            (Some(Taken::Now(file)), Some(token)) => {
+            (Some(Taken::Now(file, inode)), Some(token)) => {
                 held.insert(
                     key.clone(),
                     Held {
@@ -182,10 +185,11 @@ impl Locks {
                         ttl,
                         renewed: Instant::now(),
                         file,
+                        inode,
                     },
                 );
             }
-            (Some(Taken::Kept), Some(token)) => {
+            (Some(Taken::Kept(_)), Some(token)) => {
                 if let Some(kept) = held.get_mut(key) {
                     kept.token = Some(token);
                     kept.ttl = ttl;
@@ -268,10 +272,26 @@ impl Locks {
 
 /// How an acquire holds the election's lock.
 pub(super) enum Taken {
-    /// Its attempt held it already (a retry).
-    Kept,
-    /// Taken for this try (locked).
-    Now(File),
+    /// Its attempt held it already (a retry); the lock file's inode.
+    Kept(i64),
+    /// Taken for this try (locked), and its inode.
+    Now(File, i64),
+}
+
+impl Taken {
+    /// The inode of the lock file held.
+    pub fn inode(&self) -> i64 {
+        match self {
+            Taken::Kept(inode) | Taken::Now(_, inode) => *inode,
+        }
+    }
+}
+
+/// A lock file's inode, as the lease records it (never 0).
+fn inode(file: &File) -> Option<i64> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = i64::try_from(file.metadata().ok()?.ino()).ok()?;
+    (inode != 0).then_some(inode)
 }
 
 /// A follower's watcher: waits (in its own thread: a blocked `flock` cannot

@@ -36,11 +36,20 @@ use crate::{Error, Result};
 use clock::Now;
 use locks::{Locks, Taken};
 
+/// The connection, and the file it is to: (device, inode), see
+/// [`SqliteStore::connection`].
+struct Open {
+    conn: Connection,
+    identity: (u64, u64),
+}
+
 /// One process's connection to a database file.
 pub(crate) struct SqliteStore {
     url: String,
+    path: std::path::PathBuf,
+    call_timeout: Duration,
     boot: String,
-    conn: Arc<Mutex<Connection>>,
+    conn: Arc<Mutex<Open>>,
     locks: Arc<Locks>,
 }
 
@@ -54,10 +63,16 @@ impl SqliteStore {
             let now = Now::read(&boot)?;
             let conn = file::open(&url, &path, call_timeout, &now)?;
             let locks = Arc::new(Locks::beside(&url, &path)?);
+            let identity = file::identity(&path).ok_or_else(|| Error::Unreachable {
+                url: url.clone(),
+                detail: format!("{} vanished as it was opened", path.display()),
+            })?;
             Ok(SqliteStore {
                 url,
+                path,
+                call_timeout,
                 boot,
-                conn: Arc::new(Mutex::new(conn)),
+                conn: Arc::new(Mutex::new(Open { conn, identity })),
                 locks,
             })
         })
@@ -114,6 +129,28 @@ impl SqliteStore {
         .map_err(|err| Error::internal(format!("a SQLite batch: {err}")))?
     }
 
+    /// The connection, to the file the path names now. A file deleted
+    /// (or replaced) under an open connection goes on taking its writes,
+    /// unseen by anyone who opens the path afterwards: a leader renewing
+    /// there would lead beside one elected in the new file. So every batch
+    /// checks first, and opens the new file (made anew if there is none):
+    /// the old file's leaders find their leases gone, and the new file
+    /// grants no lease for its first ttl (the hold-off in `ops.rs`), by
+    /// when every renewal they sent to the old file has run out.
+    fn connection(&self) -> Result<std::sync::MutexGuard<'_, Open>> {
+        let mut open = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        if file::identity(&self.path) != Some(open.identity) {
+            tracing::warn!(url = %self.url, "the SQLite file was deleted or replaced; opening the new one");
+            let now = Now::read(&self.boot)?;
+            let conn = file::open(&self.url, &self.path, self.call_timeout, &now)?;
+            let identity = file::identity(&self.path).ok_or_else(|| Error::Sqlite {
+                detail: format!("{} vanished as it was opened", self.path.display()),
+            })?;
+            *open = Open { conn, identity };
+        }
+        Ok(open)
+    }
+
     fn batch_blocking(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
         self.locks.sweep();
         let mut taken: Vec<Option<Taken>> = ops
@@ -130,15 +167,17 @@ impl SqliteStore {
                 _ => None,
             })
             .collect();
-        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mut open = self.connection()?;
+        let tx = open
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let now = Now::read(&self.boot)?;
         let mut replies = Vec::with_capacity(ops.len());
         for (op, taken) in ops.iter().zip(&taken) {
-            replies.push(ops::apply(&tx, op, &now, taken.is_some())?);
+            replies.push(ops::apply(&tx, op, &now, taken.as_ref().map(Taken::inode))?);
         }
         tx.commit()?;
-        drop(conn);
+        drop(open);
         for ((op, (reply, seen)), taken) in ops.iter().zip(&replies).zip(taken.iter_mut()) {
             self.after(op, reply, *seen, taken.take());
         }
@@ -186,8 +225,10 @@ impl SqliteStore {
         let store = Arc::clone(self);
         let prefix = prefix.to_string();
         tokio::task::spawn_blocking(move || {
-            let mut conn = store.conn.lock().unwrap_or_else(|e| e.into_inner());
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let mut open = store.connection()?;
+            let tx = open
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Deferred)?;
             let now = Now::read(&store.boot)?;
             ops::elections(&tx, &prefix, &now)
         })

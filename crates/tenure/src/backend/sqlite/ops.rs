@@ -2,11 +2,13 @@
 //! transaction of its batch: the same rules as the Redis scripts and the
 //! memory store, on rows instead of keys.
 //!
-//! One addition: `has_lock`, whether the caller holds the election's OS
-//! lock (see `locks.rs`). A lease written under that lock (`locked`) whose
-//! lock the caller now holds belongs to a holder that released the lock,
-//! which it does only once it stopped leading, or died: it is taken over
-//! at once, with no wait for its expiry.
+//! One addition: `lock`, the lock file (its inode) whose OS lock the
+//! caller holds, if it holds the election's (see `locks.rs`). A lease
+//! written under that same lock (`locked`, the inode) whose lock the
+//! caller now holds belongs to a holder that let go of the lock, which it
+//! does only once it stopped leading, or died: it is taken over at once,
+//! with no wait for its expiry. A lock file deleted and made anew has
+//! another inode, so a lock on it says nothing of a holder of the old.
 
 use std::time::Duration;
 
@@ -29,7 +31,8 @@ pub(super) struct Lease {
     pub boot: String,
     pub expires: i64,
     pub since_ms: u64,
-    pub locked: bool,
+    /// The inode of the lock file whose lock its holder kept (0: none).
+    pub locked: i64,
 }
 
 impl Lease {
@@ -93,7 +96,7 @@ pub(super) fn apply(
     tx: &Transaction<'_>,
     op: &Op<'_>,
     now: &Now,
-    has_lock: bool,
+    lock: Option<i64>,
 ) -> Result<(Reply, Seen)> {
     let mut seen = Seen::default();
     let reply = match *op {
@@ -104,7 +107,7 @@ pub(super) fn apply(
             join,
         } => heartbeat(tx, group, member, ttl_ms, join, now)?,
         Op::Acquire { at, request } => {
-            let (reply, held_locked) = acquire(tx, at, &request, now, has_lock)?;
+            let (reply, held_locked) = acquire(tx, at, &request, now, lock)?;
             seen.held_locked = held_locked;
             Reply::Acquire(reply)
         }
@@ -155,14 +158,20 @@ fn acquire(
     at: Address<'_>,
     request: &AcquireRequest<'_>,
     now: &Now,
-    has_lock: bool,
+    lock: Option<i64>,
 ) -> Result<(AcquireReply, bool)> {
+    // Whether a term written under lock `locked` has let go of it.
+    let let_go = |locked: i64| locked != 0 && lock == Some(locked);
     let current = lease(tx, at)?.filter(|l| l.live(now));
     let mut dead_holder = None;
     if let Some(lease) = current {
         if lease.owner == request.id && lease.attempt == request.attempt {
             let expires = now.plus(request.ttl_ms);
-            let locked = lease.locked || has_lock;
+            let locked = if lease.locked != 0 {
+                lease.locked
+            } else {
+                lock.unwrap_or(0)
+            };
             tx.execute(
                 "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4, locked = ?5 \
                  WHERE prefix = ?1 AND name = ?2",
@@ -171,8 +180,8 @@ fn acquire(
             witness(tx, at, request.id, lease.token, now, expires, locked)?;
             return Ok((AcquireReply::Won { token: lease.token }, false));
         }
-        if !(lease.locked && has_lock) {
-            let locked = lease.locked;
+        if !let_go(lease.locked) {
+            let locked = lease.locked != 0;
             return Ok((AcquireReply::Held(lease.holder(now)), locked));
         }
         // Its holder let go of the lock: it stopped leading, or died.
@@ -181,7 +190,7 @@ fn acquire(
     if let Some(wait) = born_hold_off(tx, request, now)? {
         return Ok((AcquireReply::HoldOff { wait }, false));
     }
-    let witnessed: Option<(u64, String, i64, bool)> = tx
+    let witnessed: Option<(u64, String, i64, i64)> = tx
         .query_row(
             "SELECT token, boot, expires, locked FROM tenure_witnesses \
              WHERE prefix = ?1 AND name = ?2",
@@ -190,7 +199,7 @@ fn acquire(
         )
         .optional()?;
     if let Some((token, boot, expires, locked)) = witnessed {
-        let released_lock = (locked && has_lock) || dead_holder == Some(token);
+        let released_lock = let_go(locked) || dead_holder == Some(token);
         if now.before(&boot, expires) && !released_lock {
             // The lease vanished without its holder's release (deleted by
             // hand): nobody leads until its holder surely stopped.
@@ -236,11 +245,11 @@ fn acquire(
             now.boot,
             expires,
             now.wall_ms,
-            has_lock
+            lock.unwrap_or(0)
         ],
     )?;
     let token = uint(token);
-    witness(tx, at, request.id, token, now, expires, has_lock)?;
+    witness(tx, at, request.id, token, now, expires, lock.unwrap_or(0))?;
     Ok((AcquireReply::Won { token }, false))
 }
 
@@ -281,7 +290,7 @@ fn witness(
     token: u64,
     now: &Now,
     expires: i64,
-    locked: bool,
+    locked: i64,
 ) -> Result<()> {
     tx.execute(
         "INSERT INTO tenure_witnesses (prefix, name, owner, token, boot, expires, locked) \
