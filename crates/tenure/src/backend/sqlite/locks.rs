@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rustix::fs::{flock, FlockOperation};
 use tokio::sync::watch;
 
 use crate::backend::op::Notices;
@@ -155,7 +156,7 @@ impl Locks {
         // Followers' watchers hold it shared for an instant each: a few
         // short tries get past them.
         for _ in 0..20 {
-            if file.try_lock().is_ok() {
+            if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
                 return Some(Taken::Now(file, inode));
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -311,9 +312,9 @@ fn wait_for_releases(file: File, armed: &mpsc::Receiver<Arm>, notices: &watch::S
                 Err(mpsc::TryRecvError::Empty) => break,
             }
         }
-        match file.lock_shared() {
+        match flock(&file, FlockOperation::LockShared) {
             Ok(()) => {
-                if file.unlock().is_err() {
+                if flock(&file, FlockOperation::Unlock).is_err() {
                     return;
                 }
             }
