@@ -22,6 +22,7 @@ mod plan;
 mod report;
 mod scale;
 mod serve_handover;
+mod sqlite;
 mod stats;
 mod svg;
 mod topology;

@@ -20,6 +20,7 @@ use crate::plan::{Plan, Section};
 use crate::report::{Machine, Report, Row};
 use crate::scale;
 use crate::serve_handover;
+use crate::sqlite;
 use crate::stats::Samples;
 use crate::svg::{Chart, Kind, Series};
 use crate::topology;
@@ -62,6 +63,7 @@ pub async fn all(
             Section::Cluster => topology::cluster(&plan, &mut report).await,
             Section::Etcd => etcd::section(&plan, &mut report).await,
             Section::Zk => zk::section(&plan, &mut report).await,
+            Section::Sqlite => sqlite::section(&plan, &mut report).await,
         };
         if let Err(err) = outcome {
             eprintln!("tenure-bench: the {} section failed: {err}", section.name());

@@ -21,15 +21,19 @@ pub enum Section {
     /// 3-member ZooKeeper ensemble, beside the same figures on a
     /// redis-server.
     Zk,
+    /// Hand-over, takeover after a crash and a large partition set on a
+    /// SQLite file, beside the same figures on a redis-server.
+    Sqlite,
 }
 
 impl Section {
-    pub const ALL: [Section; 5] = [
+    pub const ALL: [Section; 6] = [
         Section::Single,
         Section::Sentinel,
         Section::Cluster,
         Section::Etcd,
         Section::Zk,
+        Section::Sqlite,
     ];
 
     /// The name `--only` takes.
@@ -40,6 +44,7 @@ impl Section {
             Section::Cluster => "cluster",
             Section::Etcd => "etcd",
             Section::Zk => "zk",
+            Section::Sqlite => "sqlite",
         }
     }
 }

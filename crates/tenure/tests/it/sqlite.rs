@@ -343,3 +343,47 @@ async fn a_lock_file_deleted_under_its_holder_lets_nobody_in_early() {
     assert!(tried.is_err(), "b won while a led");
     assert!(term.is_leader(), "{:?}", term.lost_reason());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_beside_a_partition_of_its_name_on_one_store_waits_for_it() {
+    let file = support::sqlite();
+    let store = tenure::Store::open(file.url())
+        .connect()
+        .await
+        .expect("the file opens");
+    // The election's watcher makes the store take locks for this name.
+    let election = tenure::Election::builder("shared")
+        .store(&store)
+        .ttl(TTL)
+        .id("e")
+        .build()
+        .await
+        .expect("an election");
+    let set = tenure::PartitionSet::builder("group", vec!["shared".to_string()])
+        .store(&store)
+        .ttl(TTL)
+        .id("s")
+        .build()
+        .await
+        .expect("a partition set");
+    let observer = set.observer();
+    let running = tokio::spawn(set.run(
+        |_, term| async move {
+            term.lost().await;
+        },
+        std::future::pending::<()>(),
+    ));
+    timeout(HANG, async {
+        while observer.owned_count() != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the set holds its partition");
+    // Past a ttl of the set's renewals, the partition still holds its
+    // lease, and with it the lock it took: the election cannot win.
+    let tried = timeout(TTL * 2, election.campaign()).await;
+    assert!(tried.is_err(), "the election won a partition's live lease");
+    assert_eq!(observer.owned_count(), 1);
+    running.abort();
+}

@@ -86,12 +86,17 @@ pub(super) fn path_of(url: &str) -> Result<PathBuf> {
     if rest.is_empty() || rest.ends_with('/') {
         return Err(bad("it names no file (sqlite:///path/to/file.db)"));
     }
+    if rest.starts_with(":memory:") || rest.starts_with("file:") {
+        return Err(bad(
+            "it must name a file on disk that every process opens (no :memory: or file: URI)",
+        ));
+    }
     Ok(PathBuf::from(rest))
 }
 
 /// File systems whose locks SQLite and `flock` cannot rely on, by
 /// `statfs` magic number.
-const NETWORK_FILE_SYSTEMS: &[(i64, &str)] = &[
+const NETWORK_FILE_SYSTEMS: &[(u32, &str)] = &[
     (0x6969, "NFS"),
     (0x517B, "SMB"),
     (0xFF53_4D42, "CIFS"),
@@ -100,7 +105,13 @@ const NETWORK_FILE_SYSTEMS: &[(i64, &str)] = &[
     (0x0102_1997, "9P"),
     (0x00C3_6400, "CephFS"),
     (0x0BD0_0BD0, "Lustre"),
-    (0x4731_4653, "GPFS"),
+    (0x4750_4653, "GPFS"),
+    (0x0116_1970, "GFS2"),
+    (0x7461_636F, "OCFS2"),
+    (0x1983_0326, "BeeGFS"),
+    // sshfs, virtiofs, GlusterFS and other FUSE file systems: where the
+    // file really is cannot be told.
+    (0x6573_5546, "FUSE"),
 ];
 
 /// Refuse a directory on a network file system.
@@ -109,8 +120,9 @@ fn local_only(url: &str, dir: &Path) -> Result<()> {
         url: url.to_string(),
         detail: format!("cannot read the file system of {}: {err}", dir.display()),
     })?;
+    // The magic numbers are 32 bits; the field is signed on some targets.
     #[allow(clippy::unnecessary_cast)]
-    let magic = stat.filesystem_type().0 as i64;
+    let magic = stat.filesystem_type().0 as u32;
     if let Some((_, name)) = NETWORK_FILE_SYSTEMS.iter().find(|(m, _)| *m == magic) {
         return Err(Error::Unsafe {
             url: url.to_string(),
@@ -151,9 +163,12 @@ pub(super) fn open(url: &str, path: &Path, busy: Duration, now: &Now) -> Result<
     // Not a database at all (a text file, say) shows on the first read.
     let mode: String = conn
         .query_row("PRAGMA journal_mode=WAL", [], |row| row.get(0))
-        .map_err(|err| Error::ForeignData {
-            key: path.display().to_string(),
-            detail: crate::error::one_line(&err.to_string()),
+        .map_err(|err| match err.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::NotADatabase) => Error::ForeignData {
+                key: path.display().to_string(),
+                detail: crate::error::one_line(&err.to_string()),
+            },
+            _ => unreachable(err),
         })?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(url = %url, journal_mode = %mode, "SQLite refused WAL mode; writers will block readers");

@@ -52,7 +52,9 @@ struct Held {
     /// Locked (`flock`, exclusive). Closed, never unlocked: a duplicate
     /// handed to another process ([`Locks::duplicate`]) keeps the lock
     /// held until that process closes it too.
-    file: File,
+    /// Shared with an acquire under way that holds it ([`Taken::Kept`]),
+    /// so that the lock outlives this entry until that acquire is done.
+    file: Arc<File>,
     /// Its inode.
     inode: i64,
 }
@@ -98,6 +100,17 @@ fn file_name(key: &Key) -> String {
                 name.push_str(&format!("%{byte:02X}"));
             }
         }
+    }
+    // Within every file system's limit of 255 bytes a name: a longer one
+    // keeps its start and ends with a hash of the whole. Two elections
+    // whose names collide share a lock file, which only costs them the
+    // early takeover (the lease records the holder's lock, not the name).
+    if name.len() > 200 {
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        name.truncate(180);
+        name.push_str(&format!("-{hash:016x}"));
     }
     name.push_str(".lock");
     name
@@ -149,7 +162,7 @@ impl Locks {
     pub fn before_acquire(&self, key: &Key, id: &str, attempt: &str) -> Option<Taken> {
         if let Some(held) = guard(&self.held).get(key) {
             let ours = held.id == id && held.attempt == attempt;
-            return ours.then_some(Taken::Kept(held.inode));
+            return ours.then(|| Taken::Kept(Arc::clone(&held.file), held.inode));
         }
         let file = self.open(key).ok()?;
         let inode = inode(&file)?;
@@ -175,8 +188,28 @@ impl Locks {
         taken: Option<Taken>,
     ) {
         let mut held = guard(&self.held);
-        match (taken, won) {
-            (Some(Taken::Now(file, inode)), Some(token)) => {
+        let (Some(taken), Some(token)) = (taken, won) else {
+            // Lost: a lock taken for this try is let go as it drops.
+            return;
+        };
+        let (file, inode) = match taken {
+            Taken::Now(file, inode) => (Arc::new(file), inode),
+            // The lock this attempt held when it began: still held, though
+            // its entry may have gone meanwhile (a release of the
+            // attempt's earlier term, a sweep), since the acquire kept a
+            // share of it.
+            Taken::Kept(file, inode) => (file, inode),
+        };
+        match held.get_mut(key) {
+            Some(kept) if kept.id == id && kept.attempt == attempt && kept.inode == inode => {
+                kept.token = Some(token);
+                kept.ttl = ttl;
+                kept.renewed = Instant::now();
+            }
+            // Another term's lock would have kept this one from being
+            // taken; none is there to be overwritten.
+            Some(_) => {}
+            None => {
                 held.insert(
                     key.clone(),
                     Held {
@@ -190,15 +223,6 @@ impl Locks {
                     },
                 );
             }
-            (Some(Taken::Kept(_)), Some(token)) => {
-                if let Some(kept) = held.get_mut(key) {
-                    kept.token = Some(token);
-                    kept.ttl = ttl;
-                    kept.renewed = Instant::now();
-                }
-            }
-            // Lost: a lock taken for this try is let go as it drops.
-            _ => {}
         }
     }
 
@@ -232,6 +256,21 @@ impl Locks {
             .get(key)
             .filter(|k| k.id == id && k.token == Some(token))?;
         kept.file.try_clone().ok().map(std::os::fd::OwnedFd::from)
+    }
+
+    /// How many hold the lock of `key`'s term: its entry, and each acquire
+    /// under way with a share of it.
+    #[cfg(test)]
+    pub fn shares(&self, key: &Key) -> usize {
+        guard(&self.held)
+            .get(key)
+            .map_or(0, |held| Arc::strong_count(&held.file))
+    }
+
+    /// The lock file of `key`, opened anew (for tests to try its lock).
+    #[cfg(test)]
+    pub fn file_of(&self, key: &Key) -> File {
+        self.open(key).expect("the lock file opens")
     }
 
     /// Let go of the locks of terms nobody renewed for a whole ttl: their
@@ -273,8 +312,9 @@ impl Locks {
 
 /// How an acquire holds the election's lock.
 pub(super) enum Taken {
-    /// Its attempt held it already (a retry); the lock file's inode.
-    Kept(i64),
+    /// Its attempt held it already (a retry): a share of it, kept until
+    /// the acquire is done, and the lock file's inode.
+    Kept(Arc<File>, i64),
     /// Taken for this try (locked), and its inode.
     Now(File, i64),
 }
@@ -283,7 +323,7 @@ impl Taken {
     /// The inode of the lock file held.
     pub fn inode(&self) -> i64 {
         match self {
-            Taken::Kept(inode) | Taken::Now(_, inode) => *inode,
+            Taken::Kept(_, inode) | Taken::Now(_, inode) => *inode,
         }
     }
 }
@@ -312,14 +352,18 @@ fn wait_for_releases(file: File, armed: &mpsc::Receiver<Arm>, notices: &watch::S
                 Err(mpsc::TryRecvError::Empty) => break,
             }
         }
-        match flock(&file, FlockOperation::LockShared) {
-            Ok(()) => {
-                if flock(&file, FlockOperation::Unlock).is_err() {
-                    return;
-                }
+        loop {
+            match flock(&file, FlockOperation::LockShared) {
+                Ok(()) => break,
+                // Interrupted: wait again.
+                Err(rustix::io::Errno::INTR) => continue,
+                // Anything else: the lock cannot be waited for; followers
+                // fall back on the lease's expiry.
+                Err(_) => return,
             }
-            // Interrupted: wait again, after a pause.
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+        if flock(&file, FlockOperation::Unlock).is_err() {
+            return;
         }
         if notices.is_closed() {
             return;
@@ -358,5 +402,8 @@ mod tests {
         assert_eq!(name("tenure:", "jobs"), "tenure%3A+jobs.lock");
         assert_ne!(name("a+", "b"), name("a", "+b"));
         assert!(!name("../", "x/y").contains('/'));
+        let long = "é".repeat(100);
+        assert!(name(&long, &long).len() <= 255);
+        assert_ne!(name(&long, "a"), name(&long, "b"));
     }
 }

@@ -62,6 +62,12 @@ impl SqliteStore {
             let boot = clock::boot_id()?;
             let now = Now::read(&boot)?;
             let conn = file::open(&url, &path, call_timeout, &now)?;
+            // One file, one lock directory, however it is named (a
+            // symbolic link, a relative path): SQLite resolves links too.
+            let path = std::fs::canonicalize(&path).map_err(|err| Error::Unreachable {
+                url: url.clone(),
+                detail: format!("cannot resolve {}: {err}", path.display()),
+            })?;
             let locks = Arc::new(Locks::beside(&url, &path)?);
             let identity = file::identity(&path).ok_or_else(|| Error::Unreachable {
                 url: url.clone(),
@@ -212,6 +218,26 @@ impl SqliteStore {
             ) => {
                 let ttl = Duration::from_millis(*ttl_ms);
                 self.locks.renewed(&locks::key(*at), id, *token, ttl);
+            }
+            (
+                Op::RenewMany {
+                    prefix,
+                    id,
+                    ttl_ms,
+                    terms,
+                },
+                Reply::RenewMany(replies),
+            ) => {
+                // A partition set takes no locks, but an election of the
+                // same name in this process may have: kept up to date, so
+                // the sweep never lets go of a lock under a live term.
+                let ttl = Duration::from_millis(*ttl_ms);
+                for ((name, token), reply) in terms.iter().zip(replies) {
+                    if matches!(reply, Ok(crate::machine::RenewReply::Renewed)) {
+                        let at = Address::new(prefix, name);
+                        self.locks.renewed(&locks::key(at), id, *token, ttl);
+                    }
+                }
             }
             (Op::Resign { at, id, token }, _) => {
                 self.locks.released(&locks::key(*at), id, *token);
@@ -444,5 +470,125 @@ impl OwnedOp {
                 keep_ms: *keep_ms,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::RenewReply;
+
+    fn acquire<'a>(at: Address<'a>, id: &'a str, attempt: &'a str) -> Op<'a> {
+        Op::Acquire {
+            at,
+            request: AcquireRequest {
+                id,
+                attempt,
+                ttl_ms: 10_000,
+                hold_off_ms: 10_000,
+            },
+        }
+    }
+
+    fn one(store: &SqliteStore, op: Op<'_>) -> Reply {
+        let mut replies = store.batch_blocking(&[op]).expect("the batch runs");
+        replies.pop().expect("a reply").expect("the op runs")
+    }
+
+    /// A retry of an attempt (after its campaign gave up, say) that wins
+    /// just as the attempt's earlier term is released keeps the lock its
+    /// lease records: else followers would take over a live term.
+    #[test]
+    fn a_retry_that_wins_as_its_attempt_is_released_keeps_the_lock() {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-unit-sqlite-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("t.db");
+        let url = format!("sqlite://{}", path.display());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let store = Arc::new(
+            runtime
+                .block_on(SqliteStore::connect(&url, Duration::from_secs(60)))
+                .expect("the file opens"),
+        );
+        let at = Address::new("t", "e");
+        let _hints = store.election(at).expect("watched");
+        let raw = Connection::open(&path).expect("a raw connection");
+        // No hold-off: the file is not new to anyone here.
+        raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
+            .expect("forget the birth");
+        let Reply::Acquire(AcquireReply::Won { token: first }) = one(&store, acquire(at, "a", "x"))
+        else {
+            panic!("a wins");
+        };
+        // Another writer holds the file while the term is released and
+        // the same attempt acquires again.
+        raw.execute_batch("BEGIN IMMEDIATE").expect("hold the file");
+        let releasing = std::thread::spawn({
+            let store = Arc::clone(&store);
+            move || {
+                let resign = Op::Resign {
+                    at,
+                    id: "a",
+                    token: first,
+                };
+                one(&store, resign)
+            }
+        });
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            let limit = std::time::Instant::now() + Duration::from_secs(30);
+            while !done() {
+                assert!(std::time::Instant::now() < limit, "never: {what}");
+                std::thread::yield_now();
+            }
+        };
+        until(
+            "the release waits for the file, holding the connection",
+            &|| store.conn.try_lock().is_err(),
+        );
+        let retrying = std::thread::spawn({
+            let store = Arc::clone(&store);
+            move || one(&store, acquire(at, "a", "x"))
+        });
+        let key = locks::key(at);
+        until("the retry has a share of the lock", &|| {
+            store.locks.shares(&key) >= 2
+        });
+        raw.execute_batch("COMMIT").expect("let go of the file");
+        assert!(matches!(
+            releasing.join().expect("no panic"),
+            Reply::Resign(true)
+        ));
+        let Reply::Acquire(AcquireReply::Won { token: second }) =
+            retrying.join().expect("no panic")
+        else {
+            panic!("the retry wins");
+        };
+        assert!(second > first);
+        // Its lease is recorded as locked, so the lock must be held.
+        let other = store.locks.file_of(&key);
+        assert!(
+            rustix::fs::flock(&other, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+                .is_err(),
+            "the lock of a live locked term is free"
+        );
+        let renew = Op::Renew {
+            at,
+            id: "a",
+            token: second,
+            ttl_ms: 10_000,
+            announce: false,
+        };
+        assert!(matches!(
+            one(&store, renew),
+            Reply::Renew(RenewReply::Renewed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -70,23 +70,22 @@ fn uint(value: i64) -> u64 {
 
 pub(super) fn lease(tx: &Transaction<'_>, at: Address<'_>) -> Result<Option<Lease>> {
     let row = tx
-        .query_row(
+        .prepare_cached(
             "SELECT owner, attempt, token, ttl_ms, boot, expires, since_ms, locked \
              FROM tenure_leases WHERE prefix = ?1 AND name = ?2",
-            params![at.prefix, at.name],
-            |r| {
-                Ok(Lease {
-                    owner: r.get(0)?,
-                    attempt: r.get(1)?,
-                    token: uint(r.get(2)?),
-                    ttl_ms: uint(r.get(3)?),
-                    boot: r.get(4)?,
-                    expires: r.get(5)?,
-                    since_ms: uint(r.get(6)?),
-                    locked: r.get(7)?,
-                })
-            },
-        )
+        )?
+        .query_row(params![at.prefix, at.name], |r| {
+            Ok(Lease {
+                owner: r.get(0)?,
+                attempt: r.get(1)?,
+                token: uint(r.get(2)?),
+                ttl_ms: uint(r.get(3)?),
+                boot: r.get(4)?,
+                expires: r.get(5)?,
+                since_ms: uint(r.get(6)?),
+                locked: r.get(7)?,
+            })
+        })
         .optional()?;
     Ok(row)
 }
@@ -123,14 +122,7 @@ pub(super) fn apply(
             id,
             ttl_ms,
             terms,
-        } => {
-            let mut replies = Vec::with_capacity(terms.len());
-            for (name, token) in terms {
-                let at = Address::new(prefix, name);
-                replies.push(renew(tx, at, id, *token, ttl_ms, now));
-            }
-            Reply::RenewMany(replies)
-        }
+        } => Reply::RenewMany(renew_many(tx, prefix, id, ttl_ms, terms, now)?),
         Op::Resign { at, id, token } => Reply::Resign(resign(tx, at, id, token, now)?),
         Op::Inspect { at } => Reply::Inspect(
             lease(tx, at)?
@@ -167,16 +159,19 @@ fn acquire(
     if let Some(lease) = current {
         if lease.owner == request.id && lease.attempt == request.attempt {
             let expires = now.plus(request.ttl_ms);
-            let locked = if lease.locked != 0 {
-                lease.locked
-            } else {
-                lock.unwrap_or(0)
-            };
-            tx.execute(
+            // Locked only if this retry holds the lock now.
+            let locked = lock.unwrap_or(0);
+            tx.prepare_cached(
                 "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4, locked = ?5 \
                  WHERE prefix = ?1 AND name = ?2",
-                params![at.prefix, at.name, expires, int(request.ttl_ms), locked],
-            )?;
+            )?
+            .execute(params![
+                at.prefix,
+                at.name,
+                expires,
+                int(request.ttl_ms),
+                locked
+            ])?;
             witness(tx, at, request.id, lease.token, now, expires, locked)?;
             return Ok((AcquireReply::Won { token: lease.token }, false));
         }
@@ -191,12 +186,13 @@ fn acquire(
         return Ok((AcquireReply::HoldOff { wait }, false));
     }
     let witnessed: Option<(u64, String, i64, i64)> = tx
-        .query_row(
+        .prepare_cached(
             "SELECT token, boot, expires, locked FROM tenure_witnesses \
              WHERE prefix = ?1 AND name = ?2",
-            params![at.prefix, at.name],
-            |r| Ok((uint(r.get(0)?), r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
+        )?
+        .query_row(params![at.prefix, at.name], |r| {
+            Ok((uint(r.get(0)?), r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .optional()?;
     if let Some((token, boot, expires, locked)) = witnessed {
         let released_lock = let_go(locked) || dead_holder == Some(token);
@@ -212,45 +208,62 @@ fn acquire(
         }
     }
     let last: Option<i64> = tx
-        .query_row(
-            "SELECT last FROM tenure_tokens WHERE prefix = ?1 AND name = ?2",
-            params![at.prefix, at.name],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT last FROM tenure_tokens WHERE prefix = ?1 AND name = ?2")?
+        .query_row(params![at.prefix, at.name], |r| r.get(0))
         .optional()?;
     // Above every earlier token, and above the wall clock's milliseconds:
     // a file restored from a backup (an older counter) still gives rising
     // tokens.
-    let token = last.unwrap_or(0).saturating_add(1).max(now.wall_ms);
-    tx.execute(
+    // Above the lease and witness it replaces too, should the counter
+    // have been lost (a power cut with `synchronous=NORMAL`) while the
+    // wall clock stepped back.
+    let replaced = current_tokens(tx, at)?;
+    let token = last
+        .unwrap_or(0)
+        .max(replaced)
+        .saturating_add(1)
+        .max(now.wall_ms);
+    tx.prepare_cached(
         "INSERT INTO tenure_tokens (prefix, name, last) VALUES (?1, ?2, ?3) \
          ON CONFLICT (prefix, name) DO UPDATE SET last = excluded.last",
-        params![at.prefix, at.name, token],
-    )?;
+    )?
+    .execute(params![at.prefix, at.name, token])?;
     let expires = now.plus(request.ttl_ms);
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO tenure_leases (prefix, name, owner, attempt, token, ttl_ms, boot, expires, \
          since_ms, locked) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
          ON CONFLICT (prefix, name) DO UPDATE SET owner = excluded.owner, \
          attempt = excluded.attempt, token = excluded.token, ttl_ms = excluded.ttl_ms, \
          boot = excluded.boot, expires = excluded.expires, since_ms = excluded.since_ms, \
          locked = excluded.locked",
-        params![
-            at.prefix,
-            at.name,
-            request.id,
-            request.attempt,
-            token,
-            int(request.ttl_ms),
-            now.boot,
-            expires,
-            now.wall_ms,
-            lock.unwrap_or(0)
-        ],
-    )?;
+    )?
+    .execute(params![
+        at.prefix,
+        at.name,
+        request.id,
+        request.attempt,
+        token,
+        int(request.ttl_ms),
+        now.boot,
+        expires,
+        now.wall_ms,
+        lock.unwrap_or(0)
+    ])?;
     let token = uint(token);
     witness(tx, at, request.id, token, now, expires, lock.unwrap_or(0))?;
     Ok((AcquireReply::Won { token }, false))
+}
+
+/// The largest token of the election's lease and witness rows, live or not.
+fn current_tokens(tx: &Transaction<'_>, at: Address<'_>) -> Result<i64> {
+    let largest: Option<i64> = tx
+        .prepare_cached(
+            "SELECT max(token) FROM (SELECT token FROM tenure_leases WHERE prefix = ?1 AND \
+             name = ?2 UNION ALL SELECT token FROM tenure_witnesses WHERE prefix = ?1 AND \
+             name = ?2)",
+        )?
+        .query_row(params![at.prefix, at.name], |r| r.get(0))?;
+    Ok(largest.unwrap_or(0))
 }
 
 /// A file created less than the hold-off ago (in this boot) grants no
@@ -292,22 +305,40 @@ fn witness(
     expires: i64,
     locked: i64,
 ) -> Result<()> {
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO tenure_witnesses (prefix, name, owner, token, boot, expires, locked) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (prefix, name) DO UPDATE SET \
          owner = excluded.owner, token = excluded.token, boot = excluded.boot, \
          expires = excluded.expires, locked = excluded.locked",
-        params![
-            at.prefix,
-            at.name,
-            id,
-            int(token),
-            now.boot,
-            expires,
-            locked
-        ],
-    )?;
+    )?
+    .execute(params![
+        at.prefix,
+        at.name,
+        id,
+        int(token),
+        now.boot,
+        expires,
+        locked
+    ])?;
     Ok(())
+}
+
+/// Renew many terms of instance `id` at once (a partition set's), each
+/// by [`renew`]'s two statements.
+fn renew_many(
+    tx: &Transaction<'_>,
+    prefix: &str,
+    id: &str,
+    ttl_ms: u64,
+    terms: &[(&str, u64)],
+    now: &Now,
+) -> Result<Vec<Result<RenewReply>>> {
+    let mut replies = Vec::with_capacity(terms.len());
+    for (name, token) in terms {
+        let at = Address::new(prefix, name);
+        replies.push(Ok(renew(tx, at, id, *token, ttl_ms, now)?));
+    }
+    Ok(replies)
 }
 
 fn renew(
@@ -318,14 +349,54 @@ fn renew(
     ttl_ms: u64,
     now: &Now,
 ) -> Result<RenewReply> {
+    // The common case in two statements: the lease, then its witness.
+    let expires = now.plus(ttl_ms);
+    let locked: Option<i64> = tx
+        .prepare_cached(
+            "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4 WHERE prefix = ?1 AND name = ?2 \
+             AND owner = ?5 AND token = ?6 AND boot = ?7 AND expires > ?8 RETURNING locked",
+        )?
+        .query_row(
+            params![
+                at.prefix,
+                at.name,
+                expires,
+                int(ttl_ms),
+                id,
+                int(token),
+                now.boot,
+                now.ms
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if let Some(locked) = locked {
+        let witnessed = tx
+            .prepare_cached(
+                "UPDATE tenure_witnesses SET expires = ?3, boot = ?4 \
+                 WHERE prefix = ?1 AND name = ?2 AND owner = ?5 AND token = ?6",
+            )?
+            .execute(params![
+                at.prefix,
+                at.name,
+                expires,
+                now.boot,
+                id,
+                int(token)
+            ])?;
+        if witnessed == 0 {
+            witness(tx, at, id, token, now, expires, locked)?;
+        }
+        return Ok(RenewReply::Renewed);
+    }
     match lease(tx, at)?.filter(|l| l.live(now)) {
         Some(lease) if lease.owner == id && lease.token == token => {
             let expires = now.plus(ttl_ms);
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4 \
                  WHERE prefix = ?1 AND name = ?2",
-                params![at.prefix, at.name, expires, int(ttl_ms)],
-            )?;
+            )?
+            .execute(params![at.prefix, at.name, expires, int(ttl_ms)])?;
             witness(tx, at, id, token, now, expires, lease.locked)?;
             Ok(RenewReply::Renewed)
         }
@@ -340,16 +411,14 @@ fn resign(tx: &Transaction<'_>, at: Address<'_>, id: &str, token: u64, now: &Now
     let lease = lease(tx, at)?.filter(|l| l.owner == id && l.token == token);
     let ours = lease.as_ref().is_some_and(|l| l.live(now));
     if lease.is_some() {
-        tx.execute(
-            "DELETE FROM tenure_leases WHERE prefix = ?1 AND name = ?2",
-            params![at.prefix, at.name],
-        )?;
+        tx.prepare_cached("DELETE FROM tenure_leases WHERE prefix = ?1 AND name = ?2")?
+            .execute(params![at.prefix, at.name])?;
     }
-    tx.execute(
+    tx.prepare_cached(
         "DELETE FROM tenure_witnesses WHERE prefix = ?1 AND name = ?2 AND owner = ?3 \
          AND token = ?4",
-        params![at.prefix, at.name, id, int(token)],
-    )?;
+    )?
+    .execute(params![at.prefix, at.name, id, int(token)])?;
     Ok(ours)
 }
 
@@ -361,23 +430,29 @@ fn heartbeat(
     join: bool,
     now: &Now,
 ) -> Result<Reply> {
-    tx.execute(
+    tx.prepare_cached(
         "DELETE FROM tenure_members WHERE prefix = ?1 AND grp = ?2 \
          AND (boot != ?3 OR expires <= ?4)",
-        params![group.prefix, group.name, now.boot, now.ms],
-    )?;
+    )?
+    .execute(params![group.prefix, group.name, now.boot, now.ms])?;
     if join {
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO tenure_members (prefix, grp, member, boot, expires) \
              VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (prefix, grp, member) DO UPDATE SET \
              boot = excluded.boot, expires = excluded.expires",
-            params![group.prefix, group.name, member, now.boot, now.plus(ttl_ms)],
-        )?;
+        )?
+        .execute(params![
+            group.prefix,
+            group.name,
+            member,
+            now.boot,
+            now.plus(ttl_ms)
+        ])?;
     } else {
-        tx.execute(
+        tx.prepare_cached(
             "DELETE FROM tenure_members WHERE prefix = ?1 AND grp = ?2 AND member = ?3",
-            params![group.prefix, group.name, member],
-        )?;
+        )?
+        .execute(params![group.prefix, group.name, member])?;
     }
     let mut query = tx.prepare_cached(
         "SELECT member FROM tenure_members WHERE prefix = ?1 AND grp = ?2 ORDER BY member",
@@ -393,11 +468,10 @@ fn heartbeat(
 
 fn last_run(tx: &Transaction<'_>, at: Address<'_>, now: &Now) -> Result<Option<Duration>> {
     let run: Option<(i64, i64)> = tx
-        .query_row(
+        .prepare_cached(
             "SELECT at_ms, keep_until_ms FROM tenure_runs WHERE prefix = ?1 AND name = ?2",
-            params![at.prefix, at.name],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        )?
+        .query_row(params![at.prefix, at.name], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     Ok(run
         .filter(|(_, keep_until)| *keep_until > now.wall_ms)
@@ -416,29 +490,30 @@ fn record_run(
 ) -> Result<bool> {
     let holds = lease(tx, at)?.is_some_and(|l| l.live(now) && l.owner == id && l.token == token);
     let newer: bool = tx
-        .query_row(
+        .prepare_cached(
             "SELECT token > ?3 FROM tenure_runs WHERE prefix = ?1 AND name = ?2 \
              AND keep_until_ms > ?4",
-            params![at.prefix, at.name, int(token), now.wall_ms],
-            |r| r.get(0),
-        )
+        )?
+        .query_row(params![at.prefix, at.name, int(token), now.wall_ms], |r| {
+            r.get(0)
+        })
         .optional()?
         .unwrap_or(false);
     if !holds || newer {
         return Ok(false);
     }
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO tenure_runs (prefix, name, token, at_ms, keep_until_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (prefix, name) DO UPDATE SET \
          token = excluded.token, at_ms = excluded.at_ms, keep_until_ms = excluded.keep_until_ms",
-        params![
-            at.prefix,
-            at.name,
-            int(token),
-            now.wall_ms,
-            now.wall_ms.saturating_add(int(keep_ms))
-        ],
-    )?;
+    )?
+    .execute(params![
+        at.prefix,
+        at.name,
+        int(token),
+        now.wall_ms,
+        now.wall_ms.saturating_add(int(keep_ms))
+    ])?;
     Ok(true)
 }
 
