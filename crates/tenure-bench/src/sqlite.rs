@@ -215,10 +215,16 @@ async fn measure(
         )),
     );
 
+    scale_rows(plan, report, &url, &redis_url).await
+}
+
+/// A set of 10,000 partitions in one process, on SQLite and on Redis.
+async fn scale_rows(plan: &Plan, report: &mut Report, url: &str, redis_url: &str) -> Result<()> {
+    let label = "sqlite";
     let n = plan.cluster_partitions;
     eprintln!("  {label}: a set of {n} partitions in one process (Redis, then SQLite) ...");
-    let redis_set = scale::run_child(&redis_url, "tenure", n, plan.scale_seconds).await?;
-    let set = scale::run_child(&url, "tenure", n, plan.scale_seconds).await?;
+    let redis_set = scale::run_child(redis_url, "tenure", n, plan.scale_seconds).await?;
+    let set = scale::run_child(url, "tenure", n, plan.scale_seconds).await?;
     let held = format!("{label}: {n} partitions held by one member");
     report.push(
         Row::plain(

@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 
 use crate::consensus;
 use crate::support::{
@@ -43,6 +42,20 @@ const CHECKING_JOB: &str = r#"for f in "$DIR"/pid-*; do
 done
 echo $$ > "$DIR/pid-$ME"; echo "$TENURE_TOKEN" >> "$DIR/tokens-$ME"; exec sleep 1000"#;
 
+/// Whether process `pid` has a file open on which it holds a `flock`
+/// (`/proc/PID/fdinfo/*` lists the locks of each open file).
+fn holds_a_lock(pid: i32) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_to_string(fd.path()).is_ok_and(|info| {
+            info.lines()
+                .any(|l| l.starts_with("lock:") && l.contains("FLOCK"))
+        })
+    })
+}
+
 #[test]
 fn a_killed_tenure_is_replaced_before_its_lease_expires_and_only_after_its_command() {
     let scratch = Scratch::new("sqlite-kill9");
@@ -54,22 +67,20 @@ fn a_killed_tenure_is_replaced_before_its_lease_expires_and_only_after_its_comma
     eventually("status shows a", || {
         status(&url) == [("kill9".to_string(), Some("a".to_string()))]
     });
-    // tenure alone is killed while its command's guardian is stopped, so
-    // the command outlives it: nobody may take over until the guardian
-    // has killed it.
+    // a's command's guardian holds a share of a's lock on the election, so
+    // that nobody takes over while the command may still run, even once
+    // tenure itself is gone.
     let guardian = child_pid(&scratch, "a")
         .and_then(parent_of)
         .expect("a's command has a guardian");
-    let guardian = Pid::from_raw(guardian);
-    kill(guardian, Signal::SIGSTOP).expect("stop the guardian");
+    assert!(
+        holds_a_lock(guardian),
+        "the guardian holds no lock: {}",
+        a.log()
+    );
+    // tenure alone is killed; its command is left to its guardian.
     let killed_at = Instant::now();
     kill(a.pid(), Signal::SIGKILL).expect("kill a");
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        tokens(&scratch, "b").is_empty(),
-        "b led while a's command ran"
-    );
-    kill(guardian, Signal::SIGCONT).expect("wake the guardian");
     eventually("b leads", || !tokens(&scratch, "b").is_empty());
     let waited = killed_at.elapsed();
     // a's lease had at least ttl - ttl/3 left (a new file's hold-off,

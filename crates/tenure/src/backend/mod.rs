@@ -7,8 +7,10 @@
 //! each naming its election by an [`Address`] (key prefix + name), any
 //! number of them in one round trip ([`Store::batch`]); a [`Backend`] is one
 //! election's view of it, with a stream of hints ([`Notices`]) that the
-//! lease changed hands. [`redis`] (one server, Sentinel or Cluster) and
-//! `etcd` (behind the `etcd` feature) are the production backends;
+//! lease changed hands. [`redis`] (one server, Sentinel or Cluster), `etcd`
+//! and `zk` (behind the `etcd` and `zookeeper` features) are the
+//! production backends, and `sqlite` (behind the `sqlite` feature) the
+//! embedded one for processes on one host;
 //! [`memory`] is a deterministic in-process stand-in for tests. Nothing
 //! outside this module talks to a store, and the backends import only the
 //! seam's leaves (`address`, `op`, `options`), never this file: it is the

@@ -175,6 +175,17 @@ pub(super) fn open(url: &str, path: &Path, busy: Duration, now: &Now) -> Result<
     }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(unreachable)?;
+    tables(&mut conn, url, path, now)?;
+    Ok(conn)
+}
+
+/// Make tenure's tables if missing, and check them: a file made now
+/// records its birth (see `born` in `ops.rs`).
+fn tables(conn: &mut Connection, url: &str, path: &Path, now: &Now) -> Result<()> {
+    let unreachable = |err: rusqlite::Error| Error::Unreachable {
+        url: url.to_string(),
+        detail: crate::error::one_line(&err.to_string()),
+    };
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(unreachable)?;
@@ -218,7 +229,7 @@ pub(super) fn open(url: &str, path: &Path, busy: Duration, now: &Now) -> Result<
         })?;
     }
     tx.commit().map_err(unreachable)?;
-    Ok(conn)
+    Ok(())
 }
 
 /// The (device, inode) the path names now.

@@ -207,6 +207,18 @@ fn acquire(
             ));
         }
     }
+    begin_term(tx, at, request, now, lock)
+}
+
+/// Begin a new term of `request` on the free election at `at`: the next
+/// token, the lease and its witness, locked under `lock` if it is held.
+fn begin_term(
+    tx: &Transaction<'_>,
+    at: Address<'_>,
+    request: &AcquireRequest<'_>,
+    now: &Now,
+    lock: Option<i64>,
+) -> Result<(AcquireReply, bool)> {
     let last: Option<i64> = tx
         .prepare_cached("SELECT last FROM tenure_tokens WHERE prefix = ?1 AND name = ?2")?
         .query_row(params![at.prefix, at.name], |r| r.get(0))
