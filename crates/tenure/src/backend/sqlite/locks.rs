@@ -59,25 +59,29 @@ struct Held {
     inode: i64,
 }
 
-/// What a follower's watcher is told.
-enum Arm {
-    /// The election is held under its lock: wait for it.
-    Wait,
-    /// The election is no longer watched.
-    Stop,
-}
+/// The followers one watcher wakes: each with its id.
+type Followers = Arc<Mutex<Vec<(u64, watch::Sender<Notices>)>>>;
 
-/// A follower's watcher: its id, and how it is armed.
-type Watcher = (u64, mpsc::Sender<Arm>);
+/// An election's watcher (one thread per election a process ever
+/// followed, kept for as long as the store: a thread blocked in `flock`
+/// cannot be stopped, so one per follower would pile up behind a long
+/// term), and the followers it wakes.
+struct Watcher {
+    /// Tells it the election is held under its lock: wait for it.
+    arm: mpsc::Sender<()>,
+    followers: Followers,
+}
 
 /// The locks of one store (one process's view of one database file).
 pub(super) struct Locks {
     dir: PathBuf,
     held: Mutex<HashMap<Key, Held>>,
-    /// The watchers of each election this process follows.
-    watchers: Mutex<HashMap<Key, Vec<Watcher>>>,
-    /// The id of the next watcher.
+    /// The watcher of each election this process followed.
+    watchers: Mutex<HashMap<Key, Watcher>>,
+    /// The id of the next follower.
     next: std::sync::atomic::AtomicU64,
+    /// Watcher threads started.
+    started: std::sync::atomic::AtomicU64,
 }
 
 fn guard<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -131,6 +135,7 @@ impl Locks {
             held: Mutex::new(HashMap::new()),
             watchers: Mutex::new(HashMap::new()),
             next: std::sync::atomic::AtomicU64::new(0),
+            started: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -153,7 +158,7 @@ impl Locks {
     pub fn watched(&self, key: &Key) -> bool {
         guard(&self.watchers)
             .get(key)
-            .is_some_and(|w| !w.is_empty())
+            .is_some_and(|w| !guard(&w.followers).is_empty())
     }
 
     /// Before an acquire by attempt (`id`, `attempt`): whether it holds
@@ -282,30 +287,35 @@ impl Locks {
 
     /// Wake the watchers of `key`: the election is held under its lock.
     pub fn arm(&self, key: &Key) {
-        if let Some(watchers) = guard(&self.watchers).get_mut(key) {
-            watchers.retain(|(_, w)| w.send(Arm::Wait).is_ok());
+        if let Some(watcher) = guard(&self.watchers).get(key) {
+            let _ = watcher.arm.send(());
         }
     }
 
     /// Watch `key` for as long as the returned guard lives: each time
     /// the lock it waits for is let go, `notices` counts a release.
     pub fn watch(self: &Arc<Self>, key: Key, notices: watch::Sender<Notices>) -> Result<Watching> {
-        let file = self.open(&key)?;
-        let (arm, armed) = mpsc::channel();
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        guard(&self.watchers)
-            .entry(key.clone())
-            .or_default()
-            .push((id, arm.clone()));
-        std::thread::Builder::new()
-            .name("tenure-sqlite-watch".into())
-            .spawn(move || wait_for_releases(file, &armed, &notices))
-            .map_err(|err| Error::internal(format!("cannot start a lock watcher: {err}")))?;
+        let mut watchers = guard(&self.watchers);
+        if let Some(watcher) = watchers.get(&key) {
+            guard(&watcher.followers).push((id, notices));
+        } else {
+            let file = self.open(&key)?;
+            let (arm, armed) = mpsc::channel();
+            let followers: Followers = Arc::new(Mutex::new(vec![(id, notices)]));
+            let woken = Arc::clone(&followers);
+            std::thread::Builder::new()
+                .name("tenure-sqlite-watch".into())
+                .spawn(move || wait_for_releases(file, &armed, &woken))
+                .map_err(|err| Error::internal(format!("cannot start a lock watcher: {err}")))?;
+            self.started
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            watchers.insert(key.clone(), Watcher { arm, followers });
+        }
         Ok(Watching {
             locks: Arc::downgrade(self),
             key,
             id,
-            arm,
         })
     }
 }
@@ -335,20 +345,20 @@ fn inode(file: &File) -> Option<i64> {
     (inode != 0).then_some(inode)
 }
 
-/// A follower's watcher: waits (in its own thread: a blocked `flock` cannot
-/// be cancelled, and must not hold up the runtime's shutdown) for the lock
-/// each time it is armed, and announces each release.
-fn wait_for_releases(file: File, armed: &mpsc::Receiver<Arm>, notices: &watch::Sender<Notices>) {
+/// An election's watcher: waits (in its own thread: a blocked `flock`
+/// cannot be cancelled, and must not hold up the runtime's shutdown) for
+/// the lock each time it is armed, and announces each release to every
+/// follower. It ends with the store (its arming channel closes).
+fn wait_for_releases(file: File, armed: &mpsc::Receiver<()>, followers: &Followers) {
     loop {
-        match armed.recv() {
-            Ok(Arm::Wait) => {}
-            Ok(Arm::Stop) | Err(_) => return,
+        if armed.recv().is_err() {
+            return;
         }
         // Arms sent meanwhile are all answered by this one wait.
         loop {
             match armed.try_recv() {
-                Ok(Arm::Wait) => {}
-                Ok(Arm::Stop) | Err(mpsc::TryRecvError::Disconnected) => return,
+                Ok(()) => {}
+                Err(mpsc::TryRecvError::Disconnected) => return,
                 Err(mpsc::TryRecvError::Empty) => break,
             }
         }
@@ -365,28 +375,25 @@ fn wait_for_releases(file: File, armed: &mpsc::Receiver<Arm>, notices: &watch::S
         if flock(&file, FlockOperation::Unlock).is_err() {
             return;
         }
-        if notices.is_closed() {
-            return;
+        for (_, notices) in guard(followers).iter() {
+            notices.send_modify(|n| n.released += 1);
         }
-        notices.send_modify(|n| n.released += 1);
     }
 }
 
-/// Keeps a watcher going; dropping it stops the watcher (at once if it is
-/// idle, else as soon as the lock it waits for is let go).
+/// Keeps a follower on its election's watcher; dropping it takes the
+/// follower off (the watcher stays, for the next follower).
 pub(super) struct Watching {
     locks: std::sync::Weak<Locks>,
     key: Key,
     id: u64,
-    arm: mpsc::Sender<Arm>,
 }
 
 impl Drop for Watching {
     fn drop(&mut self) {
-        let _ = self.arm.send(Arm::Stop);
         if let Some(locks) = self.locks.upgrade() {
-            if let Some(watchers) = guard(&locks.watchers).get_mut(&self.key) {
-                watchers.retain(|(id, _)| *id != self.id);
+            if let Some(watcher) = guard(&locks.watchers).get(&self.key) {
+                guard(&watcher.followers).retain(|(id, _)| *id != self.id);
             }
         }
     }
@@ -395,6 +402,45 @@ impl Drop for Watching {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Followers that come and go while a holder keeps its lock (an
+    /// election built per request, say) share one watcher thread, and the
+    /// one still there hears the release.
+    #[test]
+    fn followers_of_one_election_share_one_watcher() {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-unit-locks-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let locks = Arc::new(Locks::beside("sqlite://test", &dir.join("t.db")).expect("locks"));
+        let key: Key = ("p".into(), "e".into());
+        let holder = locks.file_of(&key);
+        flock(&holder, FlockOperation::NonBlockingLockExclusive).expect("the holder's lock");
+        for _ in 0..30 {
+            let (sender, _notices) = watch::channel(Notices::default());
+            let watching = locks.watch(key.clone(), sender).expect("a follower");
+            locks.arm(&key);
+            drop(watching);
+        }
+        let (sender, notices) = watch::channel(Notices::default());
+        let _watching = locks.watch(key.clone(), sender).expect("the last follower");
+        let started = locks.started.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(started, 1, "one watcher thread");
+        assert!(locks.watched(&key));
+        locks.arm(&key);
+        drop(holder);
+        let limit = std::time::Instant::now() + Duration::from_secs(30);
+        while notices.borrow().released == 0 {
+            assert!(
+                std::time::Instant::now() < limit,
+                "the release was never heard"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn lock_file_names_never_collide_or_leave_the_directory() {
