@@ -140,6 +140,16 @@ impl crate::ElectionBuilder {
         self
     }
 
+    /// **Unsafe; for failing-mode tests only.** On SQLite, a file that
+    /// went back to an older copy (restored in place, or an older file put
+    /// in its place) grants new terms at once, while the holders of the
+    /// leases it lost still lead (tenure's SQLite backend before it kept a
+    /// mark beside the file).
+    pub fn unsafe_sqlite_ignore_rollback(mut self, on: bool) -> Self {
+        self.settings.bugs.store.sqlite.ignore_rollback = on;
+        self
+    }
+
     /// Seed the small random delay (jitter) a candidate adds before
     /// retrying, so that a run under tokio's paused clock replays exactly
     /// (tenure-sim). Without it the jitter comes from the thread's RNG.

@@ -69,7 +69,7 @@ use crate::term::Holder;
 use crate::{Error, Result};
 pub(crate) use address::{validate_name, Address};
 pub(crate) use op::{Hints, Notices, Op, Reply, RENEW_MANY};
-pub(crate) use options::{Connect, EtcdBugs, Needs, StoreBugs, TlsFiles};
+pub(crate) use options::{Connect, EtcdBugs, Needs, SqliteBugs, StoreBugs, TlsFiles};
 
 /// A store: where any number of elections keep their leases. Cheap to
 /// clone: clones share the connections.
@@ -272,7 +272,9 @@ async fn connect_sqlite(spec: &Connect) -> Result<Store> {
             spec.url
         )));
     }
-    let store = Arc::new(sqlite::SqliteStore::connect(&spec.url, spec.call_timeout).await?);
+    let store = Arc::new(
+        sqlite::SqliteStore::connect(&spec.url, spec.call_timeout, spec.bugs.sqlite).await?,
+    );
     let weak = Arc::downgrade(&store);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));

@@ -23,6 +23,7 @@ pub(crate) struct Connect {
 pub(crate) struct StoreBugs {
     pub etcd: EtcdBugs,
     pub zk: ZkBugs,
+    pub sqlite: SqliteBugs,
     /// Sentinel: only the first sentinel of the URL is listened to and
     /// asked for the primary (issue 22).
     pub first_sentinel_only: bool,
@@ -78,6 +79,17 @@ pub(crate) struct ZkBugs {
     /// clock: a restore from an older copy of the data issues earlier
     /// tokens again.
     pub tokens_without_clock: bool,
+}
+
+/// Fixed bugs of the SQLite backend that a hidden, **unsafe** builder
+/// switch turns back on (`unsafe_sqlite_ignore_rollback`), so that
+/// tenure-chaos's failing-mode tests can show its checker catches them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SqliteBugs {
+    /// A file that went back to an older copy grants new terms at once,
+    /// while the holders of the leases it lost still lead.
+    #[cfg_attr(not(all(feature = "sqlite", target_os = "linux")), allow(dead_code))]
+    pub ignore_rollback: bool,
 }
 
 /// Fixed bugs of the etcd backend that hidden, **unsafe** builder switches

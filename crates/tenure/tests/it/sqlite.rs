@@ -211,16 +211,27 @@ async fn tokens_keep_rising_after_the_file_is_restored_from_an_older_copy() {
     let a = Target::Url(file.url()).election("restore", "a", TTL).await;
     let first = campaign(&a).await;
     first.resign().await.expect("resign");
-    raw(&file)
-        .execute("VACUUM INTO ?1", [copy.to_string_lossy()])
-        .expect("a copy");
+    copy_of(&file, &copy);
     let second = campaign(&a).await;
     second.resign().await.expect("resign");
     assert!(second.token() > first.token());
-    // The operator restores the older copy's rows over the live file's.
-    let live = raw(&file);
+    restore_in_place(&file, &copy);
+    let third = campaign(&a).await;
+    assert!(
+        third.token() > second.token(),
+        "{} after {}",
+        third.token(),
+        second.token()
+    );
+}
+
+/// The operator restores the older copy's rows over the live file's, in
+/// one transaction, as a restore through SQLite would.
+fn restore_in_place(file: &SqliteFile, copy: &std::path::Path) {
+    let live = raw(file);
     live.execute("ATTACH ?1 AS old", [copy.to_string_lossy()])
         .expect("attach");
+    let mut script = String::from("BEGIN IMMEDIATE;");
     for table in [
         "tenure_meta",
         "tenure_leases",
@@ -229,19 +240,69 @@ async fn tokens_keep_rising_after_the_file_is_restored_from_an_older_copy() {
         "tenure_members",
         "tenure_runs",
     ] {
-        live.execute_batch(&format!(
+        script.push_str(&format!(
             "DELETE FROM main.{table}; INSERT INTO main.{table} SELECT * FROM old.{table};"
-        ))
-        .expect("restore");
+        ));
     }
-    drop(live);
-    let third = campaign(&a).await;
+    script.push_str("COMMIT;");
+    live.execute_batch(&script).expect("restore");
+}
+
+/// A copy of the file as it is now (`VACUUM INTO`), at `copy`.
+fn copy_of(file: &SqliteFile, copy: &std::path::Path) {
+    raw(file)
+        .execute("VACUUM INTO ?1", [copy.to_string_lossy()])
+        .expect("a copy");
+}
+
+/// `a` leads election `name`; the file is rolled back to a copy taken
+/// before a's term began, by `roll_back`; b, campaigning all along, must
+/// not begin its term before a's last deadline.
+async fn rolled_back_under_its_leader(
+    name: &str,
+    roll_back: impl FnOnce(&SqliteFile, &std::path::Path),
+) {
+    let file = support::sqlite();
+    let copy = file.dir().join("older.db");
+    let target = Target::Url(file.url());
+    let a = target.election(name, "a", TTL).await;
+    let b = target.election(name, "b", TTL).await;
+    // A copy of the file before anyone led.
+    copy_of(&file, &copy);
+    let term = campaign(&a).await;
+    support::topo::renewed(&term).await;
+    let follower = tokio::spawn(async move { campaign(&b).await });
+    tokio::task::yield_now().await;
+    roll_back(&file, &copy);
+    let reason = timeout(HANG, term.lost()).await.expect("a's term ends");
+    let last_deadline = term.deadline();
+    let next = timeout(HANG, follower)
+        .await
+        .expect("b leads")
+        .expect("no panic");
+    let b_began = next.deadline() - TTL;
     assert!(
-        third.token() > second.token(),
-        "{} after {}",
-        third.token(),
-        second.token()
+        b_began >= last_deadline,
+        "b began {:?} before a's deadline (a lost: {reason:?})",
+        last_deadline - b_began
     );
+    assert!(next.token() > term.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_in_place_from_an_older_copy_gives_no_second_leader() {
+    rolled_back_under_its_leader("restored", restore_in_place).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_copy_put_in_the_file_s_place_gives_no_second_leader() {
+    rolled_back_under_its_leader("replaced", |file, copy| {
+        for suffix in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(file.dir().join(format!("tenure.db{suffix}")));
+        }
+        std::fs::rename(copy, file.dir().join("tenure.db")).expect("the copy replaces the file");
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

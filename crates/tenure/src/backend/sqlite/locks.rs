@@ -139,6 +139,11 @@ impl Locks {
         })
     }
 
+    /// The lock directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn open(&self, key: &Key) -> Result<File> {
         let path = self.dir.join(file_name(key));
         std::fs::OpenOptions::new()

@@ -19,6 +19,7 @@
 
 mod clock;
 mod file;
+mod horizon;
 mod locks;
 mod ops;
 
@@ -34,6 +35,7 @@ use super::Address;
 use crate::machine::{AcquireReply, AcquireRequest};
 use crate::{Error, Result};
 use clock::Now;
+use horizon::Horizon;
 use locks::{Locks, Taken};
 
 /// The connection, and the file it is to: (device, inode), see
@@ -51,11 +53,18 @@ pub(crate) struct SqliteStore {
     boot: String,
     conn: Arc<Mutex<Open>>,
     locks: Arc<Locks>,
+    /// The mark that shows the file went back (see `horizon.rs`).
+    horizon: Horizon,
+    bugs: crate::backend::SqliteBugs,
 }
 
 impl SqliteStore {
     /// Open (or create) the file `url` names, checked for leases.
-    pub async fn connect(url: &str, call_timeout: Duration) -> Result<SqliteStore> {
+    pub async fn connect(
+        url: &str,
+        call_timeout: Duration,
+        bugs: crate::backend::SqliteBugs,
+    ) -> Result<SqliteStore> {
         let url = url.to_string();
         tokio::task::spawn_blocking(move || {
             let path = file::path_of(&url)?;
@@ -69,6 +78,7 @@ impl SqliteStore {
                 detail: format!("cannot resolve {}: {err}", path.display()),
             })?;
             let locks = Arc::new(Locks::beside(&url, &path)?);
+            let horizon = Horizon::within(locks.dir());
             let identity = file::identity(&path).ok_or_else(|| Error::Unreachable {
                 url: url.clone(),
                 detail: format!("{} vanished as it was opened", path.display()),
@@ -80,6 +90,8 @@ impl SqliteStore {
                 boot,
                 conn: Arc::new(Mutex::new(Open { conn, identity })),
                 locks,
+                horizon,
+                bugs,
             })
         })
         .await
@@ -177,13 +189,26 @@ impl SqliteStore {
         let tx = open
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let mark = self.horizon.read()?;
         let now = Now::read(&self.boot)?;
+        let generation = ops::count(&tx, mark.as_ref(), &now, self.bugs.ignore_rollback)?;
         let mut replies = Vec::with_capacity(ops.len());
         for (op, taken) in ops.iter().zip(&taken) {
             replies.push(ops::apply(&tx, op, &now, taken.as_ref().map(Taken::inode))?);
         }
         tx.commit()?;
         drop(open);
+        // The latest expiry this batch may have given a lease.
+        let until = ops
+            .iter()
+            .filter_map(lease_ttl)
+            .max()
+            .map(|ttl| now.plus(ttl));
+        if let Err(err) = self.horizon.raise(&now.boot, generation, until) {
+            // Committed all the same: a mark left behind only hides the
+            // next rollback (see `horizon.rs`).
+            tracing::warn!(url = %self.url, error = %err, "cannot raise the SQLite file's mark");
+        }
         for ((op, (reply, seen)), taken) in ops.iter().zip(&replies).zip(taken.iter_mut()) {
             self.after(op, reply, *seen, taken.take());
         }
@@ -260,6 +285,15 @@ impl SqliteStore {
         })
         .await
         .map_err(|err| Error::internal(format!("listing SQLite elections: {err}")))?
+    }
+}
+
+/// The ttl of the leases `op` may give or extend, if any.
+fn lease_ttl(op: &Op<'_>) -> Option<u64> {
+    match *op {
+        Op::Acquire { request, .. } => Some(request.ttl_ms),
+        Op::Renew { ttl_ms, .. } | Op::RenewMany { ttl_ms, .. } => Some(ttl_ms),
+        _ => None,
     }
 }
 
@@ -514,7 +548,11 @@ mod tests {
             .expect("a runtime");
         let store = Arc::new(
             runtime
-                .block_on(SqliteStore::connect(&url, Duration::from_secs(60)))
+                .block_on(SqliteStore::connect(
+                    &url,
+                    Duration::from_secs(60),
+                    Default::default(),
+                ))
                 .expect("the file opens"),
         );
         let at = Address::new("t", "e");

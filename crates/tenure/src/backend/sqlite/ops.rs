@@ -15,6 +15,7 @@ use std::time::Duration;
 use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::clock::Now;
+use super::horizon::Mark;
 use crate::backend::op::{Op, Reply};
 use crate::backend::Address;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
@@ -182,7 +183,7 @@ fn acquire(
         // Its holder let go of the lock: it stopped leading, or died.
         dead_holder = Some(lease.token);
     }
-    if let Some(wait) = born_hold_off(tx, request, now)? {
+    if let Some(wait) = hold_off(tx, request, now)? {
         return Ok((AcquireReply::HoldOff { wait }, false));
     }
     let witnessed: Option<(u64, String, i64, i64)> = tx
@@ -278,32 +279,90 @@ fn current_tokens(tx: &Transaction<'_>, at: Address<'_>) -> Result<i64> {
     Ok(largest.unwrap_or(0))
 }
 
-/// A file created less than the hold-off ago (in this boot) grants no
-/// lease yet: it may have replaced one that held leases whose holders
-/// still act (deleted and made anew, say), as a restarted Redis may.
-fn born_hold_off(
+fn meta(tx: &Transaction<'_>, key: &str) -> Result<Option<String>> {
+    Ok(tx
+        .prepare_cached("SELECT value FROM tenure_meta WHERE key = ?1")?
+        .query_row(params![key], |r| r.get(0))
+        .optional()?)
+}
+
+fn set_meta(tx: &Transaction<'_>, key: &str, value: &str) -> Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO tenure_meta (key, value) VALUES (?1, ?2) \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![key, value])?;
+    Ok(())
+}
+
+/// How long the file grants no new term, if it does not now: one created
+/// less than the hold-off ago (in this boot) may have replaced one that
+/// held leases whose holders still act (deleted and made anew, say), as a
+/// restarted Redis may; one that went back to an older copy (see
+/// [`count`]) lost leases whose holders act until the mark's expiry.
+fn hold_off(
     tx: &Transaction<'_>,
     request: &AcquireRequest<'_>,
     now: &Now,
 ) -> Result<Option<Duration>> {
-    let read = |key: &str| -> Result<Option<String>> {
-        Ok(tx
-            .query_row(
-                "SELECT value FROM tenure_meta WHERE key = ?1",
-                params![key],
-                |r| r.get(0),
-            )
-            .optional()?)
-    };
-    let (Some(boot), Some(born)) = (read("born_boot")?, read("born_ms")?) else {
-        return Ok(None);
-    };
-    let Ok(born) = born.parse::<i64>() else {
-        return Ok(None);
-    };
-    let hold_off = request.ttl_ms.max(request.hold_off_ms);
-    let until = born.saturating_add(int(hold_off));
-    Ok(now.before(&boot, until).then(|| now.until(until)))
+    let mut until: Option<i64> = None;
+    if let (Some(boot), Some(born)) = (meta(tx, "born_boot")?, meta(tx, "born_ms")?) {
+        if let Ok(born) = born.parse::<i64>() {
+            let hold_off = request.ttl_ms.max(request.hold_off_ms);
+            let born_until = born.saturating_add(int(hold_off));
+            if now.before(&boot, born_until) {
+                until = Some(born_until);
+            }
+        }
+    }
+    if let (Some(boot), Some(held)) = (meta(tx, "held_boot")?, meta(tx, "held_until")?) {
+        if let Ok(held) = held.parse::<i64>() {
+            if now.before(&boot, held) {
+                until = Some(until.unwrap_or(held).max(held));
+            }
+        }
+    }
+    Ok(until.map(|until| now.until(until)))
+}
+
+/// Count a batch in the file, against the mark kept outside it (see
+/// `horizon.rs`); the batch's generation, to raise the mark to once it
+/// committed. A file whose generation is below the mark went back to an
+/// older copy: it grants no new term until the mark's expiry, the latest
+/// any lease of it was given, has passed (unless `ignore`, the unsafe
+/// switch of a failing-mode test).
+pub(super) fn count(
+    tx: &Transaction<'_>,
+    mark: Option<&Mark>,
+    now: &Now,
+    ignore: bool,
+) -> Result<i64> {
+    let generation = meta(tx, "generation")?
+        .and_then(|g| g.parse::<i64>().ok())
+        .unwrap_or(0);
+    let marked = mark.map_or(0, |m| m.generation);
+    if let Some(mark) = mark.filter(|m| generation < m.generation && !ignore) {
+        if now.before(&mark.boot, mark.until) {
+            tracing::warn!(
+                generation,
+                mark = mark.generation,
+                wait_ms = now.until(mark.until).as_millis() as u64,
+                "the SQLite file went back to an older copy; no new term until every lease it \
+                 lost has expired"
+            );
+            let held = match (meta(tx, "held_boot")?, meta(tx, "held_until")?) {
+                (Some(boot), Some(held)) if boot == now.boot => {
+                    held.parse::<i64>().unwrap_or(0).max(mark.until)
+                }
+                _ => mark.until,
+            };
+            set_meta(tx, "held_boot", &now.boot)?;
+            set_meta(tx, "held_until", &held.to_string())?;
+        }
+    }
+    let next = generation.max(marked).saturating_add(1);
+    set_meta(tx, "generation", &next.to_string())?;
+    Ok(next)
 }
 
 /// Set the witness of term (`id`, `token`): it outlives a lease deleted

@@ -1,0 +1,185 @@
+//! Rollback detection: a high-water mark kept beside the database.
+//!
+//! A file restored from an older copy (rows rolled back in place, or an
+//! older file put in the path's place) has lost the leases granted since
+//! the copy, while their holders still lead: a candidate would find the
+//! election free and lead beside them. The file cannot tell by itself that
+//! it went back, so every batch counts itself in it (`generation` in
+//! `tenure_meta`, see `ops.rs`) and, once committed, raises a mark kept
+//! outside it, in the lock directory (`FILE.locks/horizon`): the largest
+//! generation committed, and the latest expiry any lease was given (on
+//! the boot clock of the boot named beside it). A batch that finds the
+//! file's generation below the mark knows the file went back, and the file
+//! grants no new term until that expiry has passed: every holder of a
+//! lease it lost has surely stopped by then. A restore of the lock
+//! directory along with the file takes the mark back too, and is not
+//! detected (the book says so).
+//!
+//! The mark is written after the commit, so it never runs ahead of what
+//! the file holds: a process that dies in between leaves it behind, which
+//! only makes the next rollback harder to see, never a false alarm.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{flock, FlockOperation};
+
+use crate::{Error, Result};
+
+/// What the mark says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Mark {
+    /// The boot of `until`.
+    pub boot: String,
+    /// The largest generation a batch committed.
+    pub generation: i64,
+    /// The latest expiry any lease was given, on `boot`'s boot clock (ms).
+    pub until: i64,
+}
+
+impl Mark {
+    fn parse(text: &str) -> Option<Mark> {
+        let mut words = text.split_whitespace();
+        let boot = words.next()?.to_string();
+        let generation = words.next()?.parse().ok()?;
+        let until = words.next()?.parse().ok()?;
+        Some(Mark {
+            boot,
+            generation,
+            until,
+        })
+    }
+
+    fn text(&self) -> String {
+        format!("{} {} {}\n", self.boot, self.generation, self.until)
+    }
+
+    /// This mark raised by a batch of generation `generation` at boot
+    /// `boot` whose leases run until `until` (if it wrote any).
+    fn raised(self, boot: &str, generation: i64, until: Option<i64>) -> Mark {
+        let generation = self.generation.max(generation);
+        match until {
+            // A mark of an earlier boot covers no live lease.
+            Some(until) if self.boot != boot => Mark {
+                boot: boot.to_string(),
+                generation,
+                until,
+            },
+            Some(until) => Mark {
+                until: self.until.max(until),
+                generation,
+                boot: self.boot,
+            },
+            None => Mark { generation, ..self },
+        }
+    }
+}
+
+/// The mark of one database file.
+pub(super) struct Horizon {
+    path: PathBuf,
+}
+
+impl Horizon {
+    /// The mark in the lock directory `dir`.
+    pub fn within(dir: &Path) -> Horizon {
+        Horizon {
+            path: dir.join("horizon"),
+        }
+    }
+
+    /// Opened anew each time, so a lock directory deleted and made again
+    /// is followed.
+    fn open(&self) -> Result<File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&self.path)
+            .map_err(|err| self.failed("open", &err))
+    }
+
+    fn failed(&self, what: &str, err: &dyn std::fmt::Display) -> Error {
+        Error::Sqlite {
+            detail: format!("cannot {what} {}: {err}", self.path.display()),
+        }
+    }
+
+    fn read_locked(&self, file: &mut File) -> Result<Option<Mark>> {
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .map_err(|err| self.failed("read", &err))?;
+        // Empty when new; anything else unreadable is no mark at all, and
+        // is written over by the next batch.
+        Ok(Mark::parse(&text))
+    }
+
+    /// The mark now (none if there is none yet).
+    pub fn read(&self) -> Result<Option<Mark>> {
+        let mut file = self.open()?;
+        flock(&file, FlockOperation::LockShared).map_err(|err| self.failed("lock", &err))?;
+        self.read_locked(&mut file)
+    }
+
+    /// Raise the mark to a committed batch's `generation`, and to `until`
+    /// if it gave leases.
+    pub fn raise(&self, boot: &str, generation: i64, until: Option<i64>) -> Result<()> {
+        let mut file = self.open()?;
+        flock(&file, FlockOperation::LockExclusive).map_err(|err| self.failed("lock", &err))?;
+        let mark = match self.read_locked(&mut file)? {
+            Some(mark) => mark.raised(boot, generation, until),
+            None => Mark {
+                boot: boot.to_string(),
+                generation,
+                until: until.unwrap_or(0),
+            },
+        };
+        let text = mark.text();
+        file.set_len(0)
+            .and_then(|()| file.write_all_at(text.as_bytes(), 0))
+            .map_err(|err| self.failed("write", &err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_only_rises_within_a_boot_and_starts_again_in_a_new_one() {
+        let mark = Mark {
+            boot: "b1".into(),
+            generation: 7,
+            until: 5_000,
+        };
+        assert_eq!(Mark::parse(&mark.text()), Some(mark.clone()));
+        let later = mark.clone().raised("b1", 8, Some(4_000));
+        assert_eq!((later.generation, later.until), (8, 5_000));
+        let same = mark.clone().raised("b1", 3, None);
+        assert_eq!((same.generation, same.until), (7, 5_000));
+        let rebooted = mark.raised("b2", 9, Some(100));
+        assert_eq!(rebooted.boot, "b2");
+        assert_eq!((rebooted.generation, rebooted.until), (9, 100));
+        assert_eq!(Mark::parse("garbage"), None);
+    }
+
+    #[test]
+    fn the_mark_is_kept_in_its_file() {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-horizon-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let horizon = Horizon::within(&dir);
+        assert_eq!(horizon.read().ok().flatten(), None);
+        horizon.raise("b", 2, Some(900)).expect("raised");
+        horizon.raise("b", 1, None).expect("raised");
+        let mark = horizon.read().ok().flatten().expect("a mark");
+        assert_eq!((mark.generation, mark.until), (2, 900));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
