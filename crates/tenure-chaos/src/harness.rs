@@ -229,6 +229,7 @@ use redis_process::{RedisCluster, RedisServer, SentinelGroup};
 use zk_process::ZkEnsemble;
 
 use crate::consensus::{self, lock, Members, Shared, Whom};
+use crate::embedded::SqliteFile;
 use crate::outage::{blocking, Outage, TOPOLOGY_WAIT};
 
 use crate::instance::ELECTION;
@@ -240,7 +241,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 36] = [
+pub const FAULT_KINDS: [&str; 38] = [
     "kill",
     "pause",
     "restart",
@@ -277,6 +278,8 @@ pub const FAULT_KINDS: [&str; 36] = [
     "zk-kill-leader",
     "zk-pause-member",
     "zk-restart-all",
+    "sqlite-lock",
+    "sqlite-delete-file",
 ];
 
 /// Kinds that need a fault-injecting proxy per instance, which only the
@@ -325,9 +328,13 @@ pub const ZK_ONLY: [&str; 4] = [
     "zk-restart-all",
 ];
 
-/// Kinds of a consensus store's operator that need etcd or ZooKeeper: a
-/// restore of every member from an older backup.
-pub const CONSENSUS_ONLY: [&str; 1] = ["restore-snapshot"];
+/// Kinds that need `--topology sqlite` (see `embedded.rs`).
+pub const SQLITE_ONLY: [&str; 2] = ["sqlite-lock", "sqlite-delete-file"];
+
+/// Kinds of an operator's restore from an older copy, which etcd,
+/// ZooKeeper and SQLite have: every member of etcd or ZooKeeper restored
+/// from a backup, or the SQLite file from a copy.
+pub const RESTORES: [&str; 1] = ["restore-snapshot"];
 
 /// Kinds of an operator acting on the lease by hand that need etcd:
 /// `revoke-lease` revokes the etcd lease the election's key hangs on.
@@ -349,15 +356,19 @@ pub enum Topology {
     /// Three ZooKeeper members, behind three fault-injecting proxies per
     /// instance (`zk://`).
     Zk,
+    /// One SQLite file that every instance opens (`sqlite://`; see
+    /// `embedded.rs`).
+    Sqlite,
 }
 
 impl Topology {
-    const ALL: [Topology; 5] = [
+    const ALL: [Topology; 6] = [
         Topology::Single,
         Topology::Sentinel,
         Topology::Cluster,
         Topology::Etcd,
         Topology::Zk,
+        Topology::Sqlite,
     ];
 
     /// Whether `kind` can be injected in this topology.
@@ -374,7 +385,8 @@ impl Topology {
             && only(&ETCD_ONLY, &[Etcd])
             && only(&ETCD_LEASES, &[Etcd])
             && only(&ZK_ONLY, &[Zk])
-            && only(&CONSENSUS_ONLY, &[Etcd, Zk])
+            && only(&SQLITE_ONLY, &[Sqlite])
+            && only(&RESTORES, &[Etcd, Zk, Sqlite])
     }
 
     /// Why `kind` is not injected in this topology, when that is a choice
@@ -384,8 +396,29 @@ impl Topology {
         match self {
             Topology::Etcd => Self::why_not_etcd(kind),
             Topology::Zk => Self::why_not_zk(kind),
+            Topology::Sqlite => Self::why_not_sqlite(kind),
             _ => None,
         }
+    }
+
+    fn why_not_sqlite(kind: &str) -> Option<&'static str> {
+        Some(match kind {
+            "cut" | "drop" | "delay" | "cut-delete-lease" | "mixed-ttl" => {
+                "its instances open a file on their own host, with no network link to cut"
+            }
+            "restart" => {
+                "there is no server to restart (sqlite-delete-file loses the file's data instead)"
+            }
+            "rollback" => {
+                "restore-snapshot puts an older copy of the file back, in place or as a new file"
+            }
+            "stall" => "CLIENT PAUSE is a Redis command (sqlite-lock holds the file's write lock)",
+            "forged" => {
+                "its hand-over is the OS lock of the term's holder, which no other process can let go"
+            }
+            "revoke-lease" => "it has no etcd lease (delete-lease deletes the lease row)",
+            _ => return None,
+        })
     }
 
     fn why_not_zk(kind: &str) -> Option<&'static str> {
@@ -453,6 +486,7 @@ impl Topology {
             Topology::Cluster => "cluster",
             Topology::Etcd => "etcd",
             Topology::Zk => "zk",
+            Topology::Sqlite => "sqlite",
         }
     }
 
@@ -663,6 +697,7 @@ enum Store {
     Etcd(Shared<EtcdCluster>),
     /// As etcd's.
     Zk(Shared<ZkEnsemble>),
+    Sqlite(SqliteFile),
 }
 
 impl Store {
@@ -674,6 +709,7 @@ impl Store {
             Store::Cluster(_) => Topology::Cluster,
             Store::Etcd(_) => Topology::Etcd,
             Store::Zk(_) => Topology::Zk,
+            Store::Sqlite(_) => Topology::Sqlite,
         };
         topology
             .refusal(kind)
@@ -722,6 +758,7 @@ impl Store {
                 })
                 .await?,
             ))),
+            Topology::Sqlite => Store::Sqlite(SqliteFile::create(&config.out)?),
         })
     }
 
@@ -733,6 +770,7 @@ impl Store {
             Store::Cluster(cluster) => cluster.url(),
             Store::Etcd(cluster) => lock(cluster).url(),
             Store::Zk(ensemble) => lock(ensemble).url(),
+            Store::Sqlite(file) => file.url(),
         }
     }
 
@@ -744,7 +782,7 @@ impl Store {
             Store::Single { redis, .. } => vec![redis.port()],
             Store::Etcd(cluster) => consensus::client_ports(cluster),
             Store::Zk(ensemble) => consensus::client_ports(ensemble),
-            Store::Sentinel(_) | Store::Cluster(_) => Vec::new(),
+            Store::Sentinel(_) | Store::Cluster(_) | Store::Sqlite(_) => Vec::new(),
         }
     }
 
@@ -761,6 +799,7 @@ impl Store {
             Store::Cluster(cluster) => cluster.nodes().iter().map(|node| node.pid()).collect(),
             Store::Etcd(cluster) => consensus::pids(cluster),
             Store::Zk(ensemble) => consensus::pids(ensemble),
+            Store::Sqlite(_) => Vec::new(),
         };
         pids.into_iter().flatten().map(|pid| pid as i32).collect()
     }
@@ -770,7 +809,7 @@ impl Store {
     /// or every etcd member runs and follows one leader ([`etcd_whole`]).
     async fn settle(&self) -> Result<(), String> {
         match self {
-            Store::Single { .. } => Ok(()),
+            Store::Single { .. } | Store::Sqlite(_) => Ok(()),
             Store::Sentinel(group) => {
                 let group = group.clone();
                 blocking("the Sentinel group is ready", move || {
@@ -1332,10 +1371,10 @@ impl Harness {
     /// The slot whose instance leads now, read from the store directly.
     async fn leader_slot(&mut self) -> Option<usize> {
         let url = self.store.url();
-        let leader = if let Store::Etcd(_) | Store::Zk(_) = self.store {
+        let leader = if let Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) = self.store {
             // One client for the whole run (etcd's and ZooKeeper's
-            // clients reconnect by themselves), dropped after an error all
-            // the same.
+            // clients reconnect by themselves, a SQLite file is reopened
+            // when replaced), dropped after an error all the same.
             let client = match self.client.take() {
                 Some(client) => client,
                 None => tenure::Store::open(url)
@@ -1506,8 +1545,26 @@ impl Harness {
             ("delete-lease" | "cut-delete-lease" | "revoke-lease", Some(i)) => {
                 self.lease_by_hand_and_newcomer(&aim, i, hold).await?;
             }
+            ("restore-snapshot", _) if matches!(self.store, Store::Sqlite(_)) => {
+                self.restore_sqlite(hold).await?;
+            }
             ("restore-snapshot", _) => {
                 self.restore_snapshot(hold).await?;
+            }
+            ("sqlite-lock", _) => {
+                let Store::Sqlite(file) = &self.store else {
+                    return Err(self.store.refusal(kind));
+                };
+                self.log.record(&aim.event(aim.until, Some(true)));
+                file.hold_lock(hold).await?;
+            }
+            ("sqlite-delete-file", _) => {
+                let Store::Sqlite(file) = &self.store else {
+                    return Err(self.store.refusal(kind));
+                };
+                self.log.record(&aim.event(aim.until, Some(true)));
+                file.delete()?;
+                self.newcomer(self.config.ttl, hold).await?;
             }
             (store, _)
                 if SENTINEL_ONLY.contains(&store)
@@ -1681,24 +1738,76 @@ impl Harness {
             self.set_link(i, Mode::Pass);
         }
         by_hand?;
-        self.twins += 1;
-        let newcomer = format!("new#{}", self.twins);
-        let ttl = self.slots[i].ttl;
-        let url = self.instance_url(&self.twin_links, 0);
-        let mut launched = self.launch(&newcomer, None, ttl, &url);
-        if let Ok(child) = &mut launched {
-            tokio::time::sleep(hold).await;
-            let how = stop_child(child, Duration::from_secs(10)).await;
-            self.log.record(&Event::Exit {
-                inst: newcomer,
-                t: now_ns(),
-                how,
-            });
-        }
+        let launched = self.newcomer(self.slots[i].ttl, hold).await;
         if cut {
             self.set_link(i, Mode::Pass);
         }
-        launched.map(|_| ())
+        launched
+    }
+
+    /// A new instance (a process of a deploy) that campaigns at once with
+    /// lease `ttl`, for the hold.
+    async fn newcomer(&mut self, ttl: Duration, hold: Duration) -> Result<(), String> {
+        self.twins += 1;
+        let newcomer = format!("new#{}", self.twins);
+        let url = self.instance_url(&self.twin_links, 0);
+        let mut child = self.launch(&newcomer, None, ttl, &url)?;
+        tokio::time::sleep(hold).await;
+        let how = stop_child(&mut child, Duration::from_secs(10)).await;
+        self.log.record(&Event::Exit {
+            inst: newcomer,
+            t: now_ns(),
+            how,
+        });
+        Ok(())
+    }
+
+    /// `restore-snapshot` on SQLite (see `embedded.rs`): a copy, a
+    /// hand-over, the hold, the copy put back and a newcomer. One store
+    /// outage from the copy until the newcomer's hold is over.
+    async fn restore_sqlite(&mut self, hold: Duration) -> Result<(), String> {
+        let in_place = self.rng.random_bool(0.5);
+        let t = now_ns();
+        let Store::Sqlite(file) = &self.store else {
+            return Err(self.store.refusal("restore-snapshot"));
+        };
+        let copy = file.copy().await?;
+        self.hand_over().await;
+        tokio::time::sleep(hold).await;
+        if let Store::Sqlite(file) = &self.store {
+            file.restore(copy, in_place).await?;
+        }
+        let launched = self.newcomer(self.config.ttl, hold).await;
+        self.log.record(&Event::Fault {
+            kind: "restore-snapshot".to_string(),
+            target: String::new(),
+            t,
+            until: now_ns(),
+            store_down: Some(true),
+        });
+        launched
+    }
+
+    /// Whoever leads (once someone does, within ten ttls) hands over, and
+    /// another is elected (within ten ttls).
+    async fn hand_over(&mut self) {
+        let ttl = self.config.ttl;
+        let deadline = tokio::time::Instant::now() + ttl * 10;
+        let mut leader = self.leader_slot().await;
+        while leader.is_none() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(ttl / 10).await;
+            leader = self.leader_slot().await;
+        }
+        if let Some(i) = leader {
+            if let Some(pid) = self.slots[i].pid() {
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+            self.wait_exit(i, Duration::from_secs(10), "exit").await;
+            let deadline = tokio::time::Instant::now() + ttl * 10;
+            while self.leader_slot().await.is_none() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(ttl / 10).await;
+            }
+        }
     }
 
     /// A fault of a Sentinel group or cluster (see the module docs). The
@@ -1833,23 +1942,7 @@ impl Harness {
         let backup = consensus::back_up(members).await?;
         // Terms after the backup, whose tokens the restore must not issue
         // again: whoever leads hands over, and another is elected.
-        let ttl = self.config.ttl;
-        let deadline = tokio::time::Instant::now() + ttl * 10;
-        let mut leader = self.leader_slot().await;
-        while leader.is_none() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(ttl / 10).await;
-            leader = self.leader_slot().await;
-        }
-        if let Some(i) = leader {
-            if let Some(pid) = self.slots[i].pid() {
-                let _ = kill(pid, Signal::SIGTERM);
-            }
-            self.wait_exit(i, Duration::from_secs(10), "exit").await;
-            let deadline = tokio::time::Instant::now() + ttl * 10;
-            while self.leader_slot().await.is_none() && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(ttl / 10).await;
-            }
-        }
+        self.hand_over().await;
         tokio::time::sleep(hold).await;
         consensus::restore(members, backup).await
     }
@@ -1917,6 +2010,9 @@ impl Harness {
             let connect = lock(ensemble).connect_string();
             return zk_by_hand(&connect, self.config.witness_too).await;
         }
+        if let Store::Sqlite(file) = &self.store {
+            return file.delete_lease(self.config.witness_too).await;
+        }
         let lease = format!("{prefix}:{{{ELECTION}}}:lease");
         let url = self.primary_of(&lease).await?;
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
@@ -1955,7 +2051,9 @@ impl Harness {
                 .await?;
                 Ok(format!("redis://127.0.0.1:{port}"))
             }
-            Store::Etcd(_) | Store::Zk(_) => Err(format!("{key} is not on Redis")),
+            Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) => {
+                Err(format!("{key} is not on Redis"))
+            }
         }
     }
 
@@ -1963,7 +2061,9 @@ impl Harness {
         let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
         let command = match &self.store {
             Store::Cluster(_) => "SPUBLISH",
-            Store::Etcd(_) | Store::Zk(_) => return Err(self.store.refusal("forged")),
+            Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) => {
+                return Err(self.store.refusal("forged"))
+            }
             _ => "PUBLISH",
         };
         let url = self.primary_of(&channel).await?;

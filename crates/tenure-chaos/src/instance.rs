@@ -86,12 +86,13 @@ pub struct Campaign {
 /// Fixed bugs of one store that `--unsafe-bug NAME` switches back on in
 /// every library-mode instance, for failing-mode tests: each is one hidden
 /// `unsafe_*` switch of [`tenure::ElectionBuilder`].
-pub const STORE_BUGS: [&str; 5] = [
+pub const STORE_BUGS: [&str; 6] = [
     "etcd-tokens-without-clock",
     "etcd-no-hedges",
     "first-sentinel-only",
     "zk-ignore-witness",
     "zk-tokens-without-clock",
+    "sqlite-ignore-rollback",
 ];
 
 /// `builder` with the store bug `name` switched back on.
@@ -102,6 +103,7 @@ fn with_store_bug(builder: tenure::ElectionBuilder, name: &str) -> tenure::Elect
         "first-sentinel-only" => builder.unsafe_first_sentinel_only(true),
         "zk-ignore-witness" => builder.unsafe_zk_ignore_witness(true),
         "zk-tokens-without-clock" => builder.unsafe_zk_tokens_without_clock(true),
+        "sqlite-ignore-rollback" => builder.unsafe_sqlite_ignore_rollback(true),
         // Refused by the harness before any instance starts.
         _ => builder,
     }

@@ -8,6 +8,7 @@
 
 mod checker;
 mod consensus;
+mod embedded;
 mod harness;
 mod instance;
 mod log;
@@ -105,7 +106,7 @@ struct RunArgs {
     /// primaries, three replicas; `redis+cluster://`), an etcd cluster
     /// (three members, three proxies per instance; `etcd://`), or a
     /// ZooKeeper ensemble (three members, three proxies per instance;
-    /// `zk://`).
+    /// `zk://`), or one SQLite file every instance opens (`sqlite://`).
     #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
     topology: harness::Topology,
     /// Sentinel: run the group with Redis's defaults (one replica,
@@ -135,7 +136,8 @@ struct RunArgs {
     /// the ttl is whole seconds, not restart, stall, rollback or forged,
     /// which are faults of Redis; zk: its own kinds, restore-snapshot
     /// and the same faults of instances and links as etcd, not
-    /// revoke-lease).
+    /// revoke-lease; sqlite: its own kinds, restore-snapshot,
+    /// delete-lease and the faults of instances, none of links).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// Unsafe: instances ignore their local deadline (the checker must object).
@@ -163,7 +165,8 @@ struct RunArgs {
     /// `hang-sentinel` gives two leaders), `zk-ignore-witness`
     /// (`delete-lease` on ZooKeeper gives two leaders),
     /// `zk-tokens-without-clock` (tokens repeat after `restore-snapshot`
-    /// on ZooKeeper).
+    /// on ZooKeeper), `sqlite-ignore-rollback` (`restore-snapshot` on
+    /// SQLite gives two leaders).
     #[arg(long = "unsafe-bug", value_name = "NAME")]
     unsafe_bugs: Vec<String>,
     /// Exit 1 also when the liveness goal is missed.

@@ -283,6 +283,43 @@ fn a_zookeeper_lease_deleted_by_hand_with_its_witness_ignored_is_reported() {
     );
 }
 
+/// A SQLite file put back to an older copy (in place, or as a file in
+/// the path's place) while a term whose lease the copy lacks leads, and a
+/// newcomer campaigning at once: with candidates that ignore the file's
+/// mark (tenure's SQLite store before it kept one), the newcomer is
+/// elected while that term's holder acts until its next renewal, and the
+/// checker must see it. The same schedule with the mark heeded is safe.
+#[test]
+fn a_sqlite_file_gone_back_with_its_mark_ignored_is_reported() {
+    let restored = Run {
+        name: "sqlite-restore",
+        seed: "5",
+        duration: "20s",
+        faults: "restore-snapshot",
+        ..PAUSES
+    };
+    let sqlite = ["--topology", "sqlite"];
+    let (code, report) = run(
+        restored,
+        &[&sqlite[..], &["--unsafe-bug", "sqlite-ignore-rollback"]].concat(),
+    );
+    assert_eq!(code, 1, "the run is judged unsafe: {report}");
+    assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
+    let (code, report) = run(
+        Run {
+            name: "sqlite-restore-safe",
+            ..restored
+        },
+        &sqlite,
+    );
+    assert_eq!(code, 0, "the run is judged safe: {report}");
+    assert_eq!(report["overlaps"], 0, "{report}");
+    assert!(
+        report["faults"]["restore-snapshot"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+}
+
 /// etcd with one follower member paused: two members answer throughout,
 /// so no term may be lost. With calls never hedged to another member (the
 /// balanced client gives some to the paused one, which holds them), terms

@@ -1,8 +1,8 @@
 //! The checker must be able to fail on a Sentinel group, on a cluster, on
-//! etcd and on ZooKeeper too: with instances that ignore their local
-//! deadline, a run under pauses of the leader is reported unsafe whatever
-//! the store's topology. Short runs on etcd and on ZooKeeper under their
-//! faults are safe. And the harness refuses fault kinds its topology cannot
+//! etcd, on ZooKeeper and on SQLite too: with instances that ignore their
+//! local deadline, a run under pauses of the leader is reported unsafe
+//! whatever the store's topology. Short runs on etcd, on ZooKeeper and on
+//! SQLite under their faults are safe. And the harness refuses fault kinds its topology cannot
 //! inject, and ttls etcd or ZooKeeper cannot keep.
 
 use std::path::PathBuf;
@@ -79,6 +79,11 @@ fn ignoring_the_local_deadline_on_zookeeper_is_reported_as_overlapping_leaders()
     no_deadline_is_unsafe("zk", "20s");
 }
 
+#[test]
+fn ignoring_the_local_deadline_on_sqlite_is_reported_as_overlapping_leaders() {
+    no_deadline_is_unsafe("sqlite", "15s");
+}
+
 /// Every fault kind of the etcd topology but `etcd-pause-member`: raft
 /// members killed (the leader half the time), every member killed and
 /// started again, compaction, links cut, dropped and slowed, instances
@@ -152,6 +157,41 @@ fn a_short_run_on_zookeeper_under_its_faults_is_safe() {
     );
 }
 
+/// Every fault kind of the sqlite topology: another writer holding the
+/// file, the file deleted under the instances, an older copy put back,
+/// the lease row deleted by hand, instances killed (their OS lock goes
+/// with them), paused (they keep it), churned, duplicated, stopped.
+#[test]
+fn a_short_run_on_sqlite_under_its_faults_is_safe() {
+    let (code, report) = run(
+        "sqlite-safe",
+        &[
+            "--store",
+            "sqlite",
+            "--seed",
+            "280",
+            "--duration",
+            "40s",
+            "--faults",
+            "kill,pause,graceful,churn,dup-id,delete-lease,restore-snapshot,sqlite-lock,\
+             sqlite-delete-file",
+        ],
+    );
+    assert_eq!(code, 0, "the run is judged safe: {report}");
+    assert_eq!(report["safe"], true, "{report}");
+    assert_eq!(report["overlaps"], 0, "{report}");
+    assert_eq!(report["stale_writes_accepted"], 0, "{report}");
+    assert_eq!(report["tokens_not_rising"], 0, "{report}");
+    assert_eq!(report["crashes"].as_array().map(Vec::len), Some(0));
+    assert_eq!(report["leaked"].as_array().map(Vec::len), Some(0));
+    assert!(report["terms"].as_u64().unwrap() > 0, "{report}");
+    let faults = report["faults"].as_object().expect("faults by kind");
+    assert!(
+        faults.keys().any(|kind| kind.starts_with("sqlite-")),
+        "the seed draws faults of the file: {report}"
+    );
+}
+
 #[test]
 fn faults_of_another_topology_are_refused_before_anything_starts() {
     for (topology, fault) in [
@@ -172,6 +212,11 @@ fn faults_of_another_topology_are_refused_before_anything_starts() {
         ("single", "zk-kill-member"),
         ("etcd", "zk-restart-all"),
         ("single", "restore-snapshot"),
+        ("sqlite", "cut"),
+        ("sqlite", "restart"),
+        ("sqlite", "forged"),
+        ("single", "sqlite-lock"),
+        ("etcd", "sqlite-delete-file"),
     ] {
         let out = std::env::temp_dir().join(format!(
             "tenure-chaos-refused-{topology}-{fault}-{}",

@@ -194,7 +194,8 @@ impl SqliteStore {
         let generation = ops::count(&tx, mark.as_ref(), &now, self.bugs.ignore_rollback)?;
         let mut replies = Vec::with_capacity(ops.len());
         for (op, taken) in ops.iter().zip(&taken) {
-            replies.push(ops::apply(&tx, op, &now, taken.as_ref().map(Taken::inode))?);
+            let lock = taken.as_ref().map(Taken::inode);
+            replies.push(ops::apply(&tx, op, &now, lock, self.bugs.ignore_rollback)?);
         }
         tx.commit()?;
         drop(open);

@@ -91,12 +91,13 @@ pub(super) fn lease(tx: &Transaction<'_>, at: Address<'_>) -> Result<Option<Leas
     Ok(row)
 }
 
-/// Carry out `op` in `tx` at `now`.
+/// Carry out `op` in `tx` at `now` (`ignore_rollback`: see [`count`]).
 pub(super) fn apply(
     tx: &Transaction<'_>,
     op: &Op<'_>,
     now: &Now,
     lock: Option<i64>,
+    ignore_rollback: bool,
 ) -> Result<(Reply, Seen)> {
     let mut seen = Seen::default();
     let reply = match *op {
@@ -107,7 +108,7 @@ pub(super) fn apply(
             join,
         } => heartbeat(tx, group, member, ttl_ms, join, now)?,
         Op::Acquire { at, request } => {
-            let (reply, held_locked) = acquire(tx, at, &request, now, lock)?;
+            let (reply, held_locked) = acquire(tx, at, &request, now, lock, ignore_rollback)?;
             seen.held_locked = held_locked;
             Reply::Acquire(reply)
         }
@@ -144,14 +145,16 @@ pub(super) fn apply(
 /// As `acquire.lua`, plus the lock: a live lease of another term is
 /// reported, unless it was written under the lock the caller now holds;
 /// a lease of this same attempt is adopted; a new file grants nothing for
-/// the hold-off; a witness of a lease that vanished holds the election
-/// until it runs out; else a new term begins.
+/// the hold-off, nor one that went back to an older copy (unless
+/// `ignore_rollback`); a witness of a lease that vanished holds the
+/// election until it runs out; else a new term begins.
 fn acquire(
     tx: &Transaction<'_>,
     at: Address<'_>,
     request: &AcquireRequest<'_>,
     now: &Now,
     lock: Option<i64>,
+    ignore_rollback: bool,
 ) -> Result<(AcquireReply, bool)> {
     // Whether a term written under lock `locked` has let go of it.
     let let_go = |locked: i64| locked != 0 && lock == Some(locked);
@@ -183,7 +186,7 @@ fn acquire(
         // Its holder let go of the lock: it stopped leading, or died.
         dead_holder = Some(lease.token);
     }
-    if let Some(wait) = hold_off(tx, request, now)? {
+    if let Some(wait) = hold_off(tx, request, now, ignore_rollback)? {
         return Ok((AcquireReply::HoldOff { wait }, false));
     }
     let witnessed: Option<(u64, String, i64, i64)> = tx
@@ -304,6 +307,7 @@ fn hold_off(
     tx: &Transaction<'_>,
     request: &AcquireRequest<'_>,
     now: &Now,
+    ignore_rollback: bool,
 ) -> Result<Option<Duration>> {
     let mut until: Option<i64> = None;
     if let (Some(boot), Some(born)) = (meta(tx, "born_boot")?, meta(tx, "born_ms")?) {
@@ -315,7 +319,11 @@ fn hold_off(
             }
         }
     }
-    if let (Some(boot), Some(held)) = (meta(tx, "held_boot")?, meta(tx, "held_until")?) {
+    if let (Some(boot), Some(held), false) = (
+        meta(tx, "held_boot")?,
+        meta(tx, "held_until")?,
+        ignore_rollback,
+    ) {
         if let Ok(held) = held.parse::<i64>() {
             if now.before(&boot, held) {
                 until = Some(until.unwrap_or(held).max(held));
