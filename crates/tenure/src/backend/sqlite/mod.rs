@@ -630,4 +630,87 @@ mod tests {
         ));
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A partition set's renewals in one batch: each term's own answer,
+    /// whether it was renewed, taken by another, or had its witness
+    /// deleted by hand (set again).
+    #[test]
+    fn many_renewals_answer_each_term() {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-unit-sqlite-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("t.db");
+        let url = format!("sqlite://{}", path.display());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let store = runtime
+            .block_on(SqliteStore::connect(
+                &url,
+                Duration::from_secs(60),
+                Default::default(),
+            ))
+            .expect("the file opens");
+        let raw = Connection::open(&path).expect("a raw connection");
+        raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
+            .expect("forget the birth");
+        let names = ["p\"0", "p\\1", "p 2"];
+        let mut tokens = Vec::new();
+        for name in names {
+            let Reply::Acquire(AcquireReply::Won { token }) =
+                one(&store, acquire(Address::new("t", name), "a", "x"))
+            else {
+                panic!("a wins {name}");
+            };
+            tokens.push(token);
+        }
+        // The second is taken over by b (its lease ended by hand first),
+        // the third's witness is deleted by hand.
+        raw.execute("DELETE FROM tenure_leases WHERE name = ?1", [names[1]])
+            .expect("delete");
+        raw.execute(
+            "UPDATE tenure_witnesses SET expires = 0 WHERE name = ?1",
+            [names[1]],
+        )
+        .expect("expire");
+        let Reply::Acquire(AcquireReply::Won { .. }) =
+            one(&store, acquire(Address::new("t", names[1]), "b", "y"))
+        else {
+            panic!("b wins");
+        };
+        raw.execute("DELETE FROM tenure_witnesses WHERE name = ?1", [names[2]])
+            .expect("delete");
+        let terms: Vec<(&str, u64)> = names.iter().copied().zip(tokens.iter().copied()).collect();
+        let Reply::RenewMany(replies) = one(
+            &store,
+            Op::RenewMany {
+                prefix: "t",
+                id: "a",
+                ttl_ms: 10_000,
+                terms: &terms,
+            },
+        ) else {
+            panic!("a reply per term");
+        };
+        let replies: Vec<RenewReply> = replies.into_iter().map(|r| r.expect("ok")).collect();
+        assert!(matches!(replies[0], RenewReply::Renewed), "{replies:?}");
+        assert!(
+            matches!(&replies[1], RenewReply::NotOwner(Some(holder)) if holder.id == "b"),
+            "{replies:?}"
+        );
+        assert!(matches!(replies[2], RenewReply::Renewed), "{replies:?}");
+        let witnessed: i64 = raw
+            .query_row(
+                "SELECT count(*) FROM tenure_witnesses WHERE name = ?1 AND owner = 'a'",
+                [names[2]],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(witnessed, 1, "the witness is set again");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

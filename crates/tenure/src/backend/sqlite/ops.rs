@@ -402,8 +402,15 @@ fn witness(
     Ok(())
 }
 
-/// Renew many terms of instance `id` at once (a partition set's), each
-/// by [`renew`]'s two statements.
+/// Renew many terms of instance `id` at once (a partition set's): two
+/// statements for the whole batch, one over the leases and one over their
+/// witnesses, each joined with the terms given as one JSON array (a
+/// statement per term cost about 8 % of a core for 10,000 partitions).
+/// The terms drive the join (`CROSS JOIN` fixes the order), so that each
+/// is looked up by the primary key: with the table outside, SQLite's
+/// planner scanned it (the set lost its terms to slow renewals).
+/// A term the first statement did not renew (lost, taken, expired) is
+/// told apart by [`renew`], one by one: rare.
 fn renew_many(
     tx: &Transaction<'_>,
     prefix: &str,
@@ -412,10 +419,60 @@ fn renew_many(
     terms: &[(&str, u64)],
     now: &Now,
 ) -> Result<Vec<Result<RenewReply>>> {
+    let expires = now.plus(ttl_ms);
+    let given: Vec<(&str, i64)> = terms.iter().map(|(n, t)| (*n, int(*t))).collect();
+    let json = serde_json::to_string(&given)
+        .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
+    let mut renewed: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    {
+        let mut update = tx.prepare_cached(
+            "UPDATE tenure_leases SET expires = ?1, ttl_ms = ?2 WHERE rowid IN \
+             (SELECT lease.rowid FROM json_each(?7) AS given CROSS JOIN tenure_leases AS lease \
+             WHERE lease.prefix = ?3 AND lease.name = given.value ->> 0 \
+             AND lease.token = given.value ->> 1 AND lease.owner = ?4 AND lease.boot = ?5 \
+             AND lease.expires > ?6) \
+             RETURNING name, locked",
+        )?;
+        let rows = update.query_map(
+            params![expires, int(ttl_ms), prefix, id, now.boot, now.ms, json],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+        )?;
+        for row in rows {
+            let (name, locked) = row?;
+            renewed.insert(name, locked);
+        }
+    }
+    let mut witnessed = std::collections::HashSet::new();
+    if !renewed.is_empty() {
+        let mut update = tx.prepare_cached(
+            "UPDATE tenure_witnesses SET expires = ?1, boot = ?2 WHERE rowid IN \
+             (SELECT witness.rowid FROM json_each(?5) AS given \
+             CROSS JOIN tenure_witnesses AS witness \
+             WHERE witness.prefix = ?3 AND witness.name = given.value ->> 0 \
+             AND witness.token = given.value ->> 1 AND witness.owner = ?4) \
+             RETURNING name",
+        )?;
+        let rows = update.query_map(params![expires, now.boot, prefix, id, json], |r| {
+            r.get::<_, String>(0)
+        })?;
+        for row in rows {
+            witnessed.insert(row?);
+        }
+    }
     let mut replies = Vec::with_capacity(terms.len());
     for (name, token) in terms {
         let at = Address::new(prefix, name);
-        replies.push(Ok(renew(tx, at, id, *token, ttl_ms, now)?));
+        let reply = match renewed.get(*name) {
+            Some(locked) => {
+                if !witnessed.contains(*name) {
+                    // A witness deleted by hand: set again.
+                    witness(tx, at, id, *token, now, expires, *locked)?;
+                }
+                RenewReply::Renewed
+            }
+            None => renew(tx, at, id, *token, ttl_ms, now)?,
+        };
+        replies.push(Ok(reply));
     }
     Ok(replies)
 }
