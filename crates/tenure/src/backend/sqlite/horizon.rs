@@ -28,6 +28,10 @@ use rustix::fs::{flock, FlockOperation};
 
 use crate::{Error, Result};
 
+/// The size of the mark's record: a boot id (36 bytes) and two numbers of
+/// at most 20 digits fit with room to spare.
+const RECORD: usize = 128;
+
 /// What the mark says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Mark {
@@ -52,8 +56,12 @@ impl Mark {
         })
     }
 
+    /// The mark as the file keeps it: padded to [`RECORD`] bytes, so that
+    /// each write overwrites the last in place (no truncation, no block
+    /// freed and allocated again on every batch).
     fn text(&self) -> String {
-        format!("{} {} {}\n", self.boot, self.generation, self.until)
+        let text = format!("{} {} {}", self.boot, self.generation, self.until);
+        format!("{text:<width$}\n", width = RECORD - 1)
     }
 
     /// This mark raised by a batch of generation `generation` at boot
@@ -137,9 +145,7 @@ impl Horizon {
                 until: until.unwrap_or(0),
             },
         };
-        let text = mark.text();
-        file.set_len(0)
-            .and_then(|()| file.write_all_at(text.as_bytes(), 0))
+        file.write_all_at(mark.text().as_bytes(), 0)
             .map_err(|err| self.failed("write", &err))
     }
 }

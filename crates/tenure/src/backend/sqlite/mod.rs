@@ -199,6 +199,12 @@ impl SqliteStore {
         }
         tx.commit()?;
         drop(open);
+        // The locks first: a resign lets go of its lock at once, so that a
+        // candidate trying it meanwhile gets it (and records it in its
+        // lease: a term won without it is not woken for by followers).
+        for ((op, (reply, seen)), taken) in ops.iter().zip(&replies).zip(taken.iter_mut()) {
+            self.after(op, reply, *seen, taken.take());
+        }
         // The latest expiry this batch may have given a lease.
         let until = ops
             .iter()
@@ -209,9 +215,6 @@ impl SqliteStore {
             // Committed all the same: a mark left behind only hides the
             // next rollback (see `horizon.rs`).
             tracing::warn!(url = %self.url, error = %err, "cannot raise the SQLite file's mark");
-        }
-        for ((op, (reply, seen)), taken) in ops.iter().zip(&replies).zip(taken.iter_mut()) {
-            self.after(op, reply, *seen, taken.take());
         }
         Ok(replies.into_iter().map(|(reply, _)| Ok(reply)).collect())
     }
