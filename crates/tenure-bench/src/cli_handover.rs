@@ -2,8 +2,10 @@
 //! operator sees it: SIGTERM to the leader's `tenure run` → the next
 //! leader's CMD running its first instruction.
 //!
-//! Two real `tenure run` processes per round on the bench's private Redis.
-//! The leader runs `sleep`; the follower's CMD is `date +%s%N`, whose first
+//! Two real `tenure run` processes per round on the bench's private Redis
+//! (or SQLite file, where the leader may also be killed: a `kill -9` of
+//! its `tenure run`, after which its guardian kills CMD and lets go of the
+//! term's lock). The leader runs `sleep`; the follower's CMD is `date +%s%N`, whose first
 //! useful instruction prints the time (CLOCK_REALTIME, the clock this
 //! process reads too). Starting `date` costs something on its own: the
 //! floor, a fork/exec of the same `date` from this process, is measured in
@@ -38,12 +40,25 @@ pub fn default_binary() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
+/// `rounds` hand-overs on `url`, each begun by SIGTERM to the leader's
+/// `tenure run`.
 pub async fn measure(tenure: &Path, url: &str, rounds: usize) -> Result<CliHandovers> {
+    measure_ending(tenure, url, rounds, Signal::SIGTERM).await
+}
+
+/// `rounds` hand-overs on `url`, each begun by `ending` (SIGTERM or
+/// SIGKILL) sent to the leader's `tenure run`.
+pub async fn measure_ending(
+    tenure: &Path,
+    url: &str,
+    rounds: usize,
+    ending: Signal,
+) -> Result<CliHandovers> {
     let store = tenure::Store::open(url)
         .connect()
         .await
         .map_err(|e| e.to_string())?;
-    let mut admin = store.redis_connection().ok_or("not a Redis store")?;
+    let mut admin = store.redis_connection();
     let mut out = CliHandovers {
         handover: Samples::default(),
         floor: Samples::default(),
@@ -60,9 +75,9 @@ pub async fn measure(tenure: &Path, url: &str, rounds: usize) -> Result<CliHando
             Stdio::piped(),
         )?;
         let stdout = follower.stdout.take().ok_or("no stdout")?;
-        wait_until_following(&mut admin, &follower).await?;
+        wait_until_following(admin.as_mut(), &follower).await?;
         let sent = now_ns();
-        signal(&leader, Signal::SIGTERM);
+        signal(&leader, ending);
         let mut line = String::new();
         let mut stdout = BufReader::new(stdout);
         let read = stdout.read_line(&mut line);
@@ -78,7 +93,8 @@ pub async fn measure(tenure: &Path, url: &str, rounds: usize) -> Result<CliHando
             .push(Duration::from_nanos(started.saturating_sub(sent) as u64));
         for (child, what) in [(&mut leader, "leader"), (&mut follower, "follower")] {
             let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-            if !matches!(status, Ok(Ok(s)) if s.success()) {
+            let killed = what == "leader" && ending == Signal::SIGKILL;
+            if !matches!(status, Ok(Ok(s)) if s.success() || killed) {
                 signal(child, Signal::SIGKILL);
                 return Err(format!(
                     "the {what}'s tenure run did not exit cleanly: {status:?}"
@@ -128,10 +144,22 @@ async fn wait_for(
 }
 
 /// Until the follower has subscribed to the election's announcements (both
-/// instances listen) and has had time to look at the lease and go idle.
-async fn wait_until_following(admin: &mut Connection, follower: &Child) -> Result<()> {
-    let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
+/// instances listen; on SQLite, until it has a lock watcher) and has had
+/// time to look at the lease and go idle.
+async fn wait_until_following(admin: Option<&mut Connection>, follower: &Child) -> Result<()> {
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    let Some(admin) = admin else {
+        let pid = follower.id().ok_or("the follower is gone")?;
+        while !has_thread(pid, WATCHER_THREAD) {
+            if tokio::time::Instant::now() > until {
+                return Err("the follower never watched the lock".into());
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        return Ok(());
+    };
+    let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
     loop {
         let reply: (String, u64) = redis::cmd("PUBSUB")
             .arg("NUMSUB")
@@ -149,6 +177,20 @@ async fn wait_until_following(admin: &mut Connection, follower: &Child) -> Resul
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(())
+}
+
+/// The name (as `/proc` shows it, 15 bytes at most) of the thread a SQLite
+/// follower waits for its election's lock in.
+const WATCHER_THREAD: &str = "tenure-sqlite-w";
+
+/// Whether process `pid` has a thread named `name`.
+fn has_thread(pid: u32, name: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.trim() == name)
+    })
 }
 
 /// A fork/exec of `date +%s%N` from here until the time it prints.

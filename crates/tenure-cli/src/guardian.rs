@@ -139,8 +139,8 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
     let (reader, writer) = channel.into_split();
     // Standby until tenure wins a term, or lets go of this guardian. The
     // term's OS lock (SQLite) may come with `start`: it is kept open until
-    // this process exits, after CMD's tree is gone, so that no follower on
-    // this host takes over while CMD may still run.
+    // CMD's tree is gone, so that no follower on this host takes over while
+    // CMD may still run, and closed then (see `watch`).
     let received = {
         let receiving = receive_start(&reader);
         tokio::pin!(receiving);
@@ -153,7 +153,7 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
             }
         }
     };
-    let Ok((read, _lock)) = received else {
+    let Ok((read, lock)) = received else {
         return NOT_STARTED;
     };
     let Some(end) = read.iter().position(|byte| *byte == b'\n') else {
@@ -179,7 +179,12 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
         Ok(started) => started,
         Err(code) => return code,
     };
-    watch(child, cgroup.as_ref(), kill_at, &mut channel, &mut ignored).await
+    let guarded = Guarded {
+        child,
+        cgroup: cgroup.as_ref(),
+        lock,
+    };
+    watch(guarded, kill_at, &mut channel, &mut ignored).await
 }
 
 /// Into the cgroup now, while the term has not begun: a move between
@@ -250,16 +255,30 @@ async fn start_cmd(
     Ok((child, cgroup))
 }
 
+/// What a guardian guards: CMD, its cgroup, and the term's OS lock
+/// (SQLite), closed as soon as CMD's tree is gone: a follower on this host
+/// waiting for the lock then starts its CMD without waiting for this
+/// process to exit.
+struct Guarded<'a> {
+    child: Child,
+    cgroup: Option<&'a Cgroup>,
+    lock: Option<std::os::fd::OwnedFd>,
+}
+
 /// Guard the running CMD until it exits (its status is the guardian's), or
 /// kill its whole job at `kill_at` (moved by each `kill-at` from tenure) or
 /// as soon as tenure is gone.
 async fn watch(
-    mut child: Child,
-    cgroup: Option<&Cgroup>,
+    guarded: Guarded<'_>,
     mut kill_at: Instant,
     channel: &mut Channel,
     ignored: &mut Ignored,
 ) -> i32 {
+    let Guarded {
+        mut child,
+        cgroup,
+        lock,
+    } = guarded;
     let me = std::process::id() as i32;
     let deadline = sleep_until(kill_at);
     tokio::pin!(deadline);
@@ -273,6 +292,7 @@ async fn watch(
                     kill_job(me, cgroup).await;
                     reap_orphans();
                 }
+                drop(lock);
                 let code = match status {
                     Ok(status) => exit_code(status),
                     Err(_) => 1,
@@ -300,6 +320,7 @@ async fn watch(
                     kill_job(me, cgroup).await;
                     let _ = child.wait().await;
                     reap_orphans();
+                    drop(lock);
                     return KILLED;
                 }
             },
