@@ -202,8 +202,19 @@ impl SqliteStore {
         // The locks first: a resign lets go of its lock at once, so that a
         // candidate trying it meanwhile gets it (and records it in its
         // lease: a term won without it is not woken for by followers).
+        let unlocked: Vec<bool> = taken.iter().map(Option::is_none).collect();
         for ((op, (reply, seen)), taken) in ops.iter().zip(&replies).zip(taken.iter_mut()) {
             self.after(op, reply, *seen, taken.take());
+        }
+        for ((op, (reply, _)), unlocked) in ops.iter().zip(&replies).zip(unlocked) {
+            if let (
+                Op::Acquire { at, request },
+                Reply::Acquire(AcquireReply::Won { token }),
+                true,
+            ) = (op, reply, unlocked)
+            {
+                self.lock_after_win(*at, request, *token);
+            }
         }
         // The latest expiry this batch may have given a lease.
         let until = ops
@@ -217,6 +228,45 @@ impl SqliteStore {
             tracing::warn!(url = %self.url, error = %err, "cannot raise the SQLite file's mark");
         }
         Ok(replies.into_iter().map(|(reply, _)| Ok(reply)).collect())
+    }
+
+    /// A term of a watched election that won without its lock (the last
+    /// holder was letting go of it as the candidate tried it, or a paused
+    /// holder keeps it): the lock is tried again now, and once taken it is
+    /// recorded in the term's lease and witness, so that followers wait
+    /// for it and a crash of this holder is seen at once. Without that, a
+    /// resign of this term would wake nobody: followers would wait for its
+    /// lease to expire. Best effort: a lock still held elsewhere, or a
+    /// failed update, leaves the term as it was (unlocked).
+    fn lock_after_win(&self, at: Address<'_>, request: &AcquireRequest<'_>, token: u64) {
+        let key = locks::key(at);
+        if !self.locks.watched(&key) {
+            return;
+        }
+        let Some(taken) = self.locks.before_acquire(&key, request.id, request.attempt) else {
+            return;
+        };
+        let inode = taken.inode();
+        let ttl = Duration::from_millis(request.ttl_ms);
+        self.locks.after_acquire(
+            &key,
+            request.id,
+            request.attempt,
+            ttl,
+            Some(token),
+            Some(taken),
+        );
+        let recorded = self.connection().and_then(|mut open| {
+            let tx = open
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            ops::record_lock(&tx, at, request.id, token, inode)?;
+            tx.commit()?;
+            Ok(())
+        });
+        if let Err(err) = recorded {
+            tracing::debug!(url = %self.url, error = %err, "a term's lock taken after its win was not recorded");
+        }
     }
 
     /// The locks' part of an operation that committed.
@@ -714,6 +764,71 @@ mod tests {
             )
             .expect("count");
         assert_eq!(witnessed, 1, "the witness is set again");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A term that won while the election's lock was still held (its last
+    /// holder letting go of it) takes the lock once it is free and records
+    /// it in its lease, so that followers wait for it; while it is held
+    /// elsewhere, the lease says the term holds none.
+    #[test]
+    fn a_term_won_without_its_lock_takes_it_once_free() {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-unit-sqlite-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("t.db");
+        let url = format!("sqlite://{}", path.display());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let store = runtime
+            .block_on(SqliteStore::connect(
+                &url,
+                Duration::from_secs(60),
+                Default::default(),
+            ))
+            .expect("the file opens");
+        let at = Address::new("t", "e");
+        let _hints = store.election(at).expect("watched");
+        let raw = Connection::open(&path).expect("a raw connection");
+        raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
+            .expect("forget the birth");
+        let key = locks::key(at);
+        let other = store.locks.file_of(&key);
+        let try_lock = |file: &std::fs::File| {
+            rustix::fs::flock(file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
+        };
+        assert!(try_lock(&other), "the lock is free");
+        let Reply::Acquire(AcquireReply::Won { token }) = one(&store, acquire(at, "a", "x")) else {
+            panic!("a wins");
+        };
+        let locked = |table: &str| -> i64 {
+            raw.query_row(
+                &format!("SELECT locked FROM {table} WHERE name = 'e'"),
+                [],
+                |r| r.get(0),
+            )
+            .expect("a row")
+        };
+        assert_eq!(locked("tenure_leases"), 0, "won without the lock");
+        drop(other);
+        let request = AcquireRequest {
+            id: "a",
+            attempt: "x",
+            ttl_ms: 10_000,
+            hold_off_ms: 10_000,
+        };
+        store.lock_after_win(at, &request, token);
+        assert_ne!(locked("tenure_leases"), 0, "the lease records the lock");
+        assert_eq!(locked("tenure_leases"), locked("tenure_witnesses"));
+        assert!(
+            !try_lock(&store.locks.file_of(&key)),
+            "the term holds its lock"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

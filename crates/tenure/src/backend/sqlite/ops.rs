@@ -373,6 +373,25 @@ pub(super) fn count(
     Ok(next)
 }
 
+/// Record that term (`id`, `token`) holds the lock file of inode `inode`
+/// (taken after it won), in its lease and witness if they are still its.
+pub(super) fn record_lock(
+    tx: &Transaction<'_>,
+    at: Address<'_>,
+    id: &str,
+    token: u64,
+    inode: i64,
+) -> Result<()> {
+    for table in ["tenure_leases", "tenure_witnesses"] {
+        tx.prepare_cached(&format!(
+            "UPDATE {table} SET locked = ?5 WHERE prefix = ?1 AND name = ?2 AND owner = ?3 \
+             AND token = ?4 AND locked = 0"
+        ))?
+        .execute(params![at.prefix, at.name, id, int(token), inode])?;
+    }
+    Ok(())
+}
+
 /// Set the witness of term (`id`, `token`): it outlives a lease deleted
 /// by hand, and only its holder's release removes it.
 fn witness(
