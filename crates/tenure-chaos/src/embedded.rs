@@ -147,7 +147,10 @@ impl SqliteFile {
             }
             script.push_str("COMMIT;");
             conn.execute_batch(&script)
-                .map_err(|e| format!("restore: {e}"))
+                .map_err(|e| format!("restore: {e}"))?;
+            drop(conn);
+            std::fs::remove_file(&copy)
+                .map_err(|e| format!("cannot remove {}: {e}", copy.display()))
         })
         .await
     }

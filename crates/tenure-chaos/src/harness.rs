@@ -6,7 +6,7 @@
 //! the store), heals it, and waits. Everything it starts it stops by PID.
 //! The schedule depends only on the seed.
 //!
-//! The election's store has one of five topologies (`--topology`, or its
+//! The election's store has one of six topologies (`--topology`, or its
 //! alias `--store`):
 //! - `single`: one redis-server, reached by every instance through its own
 //!   fault-injecting proxy, so one instance can be cut off while the others
@@ -25,7 +25,10 @@
 //!   proxies of its own, one per member, so that its `etcd://` URL names
 //!   three proxied endpoints and cutting the instance off cuts all three;
 //! - `zk`: a private three-member [`ZkEnsemble`] (tick 100 ms), reached
-//!   through three proxies per instance as etcd is (`zk://`).
+//!   through three proxies per instance as etcd is (`zk://`);
+//! - `sqlite`: one SQLite file in the run's directory that every instance
+//!   opens (`sqlite://`), with no proxies (see `embedded.rs` for its
+//!   faults).
 //!
 //! With Sentinel or a Cluster the instances connect to the nodes that the
 //! sentinels or the cluster name, at their real addresses: a proxy placed

@@ -15,14 +15,17 @@
 //! directory along with the file takes the mark back too, and is not
 //! detected (the book says so).
 //!
-//! The mark is written after the commit, so it never runs ahead of what
-//! the file holds: a process that dies in between leaves it behind, which
-//! only makes the next rollback harder to see, never a false alarm.
+//! The mark's expiry is raised before the commit (a batch's leases are
+//! covered before anyone can see them) and its generation after (it never
+//! runs ahead of what the file holds: a process that dies in between
+//! leaves it behind, which only makes the next rollback harder to see,
+//! never a false alarm).
 
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{flock, FlockOperation};
 
@@ -88,26 +91,61 @@ impl Mark {
 /// The mark of one database file.
 pub(super) struct Horizon {
     path: PathBuf,
+    /// The longest wait for the mark's lock: a process stopped while it
+    /// holds it (SIGSTOP between two system calls) costs calls that fail
+    /// and are retried, never a stall.
+    patience: Duration,
 }
 
 impl Horizon {
-    /// The mark in the lock directory `dir`.
-    pub fn within(dir: &Path) -> Horizon {
+    /// The mark in the lock directory `dir`, waited for at most
+    /// `patience`.
+    pub fn within(dir: &Path, patience: Duration) -> Horizon {
         Horizon {
             path: dir.join("horizon"),
+            patience,
         }
     }
 
     /// Opened anew each time, so a lock directory deleted and made again
-    /// is followed.
+    /// is followed; one deleted is made again.
     fn open(&self) -> Result<File> {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&self.path)
-            .map_err(|err| self.failed("open", &err))
+        let open = || {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.path)
+        };
+        match open() {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = self.path.parent() {
+                    std::fs::create_dir_all(dir).map_err(|err| self.failed("make", &err))?;
+                }
+                open()
+            }
+            opened => opened,
+        }
+        .map_err(|err| self.failed("open", &err))
+    }
+
+    /// Lock `file` (`how`: shared or exclusive), waiting at most the
+    /// patience: the lock is held for a read or a write, so it is free
+    /// again at once unless its holder was stopped.
+    fn lock(&self, file: &File, how: FlockOperation) -> Result<()> {
+        let limit = Instant::now() + self.patience;
+        loop {
+            match flock(file, how) {
+                Ok(()) => return Ok(()),
+                Err(rustix::io::Errno::WOULDBLOCK | rustix::io::Errno::INTR)
+                    if Instant::now() < limit =>
+                {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(err) => return Err(self.failed("lock", &err)),
+            }
+        }
     }
 
     fn failed(&self, what: &str, err: &dyn std::fmt::Display) -> Error {
@@ -117,26 +155,26 @@ impl Horizon {
     }
 
     fn read_locked(&self, file: &mut File) -> Result<Option<Mark>> {
-        let mut text = String::new();
-        file.read_to_string(&mut text)
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
             .map_err(|err| self.failed("read", &err))?;
-        // Empty when new; anything else unreadable is no mark at all, and
-        // is written over by the next batch.
-        Ok(Mark::parse(&text))
+        // Empty when new; anything else unreadable (not even UTF-8) is no
+        // mark at all, and is written over by the next batch.
+        Ok(Mark::parse(&String::from_utf8_lossy(&bytes)))
     }
 
     /// The mark now (none if there is none yet).
     pub fn read(&self) -> Result<Option<Mark>> {
         let mut file = self.open()?;
-        flock(&file, FlockOperation::LockShared).map_err(|err| self.failed("lock", &err))?;
+        self.lock(&file, FlockOperation::NonBlockingLockShared)?;
         self.read_locked(&mut file)
     }
 
-    /// Raise the mark to a committed batch's `generation`, and to `until`
-    /// if it gave leases.
+    /// Raise the mark to `generation` (a committed batch's, or 0), and to
+    /// `until` (the latest expiry a batch is about to give, or `None`).
     pub fn raise(&self, boot: &str, generation: i64, until: Option<i64>) -> Result<()> {
         let mut file = self.open()?;
-        flock(&file, FlockOperation::LockExclusive).map_err(|err| self.failed("lock", &err))?;
+        self.lock(&file, FlockOperation::NonBlockingLockExclusive)?;
         let mark = match self.read_locked(&mut file)? {
             Some(mark) => mark.raised(boot, generation, until),
             None => Mark {
@@ -180,12 +218,32 @@ mod tests {
             rand::random::<u64>()
         ));
         std::fs::create_dir_all(&dir).expect("a directory");
-        let horizon = Horizon::within(&dir);
+        let horizon = Horizon::within(&dir, Duration::from_secs(5));
         assert_eq!(horizon.read().ok().flatten(), None);
         horizon.raise("b", 2, Some(900)).expect("raised");
         horizon.raise("b", 1, None).expect("raised");
         let mark = horizon.read().ok().flatten().expect("a mark");
         assert_eq!((mark.generation, mark.until), (2, 900));
+        // Garbage that is not even UTF-8 is no mark, written over.
+        std::fs::write(dir.join("horizon"), [0xff, 0xfe, b'x', 0x80]).expect("garbage");
+        assert_eq!(horizon.read().ok().flatten(), None);
+        horizon.raise("b", 3, None).expect("raised over garbage");
+        assert_eq!(horizon.read().ok().flatten().map(|m| m.generation), Some(3));
+        // A holder of the mark's lock stopped (SIGSTOP) costs a failed
+        // call, not a stall.
+        let impatient = Horizon::within(&dir, Duration::from_millis(50));
+        let stopped = File::open(dir.join("horizon")).expect("the mark's file");
+        flock(&stopped, FlockOperation::LockExclusive).expect("locked");
+        assert!(impatient.read().is_err());
+        assert!(impatient.raise("b", 9, None).is_err());
+        drop(stopped);
+        // A lock directory deleted is made again.
+        std::fs::remove_dir_all(&dir).expect("deleted");
+        assert_eq!(horizon.read().ok().flatten(), None);
+        horizon
+            .raise("b", 4, Some(1))
+            .expect("raised in a new directory");
+        assert_eq!(horizon.read().ok().flatten().map(|m| m.generation), Some(4));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

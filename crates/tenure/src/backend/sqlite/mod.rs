@@ -78,7 +78,7 @@ impl SqliteStore {
                 detail: format!("cannot resolve {}: {err}", path.display()),
             })?;
             let locks = Arc::new(Locks::beside(&url, &path)?);
-            let horizon = Horizon::within(locks.dir());
+            let horizon = Horizon::within(locks.dir(), call_timeout);
             let identity = file::identity(&path).ok_or_else(|| Error::Unreachable {
                 url: url.clone(),
                 detail: format!("{} vanished as it was opened", path.display()),
@@ -197,6 +197,18 @@ impl SqliteStore {
             let lock = taken.as_ref().map(Taken::inode);
             replies.push(ops::apply(&tx, op, &now, lock, self.bugs.ignore_rollback)?);
         }
+        // The mark covers the leases given before anyone can see them: a
+        // raise after the commit could come after a rollback (see
+        // `horizon.rs`).
+        let until = ops
+            .iter()
+            .zip(&replies)
+            .filter_map(|(op, (reply, _))| lease_given(op, reply))
+            .max()
+            .map(|ttl| now.plus(ttl));
+        if until.is_some() {
+            self.horizon.raise(&now.boot, 0, until)?;
+        }
         tx.commit()?;
         drop(open);
         // The locks first: a resign lets go of its lock at once, so that a
@@ -205,6 +217,11 @@ impl SqliteStore {
         let unlocked: Vec<bool> = taken.iter().map(Option::is_none).collect();
         for ((op, (reply, seen)), taken) in ops.iter().zip(&replies).zip(taken.iter_mut()) {
             self.after(op, reply, *seen, taken.take());
+        }
+        if let Err(err) = self.horizon.raise(&now.boot, generation, None) {
+            // Committed all the same: a mark left behind only hides the
+            // next rollback (see `horizon.rs`).
+            tracing::warn!(url = %self.url, error = %err, "cannot raise the SQLite file's mark");
         }
         for ((op, (reply, _)), unlocked) in ops.iter().zip(&replies).zip(unlocked) {
             if let (
@@ -215,17 +232,6 @@ impl SqliteStore {
             {
                 self.lock_after_win(*at, request, *token);
             }
-        }
-        // The latest expiry this batch may have given a lease.
-        let until = ops
-            .iter()
-            .filter_map(lease_ttl)
-            .max()
-            .map(|ttl| now.plus(ttl));
-        if let Err(err) = self.horizon.raise(&now.boot, generation, until) {
-            // Committed all the same: a mark left behind only hides the
-            // next rollback (see `horizon.rs`).
-            tracing::warn!(url = %self.url, error = %err, "cannot raise the SQLite file's mark");
         }
         Ok(replies.into_iter().map(|(reply, _)| Ok(reply)).collect())
     }
@@ -342,11 +348,19 @@ impl SqliteStore {
     }
 }
 
-/// The ttl of the leases `op` may give or extend, if any.
-fn lease_ttl(op: &Op<'_>) -> Option<u64> {
-    match *op {
-        Op::Acquire { request, .. } => Some(request.ttl_ms),
-        Op::Renew { ttl_ms, .. } | Op::RenewMany { ttl_ms, .. } => Some(ttl_ms),
+/// The ttl of the leases `op` gave or extended, as `reply` says, if any.
+fn lease_given(op: &Op<'_>, reply: &Reply) -> Option<u64> {
+    use crate::machine::RenewReply::Renewed;
+    match (op, reply) {
+        (Op::Acquire { request, .. }, Reply::Acquire(AcquireReply::Won { .. })) => {
+            Some(request.ttl_ms)
+        }
+        (Op::Renew { ttl_ms, .. }, Reply::Renew(Renewed)) => Some(*ttl_ms),
+        (Op::RenewMany { ttl_ms, .. }, Reply::RenewMany(replies))
+            if replies.iter().any(|r| matches!(r, Ok(Renewed))) =>
+        {
+            Some(*ttl_ms)
+        }
         _ => None,
     }
 }
@@ -711,7 +725,7 @@ mod tests {
         let raw = Connection::open(&path).expect("a raw connection");
         raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
             .expect("forget the birth");
-        let names = ["p\"0", "p\\1", "p 2"];
+        let names = ["p\"0", "p\\1", "p 2", "p 3"];
         let mut tokens = Vec::new();
         for name in names {
             let Reply::Acquire(AcquireReply::Won { token }) =
@@ -737,7 +751,25 @@ mod tests {
         };
         raw.execute("DELETE FROM tenure_witnesses WHERE name = ?1", [names[2]])
             .expect("delete");
-        let terms: Vec<(&str, u64)> = names.iter().copied().zip(tokens.iter().copied()).collect();
+        // The fourth's lease has expired: its witness must not be extended.
+        raw.execute(
+            "UPDATE tenure_leases SET expires = 0 WHERE name = ?1",
+            [names[3]],
+        )
+        .expect("expire");
+        let witness_expiry = |name: &str| -> i64 {
+            raw.query_row(
+                "SELECT expires FROM tenure_witnesses WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .expect("a witness")
+        };
+        let fourth_witness = witness_expiry(names[3]);
+        let mut terms: Vec<(&str, u64)> =
+            names.iter().copied().zip(tokens.iter().copied()).collect();
+        // A stale term of the first name, besides its live one.
+        terms.push((names[0], tokens[0] - 1));
         let Reply::RenewMany(replies) = one(
             &store,
             Op::RenewMany {
@@ -756,6 +788,15 @@ mod tests {
             "{replies:?}"
         );
         assert!(matches!(replies[2], RenewReply::Renewed), "{replies:?}");
+        assert!(
+            matches!(replies[3], RenewReply::NotOwner(None)),
+            "{replies:?}"
+        );
+        assert_eq!(witness_expiry(names[3]), fourth_witness, "not extended");
+        assert!(
+            matches!(&replies[4], RenewReply::NotOwner(Some(holder)) if holder.token == tokens[0]),
+            "{replies:?}"
+        );
         let witnessed: i64 = raw
             .query_row(
                 "SELECT count(*) FROM tenure_witnesses WHERE name = ?1 AND owner = 'a'",

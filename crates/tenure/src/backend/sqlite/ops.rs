@@ -355,8 +355,8 @@ pub(super) fn count(
                 generation,
                 mark = mark.generation,
                 wait_ms = now.until(mark.until).as_millis() as u64,
-                "the SQLite file went back to an older copy; no new term until every lease it \
-                 lost has expired"
+                "the SQLite file is new or went back to an older copy; no new term until every \
+                 lease it may have lost has expired"
             );
             let held = match (meta(tx, "held_boot")?, meta(tx, "held_until")?) {
                 (Some(boot), Some(held)) if boot == now.boot => {
@@ -442,7 +442,9 @@ fn renew_many(
     let given: Vec<(&str, i64)> = terms.iter().map(|(n, t)| (*n, int(*t))).collect();
     let json = serde_json::to_string(&given)
         .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
-    let mut renewed: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    // Each term renewed, by (name, token): its lock.
+    let mut renewed: std::collections::HashMap<(String, i64), i64> =
+        std::collections::HashMap::new();
     {
         let mut update = tx.prepare_cached(
             "UPDATE tenure_leases SET expires = ?1, ttl_ms = ?2 WHERE rowid IN \
@@ -450,29 +452,40 @@ fn renew_many(
              WHERE lease.prefix = ?3 AND lease.name = given.value ->> 0 \
              AND lease.token = given.value ->> 1 AND lease.owner = ?4 AND lease.boot = ?5 \
              AND lease.expires > ?6) \
-             RETURNING name, locked",
+             RETURNING name, token, locked",
         )?;
         let rows = update.query_map(
             params![expires, int(ttl_ms), prefix, id, now.boot, now.ms, json],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            },
         )?;
         for row in rows {
-            let (name, locked) = row?;
-            renewed.insert(name, locked);
+            let (name, token, locked) = row?;
+            renewed.insert((name, token), locked);
         }
     }
+    // The witnesses of the terms renewed, and of those only: a witness
+    // outliving its lease would hold the election for nothing.
     let mut witnessed = std::collections::HashSet::new();
     if !renewed.is_empty() {
+        let pairs: Vec<(&str, i64)> = renewed.keys().map(|(n, t)| (n.as_str(), *t)).collect();
+        let json = serde_json::to_string(&pairs)
+            .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
         let mut update = tx.prepare_cached(
             "UPDATE tenure_witnesses SET expires = ?1, boot = ?2 WHERE rowid IN \
              (SELECT witness.rowid FROM json_each(?5) AS given \
              CROSS JOIN tenure_witnesses AS witness \
              WHERE witness.prefix = ?3 AND witness.name = given.value ->> 0 \
              AND witness.token = given.value ->> 1 AND witness.owner = ?4) \
-             RETURNING name",
+             RETURNING name, token",
         )?;
         let rows = update.query_map(params![expires, now.boot, prefix, id, json], |r| {
-            r.get::<_, String>(0)
+            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
         })?;
         for row in rows {
             witnessed.insert(row?);
@@ -481,9 +494,10 @@ fn renew_many(
     let mut replies = Vec::with_capacity(terms.len());
     for (name, token) in terms {
         let at = Address::new(prefix, name);
-        let reply = match renewed.get(*name) {
+        let term = (name.to_string(), int(*token));
+        let reply = match renewed.get(&term) {
             Some(locked) => {
-                if !witnessed.contains(*name) {
+                if !witnessed.contains(&term) {
                     // A witness deleted by hand: set again.
                     witness(tx, at, id, *token, now, expires, *locked)?;
                 }
