@@ -442,8 +442,9 @@ fn renew_many(
     let given: Vec<(&str, i64)> = terms.iter().map(|(n, t)| (*n, int(*t))).collect();
     let json = serde_json::to_string(&given)
         .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
-    // Each term renewed, by (name, token): its lock.
-    let mut renewed: std::collections::HashMap<(String, i64), i64> =
+    // Each term renewed, by name (a name has one lease): its token and
+    // its lock.
+    let mut renewed: std::collections::HashMap<String, (i64, i64)> =
         std::collections::HashMap::new();
     {
         let mut update = tx.prepare_cached(
@@ -466,14 +467,14 @@ fn renew_many(
         )?;
         for row in rows {
             let (name, token, locked) = row?;
-            renewed.insert((name, token), locked);
+            renewed.insert(name, (token, locked));
         }
     }
     // The witnesses of the terms renewed, and of those only: a witness
     // outliving its lease would hold the election for nothing.
     let mut witnessed = std::collections::HashSet::new();
     if !renewed.is_empty() {
-        let pairs: Vec<(&str, i64)> = renewed.keys().map(|(n, t)| (n.as_str(), *t)).collect();
+        let pairs: Vec<(&str, i64)> = renewed.iter().map(|(n, (t, _))| (n.as_str(), *t)).collect();
         let json = serde_json::to_string(&pairs)
             .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
         let mut update = tx.prepare_cached(
@@ -482,10 +483,10 @@ fn renew_many(
              CROSS JOIN tenure_witnesses AS witness \
              WHERE witness.prefix = ?3 AND witness.name = given.value ->> 0 \
              AND witness.token = given.value ->> 1 AND witness.owner = ?4) \
-             RETURNING name, token",
+             RETURNING name",
         )?;
         let rows = update.query_map(params![expires, now.boot, prefix, id, json], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+            r.get::<_, String>(0)
         })?;
         for row in rows {
             witnessed.insert(row?);
@@ -494,16 +495,16 @@ fn renew_many(
     let mut replies = Vec::with_capacity(terms.len());
     for (name, token) in terms {
         let at = Address::new(prefix, name);
-        let term = (name.to_string(), int(*token));
-        let reply = match renewed.get(&term) {
-            Some(locked) => {
-                if !witnessed.contains(&term) {
+        let reply = match renewed.get(*name) {
+            // The same name under another token (a stale term) was not.
+            Some((renewed_token, locked)) if *renewed_token == int(*token) => {
+                if !witnessed.contains(*name) {
                     // A witness deleted by hand: set again.
                     witness(tx, at, id, *token, now, expires, *locked)?;
                 }
                 RenewReply::Renewed
             }
-            None => renew(tx, at, id, *token, ttl_ms, now)?,
+            _ => renew(tx, at, id, *token, ttl_ms, now)?,
         };
         replies.push(Ok(reply));
     }
