@@ -592,6 +592,42 @@ mod tests {
         }
     }
 
+    /// A store on a file of its own, and a raw connection to the file.
+    struct Fixture {
+        dir: std::path::PathBuf,
+        store: SqliteStore,
+        raw: Connection,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = std::env::temp_dir().join(format!(
+                "tenure-unit-sqlite-{}-{:x}",
+                std::process::id(),
+                rand::random::<u64>()
+            ));
+            std::fs::create_dir_all(&dir).expect("a directory");
+            let path = dir.join("t.db");
+            let url = format!("sqlite://{}", path.display());
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let store = runtime
+                .block_on(SqliteStore::connect(
+                    &url,
+                    Duration::from_secs(60),
+                    Default::default(),
+                ))
+                .expect("the file opens");
+            let raw = Connection::open(&path).expect("a raw connection");
+            // No hold-off: the file is not new to anyone here.
+            raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
+                .expect("forget the birth");
+            Fixture { dir, store, raw }
+        }
+    }
+
     fn one(store: &SqliteStore, op: Op<'_>) -> Reply {
         let mut replies = store.batch_blocking(&[op]).expect("the batch runs");
         replies.pop().expect("a reply").expect("the op runs")
@@ -602,33 +638,10 @@ mod tests {
     /// lease records: else followers would take over a live term.
     #[test]
     fn a_retry_that_wins_as_its_attempt_is_released_keeps_the_lock() {
-        let dir = std::env::temp_dir().join(format!(
-            "tenure-unit-sqlite-{}-{:x}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        std::fs::create_dir_all(&dir).expect("a directory");
-        let path = dir.join("t.db");
-        let url = format!("sqlite://{}", path.display());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let store = Arc::new(
-            runtime
-                .block_on(SqliteStore::connect(
-                    &url,
-                    Duration::from_secs(60),
-                    Default::default(),
-                ))
-                .expect("the file opens"),
-        );
+        let Fixture { dir, store, raw } = Fixture::new();
+        let store = Arc::new(store);
         let at = Address::new("t", "e");
         let _hints = store.election(at).expect("watched");
-        let raw = Connection::open(&path).expect("a raw connection");
-        // No hold-off: the file is not new to anyone here.
-        raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
-            .expect("forget the birth");
         let Reply::Acquire(AcquireReply::Won { token: first }) = one(&store, acquire(at, "a", "x"))
         else {
             panic!("a wins");
@@ -703,28 +716,7 @@ mod tests {
     /// deleted by hand (set again).
     #[test]
     fn many_renewals_answer_each_term() {
-        let dir = std::env::temp_dir().join(format!(
-            "tenure-unit-sqlite-{}-{:x}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        std::fs::create_dir_all(&dir).expect("a directory");
-        let path = dir.join("t.db");
-        let url = format!("sqlite://{}", path.display());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let store = runtime
-            .block_on(SqliteStore::connect(
-                &url,
-                Duration::from_secs(60),
-                Default::default(),
-            ))
-            .expect("the file opens");
-        let raw = Connection::open(&path).expect("a raw connection");
-        raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
-            .expect("forget the birth");
+        let Fixture { dir, store, raw } = Fixture::new();
         let names = ["p\"0", "p\\1", "p 2", "p 3"];
         let mut tokens = Vec::new();
         for name in names {
@@ -814,30 +806,9 @@ mod tests {
     /// elsewhere, the lease says the term holds none.
     #[test]
     fn a_term_won_without_its_lock_takes_it_once_free() {
-        let dir = std::env::temp_dir().join(format!(
-            "tenure-unit-sqlite-{}-{:x}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
-        std::fs::create_dir_all(&dir).expect("a directory");
-        let path = dir.join("t.db");
-        let url = format!("sqlite://{}", path.display());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let store = runtime
-            .block_on(SqliteStore::connect(
-                &url,
-                Duration::from_secs(60),
-                Default::default(),
-            ))
-            .expect("the file opens");
+        let Fixture { dir, store, raw } = Fixture::new();
         let at = Address::new("t", "e");
         let _hints = store.election(at).expect("watched");
-        let raw = Connection::open(&path).expect("a raw connection");
-        raw.execute("DELETE FROM tenure_meta WHERE key = 'born_boot'", [])
-            .expect("forget the birth");
         let key = locks::key(at);
         let other = store.locks.file_of(&key);
         let try_lock = |file: &std::fs::File| {
