@@ -44,6 +44,8 @@ fn fault_colour(kind: &str) -> &'static str {
         "zk-kill-leader" => "darkgoldenrod",
         "zk-pause-member" => "peru",
         "zk-restart-all" => "mediumorchid",
+        "sqlite-lock" => "darkslateblue",
+        "sqlite-delete-file" => "orangered",
         "revoke-lease" => "darkkhaki",
         "pause-minority-member" => "sandybrown",
         "restore-snapshot" => "mediumvioletred",
