@@ -4,9 +4,8 @@
 //! server that crashes, hangs, comes back from a copy of its data and fails
 //! over to a replica, so this crate starts the real thing: `initdb` in a
 //! temporary directory, then `postgres` on a free port of 127.0.0.1 (never
-//! the shared 5432, and no Unix socket), in a process group of its own so
-//! that the postmaster and every backend are signalled together by PID
-//! (never by name). The directory is removed when the [`PgServer`] is
+//! the shared 5432, and no Unix socket), signalled by PID (never by name):
+//! the postmaster, and for a pause or a crash each of its children too. The directory is removed when the [`PgServer`] is
 //! dropped, so several test binaries can run side by side.
 //!
 //! PostgreSQL refuses to run as root. When the caller is root (a CI
@@ -37,7 +36,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{kill, Signal};
 use nix::unistd::{Gid, Pid, Uid, User};
 
 /// How long a server may take to accept queries after it was started
@@ -269,7 +268,16 @@ impl PgServer {
         let port = self.port.to_string();
         let mut child = Command::new(self.bin("psql"))
             .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1"])
-            .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres", "-d", "postgres"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ])
             .args(["-c", sql])
             .env("PGCONNECT_TIMEOUT", "10")
             .stdin(Stdio::null())
@@ -308,14 +316,17 @@ impl PgServer {
     /// SIGKILL to the postmaster and every backend (a crash; the data on
     /// disk stays). [`PgServer::resume`] starts the server again.
     pub fn kill(&mut self) {
-        self.signal(Signal::SIGKILL);
+        let processes = self.processes();
+        for pid in &processes {
+            let _ = kill(*pid, Signal::SIGKILL);
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
         self.paused = false;
-        // Backends outlive a killed postmaster for a moment; a new one
-        // refuses to start while they hold the old shared memory.
-        self.wait_group_gone();
+        // A new postmaster refuses to start while backends of the old one
+        // hold its shared memory.
+        wait_gone(&processes);
     }
 
     /// A fast shutdown (SIGINT: sessions ended, a checkpoint written), then
@@ -325,11 +336,12 @@ impl PgServer {
             self.signal(Signal::SIGCONT);
             self.paused = false;
         }
+        let processes = self.processes();
         self.signal(Signal::SIGINT);
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
-        self.wait_group_gone();
+        wait_gone(&processes);
     }
 
     /// Start the server again after [`PgServer::kill`] or
@@ -359,10 +371,9 @@ impl PgServer {
     /// snapshot of a running server keeps. Restored, it starts with crash
     /// recovery, at the state of the moment it was taken.
     pub fn backup(&mut self) -> Result<Backup, Error> {
-        let target = self.dir.join(format!(
-            "backup-{}",
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
+        let target = self
+            .dir
+            .join(format!("backup-{}", NEXT.fetch_add(1, Ordering::Relaxed)));
         let was_paused = self.paused;
         if !was_paused {
             self.pause();
@@ -401,7 +412,9 @@ impl PgServer {
     pub fn wait_caught_up(&self, primary: &PgServer) -> Result<(), Error> {
         let lsn = primary.sql("SELECT pg_current_wal_lsn()")?;
         self.wait_until("the replica replayed the primary's writes", || {
-            Ok(self.sql(&format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn"))? == "t")
+            Ok(self.sql(&format!(
+                "SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn"
+            ))? == "t")
         })
     }
 
@@ -497,7 +510,6 @@ impl PgServer {
             .args(["-c", "shared_buffers=16MB", "-c", "max_connections=200"])
             .args(["-c", "wal_level=replica", "-c", "max_wal_senders=4"])
             .args(["-c", "hot_standby=on"])
-            .process_group(0)
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))
             .spawn()
@@ -514,11 +526,14 @@ impl PgServer {
                 break;
             }
             if started.elapsed() > START_TIMEOUT {
-                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
                 let _ = child.wait();
                 return Err(Error::DidNotStart {
                     port: self.port,
-                    detail: format!("no answer after {START_TIMEOUT:?}; log: {}", self.log_tail()),
+                    detail: format!(
+                        "no answer after {START_TIMEOUT:?}; log: {}",
+                        self.log_tail()
+                    ),
                 });
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -528,31 +543,47 @@ impl PgServer {
         Ok(())
     }
 
+    /// SIGSTOP and SIGCONT go to every process of the server; the others
+    /// to the postmaster, which passes them on.
     fn signal(&self, signal: Signal) {
-        if let Some(child) = &self.child {
-            // An error means the group is gone already.
-            let _ = killpg(Pid::from_raw(child.id() as i32), signal);
+        let every = matches!(signal, Signal::SIGSTOP | Signal::SIGCONT);
+        let processes = if every {
+            self.processes()
+        } else {
+            self.pid()
+                .map(|pid| Pid::from_raw(pid as i32))
+                .into_iter()
+                .collect()
+        };
+        for pid in processes {
+            // An error means the process is gone already.
+            let _ = kill(pid, signal);
         }
     }
 
-    /// Wait until no process of the server's group is left (backends exit
-    /// once they see their postmaster gone).
-    fn wait_group_gone(&self) {
-        let Ok(pid) = std::fs::read_to_string(self.data_dir().join("postmaster.pid")) else {
-            return;
+    /// The postmaster and its children (each backend is in a session of
+    /// its own, so a process group would miss them).
+    fn processes(&self) -> Vec<Pid> {
+        let Some(postmaster) = self.pid() else {
+            return Vec::new();
         };
-        let Some(pgid) = pid.lines().next().and_then(|l| l.trim().parse::<i32>().ok()) else {
-            return;
+        let mut found = vec![Pid::from_raw(postmaster as i32)];
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return found;
         };
-        let started = Instant::now();
-        while started.elapsed() < START_TIMEOUT {
-            // Signal 0 to the group: fails once no member is left.
-            if killpg(Pid::from_raw(pgid), None).is_err() {
-                return;
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            if stat_of(pid).is_some_and(|(ppid, _)| ppid == postmaster as i32) {
+                found.push(Pid::from_raw(pid));
             }
-            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-            std::thread::sleep(Duration::from_millis(10));
         }
+        found
     }
 
     fn chown(&self, path: &Path) -> Result<(), Error> {
@@ -570,6 +601,38 @@ impl Drop for PgServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The parent and state of process `pid` (`/proc/PID/stat`).
+fn stat_of(pid: i32) -> Option<(i32, char)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((ppid, state))
+}
+
+/// Wait until every process of `processes` has exited (a zombie counts
+/// as exited: its parent reaps it in its own time).
+fn wait_gone(processes: &[Pid]) {
+    let started = Instant::now();
+    while started.elapsed() < START_TIMEOUT {
+        let alive = processes.iter().any(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|_| stat_of(pid.as_raw()))
+                .is_some_and(|(_, state)| state != 'Z')
+        });
+        if !alive {
+            return;
+        }
+        for pid in processes {
+            let _ = kill(*pid, Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -602,7 +665,10 @@ mod tests {
         let copy = pg.backup().expect("backup");
         pg.sql("INSERT INTO t VALUES (2)").expect("insert");
         pg.kill();
-        assert!(pg.sql("SELECT 1").is_err(), "a killed server answers nothing");
+        assert!(
+            pg.sql("SELECT 1").is_err(),
+            "a killed server answers nothing"
+        );
         pg.resume().expect("resume");
         assert_eq!(pg.sql("SELECT count(*) FROM t").expect("count"), "2");
         pg.restore(&copy).expect("restore");
@@ -617,7 +683,10 @@ mod tests {
         let replica = pg.start_replica().expect("replica starts");
         replica.wait_caught_up(&pg).expect("caught up");
         assert_eq!(replica.sql("SELECT count(*) FROM t").expect("count"), "1");
-        assert!(replica.sql("INSERT INTO t VALUES (2)").is_err(), "read-only");
+        assert!(
+            replica.sql("INSERT INTO t VALUES (2)").is_err(),
+            "read-only"
+        );
         replica.promote().expect("promote");
         replica.sql("INSERT INTO t VALUES (2)").expect("writable");
     }
@@ -625,10 +694,22 @@ mod tests {
     #[test]
     fn other_roles_need_their_password() {
         let pg = PgServer::start().expect("postgres starts");
-        pg.sql("CREATE ROLE alice LOGIN PASSWORD 'pw'").expect("role");
+        pg.sql("CREATE ROLE alice LOGIN PASSWORD 'pw'")
+            .expect("role");
         let port = pg.port().to_string();
         let status = Command::new(pg.bin("psql"))
-            .args(["-X", "-w", "-h", "127.0.0.1", "-p", &port, "-U", "alice", "-d", "postgres"])
+            .args([
+                "-X",
+                "-w",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "alice",
+                "-d",
+                "postgres",
+            ])
             .args(["-c", "SELECT 1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -145,6 +145,14 @@ pub enum Error {
         detail: String,
     },
 
+    /// A PostgreSQL call failed (the connection broke, a serialization
+    /// failure or deadlock, a read-only standby): transient.
+    #[error("PostgreSQL error: {detail}")]
+    Postgres {
+        /// What failed, on one line.
+        detail: String,
+    },
+
     /// The simulated outage of an in-memory store ([`crate::MemoryStore::set_fault`]).
     #[error("in-memory store unavailable (simulated fault)")]
     Unavailable,
@@ -179,6 +187,7 @@ impl Error {
                 | Error::Etcd { .. }
                 | Error::ZooKeeper { .. }
                 | Error::Sqlite { .. }
+                | Error::Postgres { .. }
                 | Error::Unavailable
                 | Error::Internal(_)
         )
@@ -215,6 +224,8 @@ fn store_of(url: &str) -> &'static str {
         "ZooKeeper"
     } else if url.starts_with("sqlite:") {
         "SQLite"
+    } else if url.starts_with("postgres") {
+        "PostgreSQL"
     } else {
         "Redis"
     }
@@ -269,6 +280,9 @@ pub(crate) fn copy_error(err: &Error) -> Error {
             detail: detail.clone(),
         },
         Error::Sqlite { detail } => Error::Sqlite {
+            detail: detail.clone(),
+        },
+        Error::Postgres { detail } => Error::Postgres {
             detail: detail.clone(),
         },
         Error::NotLeader(reason) => Error::NotLeader(reason.clone()),

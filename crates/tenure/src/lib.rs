@@ -195,6 +195,8 @@ mod testing;
 pub use backend::memory::MemoryStore;
 #[cfg(feature = "testing")]
 pub use backend::memory::{Announcements, Calls, Fault, Snapshot};
+#[cfg(feature = "postgres")]
+pub use backend::postgres::{POSTGRES_GRANTS, POSTGRES_SCHEMA};
 pub use election::{Election, ElectionBuilder, DEFAULT_PREFIX, DEFAULT_TTL};
 pub use error::{redact_url, Error, Result, MIN_ACL};
 pub use fence::{FencedKey, FencedWrite};

@@ -150,6 +150,16 @@ impl crate::ElectionBuilder {
         self
     }
 
+    /// **Unsafe; for failing-mode tests only.** On PostgreSQL, a server
+    /// process new to an election (restarted, restored from an older copy,
+    /// a promoted replica) grants new terms at once, while the holders of
+    /// the leases it lost still lead (tenure's PostgreSQL backend without
+    /// its epoch).
+    pub fn unsafe_postgres_ignore_epoch(mut self, on: bool) -> Self {
+        self.settings.bugs.store.postgres.ignore_epoch = on;
+        self
+    }
+
     /// Seed the small random delay (jitter) a candidate adds before
     /// retrying, so that a run under tokio's paused clock replays exactly
     /// (tenure-sim). Without it the jitter comes from the thread's RNG.

@@ -8,9 +8,10 @@
 //! number of them in one round trip ([`Store::batch`]); a [`Backend`] is one
 //! election's view of it, with a stream of hints ([`Notices`]) that the
 //! lease changed hands. [`redis`] (one server, Sentinel or Cluster), `etcd`
-//! and `zk` (behind the `etcd` and `zookeeper` features) are the
-//! production backends, and `sqlite` (behind the `sqlite` feature) the
-//! embedded one for processes on one host;
+//! and `zk` (behind the `etcd` and `zookeeper` features) and `postgres`
+//! (behind the `postgres` feature) are the production backends, and
+//! `sqlite` (behind the `sqlite` feature) the embedded one for processes
+//! on one host;
 //! [`memory`] is a deterministic in-process stand-in for tests. Nothing
 //! outside this module talks to a store, and the backends import only the
 //! seam's leaves (`address`, `op`, `options`), never this file: it is the
@@ -53,6 +54,8 @@ pub(crate) mod etcd;
 pub(crate) mod memory;
 mod op;
 mod options;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod redis;
 #[cfg(all(feature = "sqlite", target_os = "linux"))]
 pub(crate) mod sqlite;
@@ -82,6 +85,8 @@ pub(crate) enum Store {
     Zk(Arc<zk::ZkStore>),
     #[cfg(all(feature = "sqlite", target_os = "linux"))]
     Sqlite(Arc<sqlite::SqliteStore>),
+    #[cfg(feature = "postgres")]
+    Postgres(Arc<postgres::PostgresStore>),
     Memory(memory::MemoryStore),
 }
 
@@ -91,6 +96,24 @@ impl Store {
     pub async fn connect(spec: Connect) -> Result<Store> {
         if is_sqlite_url(&spec.url) {
             return connect_sqlite(&spec).await;
+        }
+        if is_postgres_url(&spec.url) {
+            #[cfg(feature = "postgres")]
+            return Ok(Store::Postgres(Arc::new(
+                postgres::PostgresStore::connect(
+                    &spec.url,
+                    spec.tls,
+                    spec.call_timeout,
+                    spec.bugs.postgres,
+                )
+                .await?,
+            )));
+            #[cfg(not(feature = "postgres"))]
+            return Err(Error::Config(format!(
+                "{} is a PostgreSQL URL, but this build of tenure has no PostgreSQL support \
+                 (enable the crate's `postgres` feature)",
+                crate::redact_url(&spec.url)
+            )));
         }
         if is_zk_url(&spec.url) {
             #[cfg(feature = "zookeeper")]
@@ -134,6 +157,8 @@ impl Store {
             Store::Zk(store) => store.election(at, needs.ttl).await?,
             #[cfg(all(feature = "sqlite", target_os = "linux"))]
             Store::Sqlite(store) => store.election(at)?,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.election(at),
             Store::Memory(memory) => memory.election(at),
         };
         Ok(Backend::new(self.clone(), at, hints))
@@ -150,6 +175,8 @@ impl Store {
             Store::Zk(store) => store.check(group, needs.ttl).await,
             #[cfg(all(feature = "sqlite", target_os = "linux"))]
             Store::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(_) => Ok(()),
             Store::Memory(_) => Ok(()),
         }
     }
@@ -164,6 +191,8 @@ impl Store {
             Store::Zk(store) => store.list_elections(prefix).await,
             #[cfg(all(feature = "sqlite", target_os = "linux"))]
             Store::Sqlite(store) => store.list_elections(prefix).await,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.list_elections(prefix).await,
             Store::Memory(memory) => Ok(memory.elections()),
         }
     }
@@ -191,6 +220,11 @@ impl Store {
                 "sqlite".to_string(),
                 store.list_elections(prefix).await,
             )]),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => Ok(vec![(
+                "postgres".to_string(),
+                store.list_elections(prefix).await,
+            )]),
             Store::Memory(memory) => Ok(vec![("memory".to_string(), Ok(memory.elections()))]),
         }
     }
@@ -205,6 +239,8 @@ impl Store {
             Store::Zk(store) => store.url().to_string(),
             #[cfg(all(feature = "sqlite", target_os = "linux"))]
             Store::Sqlite(store) => store.url().to_string(),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.url().to_string(),
             Store::Memory(_) => "memory".to_string(),
         }
     }
@@ -233,6 +269,8 @@ impl Store {
             Store::Zk(store) => store.batch(ops, round_trips).await,
             #[cfg(all(feature = "sqlite", target_os = "linux"))]
             Store::Sqlite(store) => store.batch(ops, round_trips).await,
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.batch(ops, round_trips).await,
             Store::Memory(store) => {
                 round_trips.fetch_add(1, Ordering::Relaxed);
                 store.batch(ops).await
@@ -251,10 +289,19 @@ impl Store {
     /// Drop the current connection for a new one (after a timeout: the call
     /// may have run, and the connection may be dead).
     pub fn reset(&self) {
-        if let Store::Redis(shared) = self {
-            shared.store.reset();
+        match self {
+            Store::Redis(shared) => shared.store.reset(),
+            #[cfg(feature = "postgres")]
+            Store::Postgres(store) => store.reset(),
+            _ => {}
         }
     }
+}
+
+/// Whether `url` names a PostgreSQL server (`postgres://`,
+/// `postgresql://`).
+pub(crate) fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
 /// Whether `url` names a SQLite file (`sqlite://`).

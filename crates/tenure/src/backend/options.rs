@@ -24,6 +24,7 @@ pub(crate) struct StoreBugs {
     pub etcd: EtcdBugs,
     pub zk: ZkBugs,
     pub sqlite: SqliteBugs,
+    pub postgres: PostgresBugs,
     /// Sentinel: only the first sentinel of the URL is listened to and
     /// asked for the primary (issue 22).
     pub first_sentinel_only: bool,
@@ -92,6 +93,18 @@ pub(crate) struct SqliteBugs {
     pub ignore_rollback: bool,
 }
 
+/// Fixed bugs of the PostgreSQL backend that a hidden, **unsafe** builder
+/// switch turns back on (`unsafe_postgres_ignore_epoch`), so that
+/// tenure-chaos's failing-mode tests can show its checker catches them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PostgresBugs {
+    /// A server process new to an election (restarted, restored from an
+    /// older copy, a promoted replica) grants new terms at once, while the
+    /// holders of the leases it lost still lead.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub ignore_epoch: bool,
+}
+
 /// Fixed bugs of the etcd backend that hidden, **unsafe** builder switches
 /// turn back on (see `ElectionBuilder::unsafe_etcd_tokens_without_clock` and
 /// `unsafe_etcd_no_hedges`), so that tenure-chaos's failing-mode tests can
@@ -107,4 +120,50 @@ pub(crate) struct EtcdBugs {
     /// another member: a paused minority member holds the calls the
     /// balanced client gives it, and costs leaders their terms.
     pub no_hedges: bool,
+}
+
+/// The CA certificates in the PEM file at `path`, for verifying a store's
+/// TLS certificate; the one-line reason when there are none.
+#[cfg(feature = "tls")]
+pub(crate) fn ca_file_roots(
+    path: &std::path::Path,
+) -> std::result::Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::pem::PemObject;
+    let pem =
+        std::fs::read(path).map_err(|e| format!("cannot read CA file {}: {e}", path.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+        let cert = cert.map_err(|e| format!("CA file {}: {e}", path.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("CA file {}: {e}", path.display()))?;
+    }
+    if roots.is_empty() {
+        use rustls::pki_types::PrivateKeyDer;
+        let holds = if PrivateKeyDer::from_pem_slice(&pem).is_ok() {
+            "a private key, not a CA certificate"
+        } else {
+            "no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        };
+        return Err(format!("CA file {} holds {holds}", path.display()));
+    }
+    Ok(roots)
+}
+
+/// The system's CA certificates (when no CA file was given).
+#[cfg(feature = "tls")]
+pub(crate) fn native_roots() -> std::result::Result<rustls::RootCertStore, String> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = found
+            .errors
+            .first()
+            .map_or_else(|| "none found".to_string(), ToString::to_string);
+        return Err(format!(
+            "no usable system CA certificates ({why}); give the server's CA file"
+        ));
+    }
+    Ok(roots)
 }

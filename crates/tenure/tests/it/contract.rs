@@ -30,6 +30,8 @@ enum Fixture {
     #[cfg(feature = "zookeeper")]
     Zk(zk_process::ZkEnsemble),
     Sqlite(support::SqliteFile),
+    #[cfg(feature = "postgres")]
+    Postgres(pg_process::PgServer),
     Memory(tenure::MemoryStore),
 }
 
@@ -52,6 +54,11 @@ impl Fixture {
         Fixture::Sqlite(support::sqlite())
     }
 
+    #[cfg(feature = "postgres")]
+    fn postgres() -> Fixture {
+        Fixture::Postgres(support::postgres())
+    }
+
     fn memory() -> Fixture {
         support::init_logs();
         Fixture::Memory(tenure::MemoryStore::new())
@@ -64,6 +71,8 @@ impl Fixture {
             #[cfg(feature = "zookeeper")]
             Fixture::Zk(ensemble) => Target::Url(ensemble.url()),
             Fixture::Sqlite(file) => Target::Url(file.url()),
+            #[cfg(feature = "postgres")]
+            Fixture::Postgres(server) => Target::Url(server.url()),
             Fixture::Memory(store) => Target::Memory(store.clone()),
         }
     }
@@ -78,6 +87,8 @@ macro_rules! contract {
         contract!(@on on_sqlite, sqlite, $($promise),*);
         #[cfg(feature = "zookeeper")]
         contract!(@on on_zk, zk, $($promise),*);
+        #[cfg(feature = "postgres")]
+        contract!(@on on_postgres, postgres, $($promise),*);
     };
     (@on $module:ident, $store:ident, $($promise:ident),*) => {
         mod $module {

@@ -13,6 +13,8 @@ mod errors;
 mod etcd;
 mod partitions;
 mod partitions_memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod safety;
 mod schedule;
 mod sentinel;

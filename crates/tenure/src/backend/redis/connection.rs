@@ -225,14 +225,14 @@ mod tls {
         AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisConnectionInfo,
         RedisError, RedisResult, Value,
     };
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
-    use rustls::{ClientConfig, RootCertStore};
+    use rustls::pki_types::ServerName;
+    use rustls::ClientConfig;
     use tokio::net::TcpStream;
     use tokio_rustls::client::TlsStream;
     use tokio_rustls::TlsConnector;
 
     use super::super::target::RedisTarget;
+    use crate::backend::options::{ca_file_roots, native_roots};
     use crate::{Error, Result};
 
     /// A TLS server: its address, the rustls configuration to reach it
@@ -342,45 +342,6 @@ mod tls {
             io::ErrorKind::TimedOut,
             format!("{what} timed out after {limit:?}"),
         ))
-    }
-
-    fn ca_file_roots(path: &std::path::Path) -> std::result::Result<RootCertStore, String> {
-        let pem = std::fs::read(path)
-            .map_err(|e| format!("cannot read CA file {}: {e}", path.display()))?;
-        let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("CA file {}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("CA file {}: {e}", path.display()))?;
-        }
-        if roots.is_empty() {
-            use rustls::pki_types::pem::PemObject;
-            use rustls::pki_types::PrivateKeyDer;
-            let holds = if PrivateKeyDer::from_pem_slice(&pem).is_ok() {
-                "a private key, not a CA certificate"
-            } else {
-                "no PEM certificate (-----BEGIN CERTIFICATE-----)"
-            };
-            return Err(format!("CA file {} holds {holds}", path.display()));
-        }
-        Ok(roots)
-    }
-
-    fn native_roots() -> std::result::Result<RootCertStore, String> {
-        let found = rustls_native_certs::load_native_certs();
-        let mut roots = RootCertStore::empty();
-        let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-        if added == 0 {
-            let why = found
-                .errors
-                .first()
-                .map_or_else(|| "none found".to_string(), ToString::to_string);
-            return Err(format!(
-                "no usable system CA certificates ({why}); give the server's CA file"
-            ));
-        }
-        Ok(roots)
     }
 
     /// One multiplexed connection over TLS, opened at the first call and

@@ -387,6 +387,15 @@ pub fn zk() -> zk_process::ZkEnsemble {
     }
 }
 
+/// A private PostgreSQL server, stopped when dropped.
+pub fn postgres() -> pg_process::PgServer {
+    init_logs();
+    match pg_process::PgServer::start() {
+        Ok(server) => server,
+        Err(err) => panic!("cannot start PostgreSQL for the tests: {err}"),
+    }
+}
+
 /// A SQLite file in a private temporary directory, removed when dropped.
 pub struct SqliteFile {
     dir: std::path::PathBuf,
