@@ -16,7 +16,10 @@ command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)  # etcd-client's build
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)  # its well-known types
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)  # the sidecar example (examples/sidecar) runs in the tests
-command -v curl >/dev/null 2>&1 || need_apt+=(curl)  # the book's curl one-liners (docs/src/serve.md), checked by the tests
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+# The PostgreSQL tests' private servers (pg-process runs initdb and
+# postgres from /usr/lib/postgresql/<version>/bin, as `nobody` when root).
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgresql)  # the book's curl one-liners (docs/src/serve.md), checked by the tests
 
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then
@@ -26,8 +29,15 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   echo "installing: ${need_apt[*]}"
+  # Debian's postgresql would create and start a shared cluster on port
+  # 5432; the tests start their own, so none is created.
+  if [[ " ${need_apt[*]} " == *" postgresql "* ]] && [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+    $sudo mkdir -p /etc/postgresql-common
+    echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
+  fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${need_apt[@]}" >/dev/null
 fi
 
 # The book (docs/, built by scripts/test.sh): Debian has no mdbook package,

@@ -84,7 +84,9 @@ pub struct RedisArgs {
     /// for Redis Cluster (rediss+sentinel://, rediss+cluster:// for TLS);
     /// etcd://[user[:password]@]host:port[,host:port...] for etcd (etcds://
     /// for TLS); zk://[user:password@]host:port[,host:port...][/chroot] for
-    /// a ZooKeeper ensemble (digest auth). [default: redis://127.0.0.1:6379; env TENURE_REDIS_URL is
+    /// a ZooKeeper ensemble (digest auth);
+    /// postgres://[user[:password]@]host[:port]/database[?sslmode=require] for
+    /// PostgreSQL; sqlite:///path/to/file.db for processes on one host. [default: redis://127.0.0.1:6379; env TENURE_REDIS_URL is
     /// read too]
     #[arg(
         long = "store",
@@ -154,11 +156,13 @@ impl RedisArgs {
     /// Refuse flags the URL would silently ignore: `--tls-ca` on a plain
     /// URL (redis://, etcd://, a Unix socket) verifies nothing.
     pub fn check(&self) -> Result<(), String> {
-        let tls = self.url.starts_with("rediss") || self.url.starts_with("etcds://");
+        let tls = self.url.starts_with("rediss")
+            || self.url.starts_with("etcds://")
+            || (self.url.starts_with("postgres") && self.url.contains("sslmode=require"));
         if self.tls_ca.is_some() && !tls {
             return Err(format!(
-                "--tls-ca is for rediss:// and etcds:// URLs, and {} is not TLS: use the \
-                 rediss:// (or etcds://) scheme, or drop --tls-ca",
+                "--tls-ca is for rediss://, etcds:// and postgres://…?sslmode=require URLs, and \
+                 {} is not TLS: use a TLS URL, or drop --tls-ca",
                 tenure::redact_url(&self.url)
             ));
         }

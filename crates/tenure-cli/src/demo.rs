@@ -134,10 +134,10 @@ pub async fn demo(args: DemoArgs) -> Result<i32, Failure> {
     let outcome = narrate(&url, &name, args.ttl, &mut reached).await;
     let stopped = if scratch.is_some() {
         "; the temporary file was removed"
-    } else if etcd || !reached || kind == Kind::Sqlite {
+    } else if etcd || !reached || matches!(kind, Kind::Sqlite | Kind::Postgres) {
         // etcd: the election's key went with its lease; nothing else was
-        // written. Unreached: nothing was written at all. A file of the
-        // user's keeps its rows, as a record.
+        // written. Unreached: nothing was written at all. A file or a
+        // database of the user's keeps its rows, as a record.
         ""
     } else if kind == Kind::Zk {
         forget_zk(&url, &name).await;
@@ -173,6 +173,9 @@ async fn narrate(url: &str, name: &str, ttl: Duration, reached: &mut bool) -> Re
     } else if kind == Kind::Sqlite {
         say!("      (a new file grants no lease for one ttl: it may have replaced one whose");
         say!("       leaders still act)");
+    } else if kind == Kind::Postgres {
+        say!("      (a PostgreSQL server process new to the election grants no lease for one ttl:");
+        say!("       a leader from before a restart, restore or failover might still lead)");
     } else {
         say!("      (a Redis new to the election grants no lease for one ttl: a leader from");
         say!("       before a restart or failover might still believe it leads)");
@@ -357,6 +360,7 @@ enum Kind {
     Etcd,
     Zk,
     Sqlite,
+    Postgres,
 }
 
 impl Kind {
@@ -367,6 +371,8 @@ impl Kind {
             Kind::Zk
         } else if url.starts_with("sqlite:") {
             Kind::Sqlite
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Kind::Postgres
         } else {
             Kind::Redis
         }
@@ -378,6 +384,7 @@ impl Kind {
             Kind::Etcd => "etcd",
             Kind::Zk => "ZooKeeper",
             Kind::Sqlite => "SQLite",
+            Kind::Postgres => "PostgreSQL",
         }
     }
 }

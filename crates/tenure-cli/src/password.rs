@@ -75,7 +75,13 @@ fn with_password(url: &str, encoded: &str) -> Result<String, &'static str> {
     };
     match scheme {
         "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster"
-        | "rediss+cluster" | "etcd" | "etcds" | "zk" => {
+        | "rediss+cluster" | "etcd" | "etcds" | "zk" | "postgres" | "postgresql" => {
+            if rest
+                .split_once('?')
+                .is_some_and(|(_, query)| query.split('&').any(|p| p.starts_with("password=")))
+            {
+                return Err("the URL has a password (password=) already");
+            }
             // The authority ends at the path or the query.
             let end = rest.find(['/', '?']).unwrap_or(rest.len());
             let (authority, tail) = rest.split_at(end);
@@ -163,10 +169,24 @@ mod tests {
     }
 
     #[test]
+    fn the_password_goes_where_the_postgres_client_reads_it() {
+        assert_eq!(
+            with_password("postgres://app@db:5432/jobs?sslmode=require", "p%40w").as_deref(),
+            Ok("postgres://app:p%40w@db:5432/jobs?sslmode=require")
+        );
+        assert_eq!(
+            with_password("postgresql://app@db/jobs", "pw").as_deref(),
+            Ok("postgresql://app:pw@db/jobs")
+        );
+    }
+
+    #[test]
     fn a_url_with_a_password_of_its_own_is_refused() {
         assert!(with_password("redis://:other@db", "pw").is_err());
         assert!(with_password("redis://app:other@db", "pw").is_err());
         assert!(with_password("redis+unix:///s.sock?pass=other", "pw").is_err());
+        assert!(with_password("postgres://app@db/x?password=other", "pw").is_err());
+        assert!(with_password("postgres://app:other@db/x", "pw").is_err());
         assert!(with_password("db:6379", "pw").is_err());
     }
 

@@ -11,6 +11,7 @@ mod demo;
 mod etcd;
 mod input;
 mod observe;
+mod postgres;
 mod run;
 mod secrets;
 mod serve;
