@@ -28,6 +28,9 @@
 //!   through three proxies per instance as etcd is (`zk://`);
 //! - `sqlite`: one SQLite file in the run's directory that every instance
 //!   opens (`sqlite://`), with no proxies (see `embedded.rs` for its
+//!   faults);
+//! - `postgres`: one private PostgreSQL server, behind a proxy per
+//!   instance as the single Redis is (`postgres://`; see `sql.rs` for its
 //!   faults).
 //!
 //! With Sentinel or a Cluster the instances connect to the nodes that the
@@ -234,6 +237,7 @@ use zk_process::ZkEnsemble;
 use crate::consensus::{self, lock, Members, Shared, Whom};
 use crate::embedded::SqliteFile;
 use crate::outage::{blocking, Outage, TOPOLOGY_WAIT};
+use crate::sql::PgStore;
 
 use crate::instance::ELECTION;
 use crate::log::{now_ns, Event, EventLog};
@@ -244,7 +248,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 38] = [
+pub const FAULT_KINDS: [&str; 41] = [
     "kill",
     "pause",
     "restart",
@@ -283,10 +287,13 @@ pub const FAULT_KINDS: [&str; 38] = [
     "zk-restart-all",
     "sqlite-lock",
     "sqlite-delete-file",
+    "pg-restart",
+    "pg-pause",
+    "pg-lock",
 ];
 
 /// Kinds that need a fault-injecting proxy per instance, which only the
-/// single server, etcd and ZooKeeper have: faults of one instance's link,
+/// single server, etcd, ZooKeeper and PostgreSQL have: faults of one instance's link,
 /// and `mixed-ttl` and `cut-delete-lease`, which cut the leader off.
 pub const PROXIED: [&str; 5] = ["cut", "drop", "delay", "mixed-ttl", "cut-delete-lease"];
 
@@ -334,9 +341,13 @@ pub const ZK_ONLY: [&str; 4] = [
 /// Kinds that need `--topology sqlite` (see `embedded.rs`).
 pub const SQLITE_ONLY: [&str; 2] = ["sqlite-lock", "sqlite-delete-file"];
 
+/// Kinds that need `--topology postgres` (see `sql.rs`).
+pub const PG_ONLY: [&str; 3] = ["pg-restart", "pg-pause", "pg-lock"];
+
 /// Kinds of an operator's restore from an older copy, which etcd,
-/// ZooKeeper and SQLite have: every member of etcd or ZooKeeper restored
-/// from a backup, or the SQLite file from a copy.
+/// ZooKeeper, SQLite and PostgreSQL have: every member of etcd or
+/// ZooKeeper restored from a backup, the SQLite file from a copy, or the
+/// PostgreSQL server from a copy of its data directory.
 pub const RESTORES: [&str; 1] = ["restore-snapshot"];
 
 /// Kinds of an operator acting on the lease by hand that need etcd:
@@ -362,16 +373,20 @@ pub enum Topology {
     /// One SQLite file that every instance opens (`sqlite://`; see
     /// `embedded.rs`).
     Sqlite,
+    /// One PostgreSQL server behind a fault-injecting proxy per instance
+    /// (`postgres://`; see `sql.rs`).
+    Postgres,
 }
 
 impl Topology {
-    const ALL: [Topology; 6] = [
+    const ALL: [Topology; 7] = [
         Topology::Single,
         Topology::Sentinel,
         Topology::Cluster,
         Topology::Etcd,
         Topology::Zk,
         Topology::Sqlite,
+        Topology::Postgres,
     ];
 
     /// Whether `kind` can be injected in this topology.
@@ -380,7 +395,7 @@ impl Topology {
         let only = |kinds: &[&str], topologies: &[Topology]| {
             !kinds.contains(&kind) || topologies.contains(&self)
         };
-        only(&PROXIED, &[Single, Etcd, Zk])
+        only(&PROXIED, &[Single, Etcd, Zk, Postgres])
             && only(&SINGLE_ONLY, &[Single])
             && only(&REDIS_ONLY, &[Single, Sentinel, Cluster])
             && only(&SENTINEL_ONLY, &[Sentinel])
@@ -389,7 +404,8 @@ impl Topology {
             && only(&ETCD_LEASES, &[Etcd])
             && only(&ZK_ONLY, &[Zk])
             && only(&SQLITE_ONLY, &[Sqlite])
-            && only(&RESTORES, &[Etcd, Zk, Sqlite])
+            && only(&PG_ONLY, &[Postgres])
+            && only(&RESTORES, &[Etcd, Zk, Sqlite, Postgres])
     }
 
     /// Why `kind` is not injected in this topology, when that is a choice
@@ -400,6 +416,7 @@ impl Topology {
             Topology::Etcd => Self::why_not_etcd(kind),
             Topology::Zk => Self::why_not_zk(kind),
             Topology::Sqlite => Self::why_not_sqlite(kind),
+            Topology::Postgres => Self::why_not_postgres(kind),
             _ => None,
         }
     }
@@ -418,6 +435,25 @@ impl Topology {
             "stall" => "CLIENT PAUSE is a Redis command (sqlite-lock holds the file's write lock)",
             "forged" => {
                 "its hand-over is the OS lock of the term's holder, which no other process can let go"
+            }
+            "revoke-lease" => "it has no etcd lease (delete-lease deletes the lease row)",
+            _ => return None,
+        })
+    }
+
+    fn why_not_postgres(kind: &str) -> Option<&'static str> {
+        Some(match kind {
+            "restart" => {
+                "a Redis restart loses every lease, while PostgreSQL keeps its rows (pg-restart kills the server and starts it with its data; restore-snapshot brings older data back)"
+            }
+            "rollback" => {
+                "restore-snapshot starts the server from an older copy of its data directory"
+            }
+            "stall" => {
+                "CLIENT PAUSE is a Redis command (pg-lock holds the lease table, pg-pause stops the server)"
+            }
+            "forged" => {
+                "it forges Redis pub/sub messages; PostgreSQL's hints are NOTIFY messages on the server, not forged here yet"
             }
             "revoke-lease" => "it has no etcd lease (delete-lease deletes the lease row)",
             _ => return None,
@@ -490,6 +526,7 @@ impl Topology {
             Topology::Etcd => "etcd",
             Topology::Zk => "zk",
             Topology::Sqlite => "sqlite",
+            Topology::Postgres => "postgres",
         }
     }
 
@@ -701,6 +738,7 @@ enum Store {
     /// As etcd's.
     Zk(Shared<ZkEnsemble>),
     Sqlite(SqliteFile),
+    Postgres(PgStore),
 }
 
 impl Store {
@@ -713,6 +751,7 @@ impl Store {
             Store::Etcd(_) => Topology::Etcd,
             Store::Zk(_) => Topology::Zk,
             Store::Sqlite(_) => Topology::Sqlite,
+            Store::Postgres(_) => Topology::Postgres,
         };
         topology
             .refusal(kind)
@@ -762,6 +801,7 @@ impl Store {
                 .await?,
             ))),
             Topology::Sqlite => Store::Sqlite(SqliteFile::create(&config.out)?),
+            Topology::Postgres => Store::Postgres(PgStore::start().await?),
         })
     }
 
@@ -774,6 +814,7 @@ impl Store {
             Store::Etcd(cluster) => lock(cluster).url(),
             Store::Zk(ensemble) => lock(ensemble).url(),
             Store::Sqlite(file) => file.url(),
+            Store::Postgres(pg) => pg.url(),
         }
     }
 
@@ -783,6 +824,7 @@ impl Store {
     fn upstreams(&self) -> Vec<u16> {
         match self {
             Store::Single { redis, .. } => vec![redis.port()],
+            Store::Postgres(pg) => vec![pg.port()],
             Store::Etcd(cluster) => consensus::client_ports(cluster),
             Store::Zk(ensemble) => consensus::client_ports(ensemble),
             Store::Sentinel(_) | Store::Cluster(_) | Store::Sqlite(_) => Vec::new(),
@@ -803,6 +845,7 @@ impl Store {
             Store::Etcd(cluster) => consensus::pids(cluster),
             Store::Zk(ensemble) => consensus::pids(ensemble),
             Store::Sqlite(_) => Vec::new(),
+            Store::Postgres(pg) => vec![pg.pid()],
         };
         pids.into_iter().flatten().map(|pid| pid as i32).collect()
     }
@@ -812,7 +855,7 @@ impl Store {
     /// or every etcd member runs and follows one leader ([`etcd_whole`]).
     async fn settle(&self) -> Result<(), String> {
         match self {
-            Store::Single { .. } | Store::Sqlite(_) => Ok(()),
+            Store::Single { .. } | Store::Sqlite(_) | Store::Postgres(_) => Ok(()),
             Store::Sentinel(group) => {
                 let group = group.clone();
                 blocking("the Sentinel group is ready", move || {
@@ -1322,6 +1365,7 @@ impl Harness {
             (_, true) => self.store.url(),
             (Store::Etcd(_), false) => format!("etcd://{}", endpoints.join(",")),
             (Store::Zk(_), false) => format!("zk://{}", endpoints.join(",")),
+            (Store::Postgres(_), false) => format!("postgres://postgres@{}/postgres", endpoints[0]),
             (_, false) => format!("redis://{}", endpoints[0]),
         }
     }
@@ -1374,7 +1418,9 @@ impl Harness {
     /// The slot whose instance leads now, read from the store directly.
     async fn leader_slot(&mut self) -> Option<usize> {
         let url = self.store.url();
-        let leader = if let Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) = self.store {
+        let leader = if let Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) | Store::Postgres(_) =
+            self.store
+        {
             // One client for the whole run (etcd's and ZooKeeper's
             // clients reconnect by themselves, a SQLite file is reopened
             // when replaced), dropped after an error all the same.
@@ -1551,6 +1597,34 @@ impl Harness {
             ("restore-snapshot", _) if matches!(self.store, Store::Sqlite(_)) => {
                 self.restore_sqlite(hold).await?;
             }
+            ("restore-snapshot", _) if matches!(self.store, Store::Postgres(_)) => {
+                self.restore_postgres(hold).await?;
+            }
+            ("pg-restart", _) => {
+                let Store::Postgres(pg) = &self.store else {
+                    return Err(self.store.refusal(kind));
+                };
+                let restarted = pg.restart().await;
+                self.log.record(&aim.event(now_ns(), Some(true)));
+                restarted?;
+                if let Some(pid) = pg.pid() {
+                    self.started.push(pid as i32);
+                }
+            }
+            ("pg-pause", _) => {
+                let Store::Postgres(pg) = &self.store else {
+                    return Err(self.store.refusal(kind));
+                };
+                self.log.record(&aim.event(aim.until, Some(true)));
+                pg.pause(hold).await;
+            }
+            ("pg-lock", _) => {
+                let Store::Postgres(pg) = &self.store else {
+                    return Err(self.store.refusal(kind));
+                };
+                self.log.record(&aim.event(aim.until, Some(true)));
+                pg.hold_lock(hold).await?;
+            }
             ("restore-snapshot", _) => {
                 self.restore_snapshot(hold).await?;
             }
@@ -1643,14 +1717,22 @@ impl Harness {
         Ok(())
     }
 
-    /// `mixed-ttl`: the instance cut off for the hold and, on Redis, the
-    /// store restarted meanwhile. On etcd and ZooKeeper, only the cut: the
+    /// `mixed-ttl`: the instance cut off for the hold and, on Redis and
+    /// PostgreSQL, the store restarted meanwhile. On etcd and ZooKeeper, only the cut: the
     /// store keeps the lease (see the module docs), and the fault is not an
     /// outage of the store.
     async fn mixed_ttl(&mut self, aim: &Aim<'_>, i: usize, hold: Duration) -> Result<(), String> {
         if matches!(self.store, Store::Etcd(_) | Store::Zk(_)) {
             self.log.record(&aim.event(aim.until, Some(false)));
             self.set_link(i, Mode::Blackhole);
+            tokio::time::sleep(hold).await;
+            self.set_link(i, Mode::Pass);
+        } else if let Store::Postgres(pg) = &self.store {
+            // The server restarted with its data: a process new to the
+            // election, whose hold-off must be the largest ttl in use.
+            self.log.record(&aim.event(aim.until, Some(true)));
+            self.set_link(i, Mode::Blackhole);
+            pg.restart().await?;
             tokio::time::sleep(hold).await;
             self.set_link(i, Mode::Pass);
         } else {
@@ -1779,6 +1861,35 @@ impl Harness {
         tokio::time::sleep(hold).await;
         if let Store::Sqlite(file) = &self.store {
             file.restore(copy, in_place).await?;
+        }
+        let launched = self.newcomer(self.config.ttl, hold).await;
+        self.log.record(&Event::Fault {
+            kind: "restore-snapshot".to_string(),
+            target: String::new(),
+            t,
+            until: now_ns(),
+            store_down: Some(true),
+        });
+        launched
+    }
+
+    /// `restore-snapshot` on PostgreSQL (see `sql.rs`): a copy of the data
+    /// directory, a hand-over, the hold, the server started from the copy
+    /// and a newcomer. One store outage from the copy until the
+    /// newcomer's hold is over.
+    async fn restore_postgres(&mut self, hold: Duration) -> Result<(), String> {
+        let t = now_ns();
+        let Store::Postgres(pg) = &self.store else {
+            return Err(self.store.refusal("restore-snapshot"));
+        };
+        let copy = pg.back_up().await?;
+        self.hand_over().await;
+        tokio::time::sleep(hold).await;
+        if let Store::Postgres(pg) = &self.store {
+            pg.restore(copy).await?;
+            if let Some(pid) = pg.pid() {
+                self.started.push(pid as i32);
+            }
         }
         let launched = self.newcomer(self.config.ttl, hold).await;
         self.log.record(&Event::Fault {
@@ -2016,6 +2127,9 @@ impl Harness {
         if let Store::Sqlite(file) = &self.store {
             return file.delete_lease(self.config.witness_too).await;
         }
+        if let Store::Postgres(pg) = &self.store {
+            return pg.delete_lease(self.config.witness_too).await;
+        }
         let lease = format!("{prefix}:{{{ELECTION}}}:lease");
         let url = self.primary_of(&lease).await?;
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
@@ -2054,7 +2168,7 @@ impl Harness {
                 .await?;
                 Ok(format!("redis://127.0.0.1:{port}"))
             }
-            Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) => {
+            Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) | Store::Postgres(_) => {
                 Err(format!("{key} is not on Redis"))
             }
         }
@@ -2064,7 +2178,7 @@ impl Harness {
         let channel = format!("{}:{{{ELECTION}}}:events", tenure::DEFAULT_PREFIX);
         let command = match &self.store {
             Store::Cluster(_) => "SPUBLISH",
-            Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) => {
+            Store::Etcd(_) | Store::Zk(_) | Store::Sqlite(_) | Store::Postgres(_) => {
                 return Err(self.store.refusal("forged"))
             }
             _ => "PUBLISH",

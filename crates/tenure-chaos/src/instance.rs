@@ -86,13 +86,14 @@ pub struct Campaign {
 /// Fixed bugs of one store that `--unsafe-bug NAME` switches back on in
 /// every library-mode instance, for failing-mode tests: each is one hidden
 /// `unsafe_*` switch of [`tenure::ElectionBuilder`].
-pub const STORE_BUGS: [&str; 6] = [
+pub const STORE_BUGS: [&str; 7] = [
     "etcd-tokens-without-clock",
     "etcd-no-hedges",
     "first-sentinel-only",
     "zk-ignore-witness",
     "zk-tokens-without-clock",
     "sqlite-ignore-rollback",
+    "postgres-ignore-epoch",
 ];
 
 /// `builder` with the store bug `name` switched back on.
@@ -104,6 +105,7 @@ fn with_store_bug(builder: tenure::ElectionBuilder, name: &str) -> tenure::Elect
         "zk-ignore-witness" => builder.unsafe_zk_ignore_witness(true),
         "zk-tokens-without-clock" => builder.unsafe_zk_tokens_without_clock(true),
         "sqlite-ignore-rollback" => builder.unsafe_sqlite_ignore_rollback(true),
+        "postgres-ignore-epoch" => builder.unsafe_postgres_ignore_epoch(true),
         // Refused by the harness before any instance starts.
         _ => builder,
     }

@@ -14,6 +14,7 @@ mod instance;
 mod log;
 mod outage;
 mod proxy;
+mod sql;
 mod timeline;
 
 use std::path::{Path, PathBuf};
@@ -106,7 +107,9 @@ struct RunArgs {
     /// primaries, three replicas; `redis+cluster://`), an etcd cluster
     /// (three members, three proxies per instance; `etcd://`), or a
     /// ZooKeeper ensemble (three members, three proxies per instance;
-    /// `zk://`), or one SQLite file every instance opens (`sqlite://`).
+    /// `zk://`), or one SQLite file every instance opens (`sqlite://`),
+    /// or one PostgreSQL server behind a proxy per instance
+    /// (`postgres://`).
     #[arg(long, visible_alias = "store", value_enum, default_value_t = harness::Topology::Single)]
     topology: harness::Topology,
     /// Sentinel: run the group with Redis's defaults (one replica,
@@ -137,7 +140,9 @@ struct RunArgs {
     /// which are faults of Redis; zk: its own kinds, restore-snapshot
     /// and the same faults of instances and links as etcd, not
     /// revoke-lease; sqlite: its own kinds, restore-snapshot,
-    /// delete-lease and the faults of instances, none of links).
+    /// delete-lease and the faults of instances, none of links; postgres:
+    /// its own kinds, restore-snapshot, delete-lease and the faults of
+    /// instances and links, not restart, stall, rollback or forged).
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// Unsafe: instances ignore their local deadline (the checker must object).
@@ -166,7 +171,8 @@ struct RunArgs {
     /// (`delete-lease` on ZooKeeper gives two leaders),
     /// `zk-tokens-without-clock` (tokens repeat after `restore-snapshot`
     /// on ZooKeeper), `sqlite-ignore-rollback` (`restore-snapshot` on
-    /// SQLite gives two leaders).
+    /// SQLite gives two leaders), `postgres-ignore-epoch`
+    /// (`restore-snapshot` on PostgreSQL gives two leaders).
     #[arg(long = "unsafe-bug", value_name = "NAME")]
     unsafe_bugs: Vec<String>,
     /// Exit 1 also when the liveness goal is missed.

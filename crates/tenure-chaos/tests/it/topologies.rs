@@ -84,6 +84,11 @@ fn ignoring_the_local_deadline_on_sqlite_is_reported_as_overlapping_leaders() {
     no_deadline_is_unsafe("sqlite", "15s");
 }
 
+#[test]
+fn ignoring_the_local_deadline_on_postgres_is_reported_as_overlapping_leaders() {
+    no_deadline_is_unsafe("postgres", "15s");
+}
+
 /// Every fault kind of the etcd topology but `etcd-pause-member`: raft
 /// members killed (the leader half the time), every member killed and
 /// started again, compaction, links cut, dropped and slowed, instances
@@ -168,6 +173,30 @@ fn a_short_run_on_sqlite_under_its_faults_is_safe() {
     safe_with_store_faults(code, &report, "sqlite-");
 }
 
+/// Every fault kind of the postgres topology: the server killed and
+/// started with its data, paused, its lease table locked by another
+/// session, started from an older copy of its data, the lease row deleted
+/// by hand, links cut, dropped and slowed, instances killed, paused,
+/// churned, duplicated, stopped.
+#[test]
+fn a_short_run_on_postgres_under_its_faults_is_safe() {
+    let (code, report) = run(
+        "postgres-safe",
+        &[
+            "--store",
+            "postgres",
+            "--seed",
+            "31",
+            "--duration",
+            "40s",
+            "--faults",
+            "kill,pause,cut,drop,delay,graceful,churn,mixed-ttl,dup-id,delete-lease,\
+             cut-delete-lease,restore-snapshot,pg-restart,pg-pause,pg-lock",
+        ],
+    );
+    safe_with_store_faults(code, &report, "pg-");
+}
+
 /// A run judged safe, with no overlap, stale write, falling token, crash
 /// or leak, some terms, and faults of the store (kinds starting with
 /// `store_kinds`) drawn by its seed.
@@ -212,6 +241,11 @@ fn faults_of_another_topology_are_refused_before_anything_starts() {
         ("sqlite", "forged"),
         ("single", "sqlite-lock"),
         ("etcd", "sqlite-delete-file"),
+        ("postgres", "restart"),
+        ("postgres", "forged"),
+        ("postgres", "revoke-lease"),
+        ("single", "pg-lock"),
+        ("sqlite", "pg-restart"),
     ] {
         let out = std::env::temp_dir().join(format!(
             "tenure-chaos-refused-{topology}-{fault}-{}",

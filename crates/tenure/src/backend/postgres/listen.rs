@@ -26,12 +26,15 @@ const CHECK_EVERY: Duration = Duration::from_secs(5);
 
 type Key = (String, String);
 
+/// One backend's notices, by the id its subscription was given.
+type Senders = Vec<(u64, watch::Sender<Notices>)>;
+
 /// The elections of this process on the store, each with the senders of
 /// its notices (one per backend asked for it).
 #[derive(Default)]
 pub(crate) struct Registry {
     next: AtomicU64,
-    elections: Mutex<HashMap<Key, Vec<(u64, watch::Sender<Notices>)>>>,
+    elections: Mutex<HashMap<Key, Senders>>,
 }
 
 impl Registry {

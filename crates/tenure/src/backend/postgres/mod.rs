@@ -408,9 +408,30 @@ impl PostgresStore {
     }
 
     /// Drop the calls' connection (after a timeout): the next call opens
-    /// another.
+    /// another. What it still runs in the server is cancelled: a call
+    /// waiting behind a lock would otherwise run on (a backend does not
+    /// see its client gone until it next reads), and commit for nobody.
     pub fn reset(&self) {
-        *self.client.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let dropped = self
+            .client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let (Some(client), Ok(runtime)) = (dropped, tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        let cancel = client.cancel_token();
+        let (tls, limit) = (self.target.tls.clone(), self.target.call_timeout);
+        runtime.spawn(async move {
+            let cancelled = async {
+                match tls {
+                    Tls::Plain => cancel.cancel_query(tokio_postgres::NoTls).await,
+                    Tls::Rustls(tls) => cancel.cancel_query(tls).await,
+                }
+            };
+            // Best effort: statement_timeout ends it anyway.
+            let _ = tokio::time::timeout(limit, cancelled).await;
+        });
     }
 
     async fn client(&self) -> Result<Arc<Client>> {
