@@ -69,9 +69,24 @@ pub enum Command {
     },
     /// Print the manual page (roff), e.g. `tenure man | man -l -`.
     Man,
+    /// Print the SQL that creates a store's tables, for an owner to run
+    /// before a least-privilege role uses the store (e.g. `tenure schema
+    /// postgres | psql "$OWNER_URL" -v ON_ERROR_STOP=1`), with the grant
+    /// the role needs as a comment at its end.
+    Schema {
+        /// The store whose schema to print.
+        store: SchemaStore,
+    },
     /// Internal: the guardian `tenure run` puts around CMD.
     #[command(name = "__guardian", hide = true)]
     Guardian(GuardianArgs),
+}
+
+/// The stores with a schema of tables (`tenure schema`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum SchemaStore {
+    /// PostgreSQL (`postgres://`).
+    Postgres,
 }
 
 /// Where Redis is and how keys are named.

@@ -51,6 +51,16 @@ fn main() {
             output::text(&String::from_utf8_lossy(&script));
             output::exit(exit::OK);
         }
+        Command::Schema {
+            store: cli::SchemaStore::Postgres,
+        } => {
+            output::text(&format!(
+                "{}\n-- The least a role needs, once the tables exist:\n-- GRANT {} TO your_role;\n",
+                tenure::POSTGRES_SCHEMA.trim_end(),
+                tenure::POSTGRES_GRANTS
+            ));
+            output::exit(exit::OK);
+        }
         Command::Man => {
             let mut page = Vec::new();
             if let Err(err) = clap_mangen::Man::new(Cli::command()).render(&mut page) {
@@ -90,7 +100,10 @@ fn main() {
             Command::Watch(args) => observe::watch(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Demo(args) => demo::demo(args).await,
-            Command::Guardian(_) | Command::Completions { .. } | Command::Man => Ok(exit::OK),
+            Command::Guardian(_)
+            | Command::Completions { .. }
+            | Command::Man
+            | Command::Schema { .. } => Ok(exit::OK),
         }
     });
     // Background tasks (renewal keepers, subscribers) end with the runtime.
@@ -113,7 +126,10 @@ fn store_of(command: &Command) -> Option<&str> {
         Command::Watch(args) => Some(&args.redis.url),
         Command::Serve(args) => Some(&args.redis.url),
         Command::Demo(args) => args.url.as_deref(),
-        Command::Guardian(_) | Command::Completions { .. } | Command::Man => None,
+        Command::Guardian(_)
+        | Command::Completions { .. }
+        | Command::Man
+        | Command::Schema { .. } => None,
     }
 }
 
@@ -157,7 +173,10 @@ fn read_password_file(command: &mut Command) -> Result<(), exit::Failure> {
             }
             return Ok(());
         }
-        Command::Guardian(_) | Command::Completions { .. } | Command::Man => return Ok(()),
+        Command::Guardian(_)
+        | Command::Completions { .. }
+        | Command::Man
+        | Command::Schema { .. } => return Ok(()),
     };
     redis.resolve();
     redis

@@ -67,3 +67,31 @@ fn the_password_comes_from_a_file_and_is_never_printed() {
     assert!(!stderr.contains("wrong-pg"), "{stderr}");
     assert_eq!(status(&pg.url()), Vec::new());
 }
+
+#[test]
+fn the_schema_an_owner_runs_lets_a_least_privilege_role_lead() {
+    let pg = server();
+    let out = tenure_output(&["schema", "postgres"]);
+    assert_eq!(out.status.code(), Some(0));
+    let schema = String::from_utf8(out.stdout).expect("UTF-8 SQL");
+    assert!(schema.contains("-- GRANT SELECT, INSERT, UPDATE, DELETE ON tenure_meta"));
+    pg.sql(&schema).expect("the owner runs it");
+    pg.sql("CREATE ROLE app LOGIN PASSWORD 'app-pw'")
+        .expect("a role");
+    pg.sql(&format!("GRANT {} TO app", tenure::POSTGRES_GRANTS))
+        .expect("the grant");
+    let out = tenure_output(&[
+        "run",
+        "--store",
+        &pg.url_as("app", Some("app-pw")),
+        "--election",
+        "least",
+        "--ttl",
+        "2s",
+        "--once",
+        "--",
+        "true",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}
