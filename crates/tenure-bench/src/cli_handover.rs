@@ -75,7 +75,7 @@ pub async fn measure_ending(
             Stdio::piped(),
         )?;
         let stdout = follower.stdout.take().ok_or("no stdout")?;
-        wait_until_following(admin.as_mut(), &follower).await?;
+        wait_until_following(admin.as_mut(), url, &follower).await?;
         let sent = now_ns();
         signal(&leader, ending);
         let mut line = String::new();
@@ -146,8 +146,23 @@ async fn wait_for(
 /// Until the follower has subscribed to the election's announcements (both
 /// instances listen; on SQLite, until it has a lock watcher) and has had
 /// time to look at the lease and go idle.
-async fn wait_until_following(admin: Option<&mut Connection>, follower: &Child) -> Result<()> {
+async fn wait_until_following(
+    admin: Option<&mut Connection>,
+    url: &str,
+    follower: &Child,
+) -> Result<()> {
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    if let Some(port) = postgres_port(url) {
+        // The leader's and the follower's listening sessions.
+        while postgres_listeners(port).await? < 2 {
+            if tokio::time::Instant::now() > until || follower.id().is_none() {
+                return Err("the follower never listened".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        return Ok(());
+    }
     let Some(admin) = admin else {
         let pid = follower.id().ok_or("the follower is gone")?;
         while !has_thread(pid, WATCHER_THREAD) {
@@ -177,6 +192,37 @@ async fn wait_until_following(admin: Option<&mut Connection>, follower: &Child) 
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     Ok(())
+}
+
+/// The port of a `postgres://…@127.0.0.1:PORT/…` URL (the bench's own
+/// server's).
+fn postgres_port(url: &str) -> Option<u16> {
+    let rest = url.strip_prefix("postgres://")?;
+    let host = rest.split('/').next()?.rsplit('@').next()?;
+    host.rsplit(':').next()?.parse().ok()
+}
+
+/// How many sessions listen for tenure's announcements on the server at
+/// `port` (each process's listener names itself `tenure listen`).
+async fn postgres_listeners(port: u16) -> Result<u64> {
+    let (client, connection) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={port} user=postgres dbname=postgres"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(connection);
+    let row = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'tenure listen'",
+            &[],
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    drop(client);
+    let _ = driver.await;
+    let count: i64 = row.try_get(0).map_err(|e| e.to_string())?;
+    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 /// The name (as `/proc` shows it, 15 bytes at most) of the thread a SQLite

@@ -19,6 +19,7 @@ mod fixture;
 mod measure;
 mod naive;
 mod plan;
+mod postgres;
 mod report;
 mod scale;
 mod serve_handover;

@@ -20,6 +20,7 @@ use crate::plan::{Plan, Section};
 use crate::report::{Machine, Report, Row};
 use crate::scale;
 use crate::serve_handover;
+use crate::postgres;
 use crate::sqlite;
 use crate::stats::Samples;
 use crate::svg::{Chart, Kind, Series};
@@ -64,6 +65,7 @@ pub async fn all(
             Section::Etcd => etcd::section(&plan, &mut report).await,
             Section::Zk => zk::section(&plan, &mut report).await,
             Section::Sqlite => sqlite::section(&plan, &mut report).await,
+            Section::Postgres => postgres::section(&plan, &mut report).await,
         };
         if let Err(err) = outcome {
             eprintln!("tenure-bench: the {} section failed: {err}", section.name());

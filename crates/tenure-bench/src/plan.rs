@@ -24,16 +24,20 @@ pub enum Section {
     /// Hand-over, takeover after a crash and a large partition set on a
     /// SQLite file, beside the same figures on a redis-server.
     Sqlite,
+    /// Hand-over, takeover, `tenure run` and a large partition set on a
+    /// PostgreSQL server, beside the same figures on a redis-server.
+    Postgres,
 }
 
 impl Section {
-    pub const ALL: [Section; 6] = [
+    pub const ALL: [Section; 7] = [
         Section::Single,
         Section::Sentinel,
         Section::Cluster,
         Section::Etcd,
         Section::Zk,
         Section::Sqlite,
+        Section::Postgres,
     ];
 
     /// The name `--only` takes.
@@ -45,6 +49,7 @@ impl Section {
             Section::Etcd => "etcd",
             Section::Zk => "zk",
             Section::Sqlite => "sqlite",
+            Section::Postgres => "postgres",
         }
     }
 }

@@ -271,6 +271,12 @@ async fn bad_urls_and_servers_are_one_clear_line() {
     );
     let err = open(other).await;
     assert!(matches!(err, Some(Error::ForeignData { .. })), "{err:?}");
+    // Another program's lease table, without tenure's other tables.
+    server.sql("CREATE DATABASE third").expect("a third database");
+    sql_on(&server, "third", "CREATE TABLE tenure_leases (id int, note text)");
+    let err = open(format!("postgres://postgres@127.0.0.1:{port}/third")).await;
+    assert!(matches!(err, Some(Error::ForeignData { .. })), "{err:?}");
+    sql_on(&server, "third", "SELECT count(*) FROM tenure_leases WHERE note IS NULL");
 }
 
 /// Run `sql` on database `db` of `server` as the superuser.

@@ -159,7 +159,11 @@ where
     T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket>,
     T::Stream: Send + 'static,
 {
-    let opened = tokio::time::timeout(target.call_timeout, target.config.connect(tls)).await;
+    // Named apart from the calls' sessions, for pg_stat_activity.
+    let mut config = target.config.clone();
+    let name = format!("{} listen", config.get_application_name().unwrap_or("tenure"));
+    config.application_name(name);
+    let opened = tokio::time::timeout(target.call_timeout, config.connect(tls)).await;
     let Ok(Ok((client, mut connection))) = opened else {
         return false;
     };

@@ -787,6 +787,23 @@ async fn install(target: &Target, client: &Client) -> Result<()> {
                         ),
                     })
                 }
+                Err(err)
+                    if err.code().is_some_and(|code| {
+                        *code == SqlState::UNDEFINED_COLUMN
+                            || *code == SqlState::DATATYPE_MISMATCH
+                            || *code == SqlState::INVALID_COLUMN_REFERENCE
+                            || *code == SqlState::WRONG_OBJECT_TYPE
+                    }) =>
+                {
+                    Err(Error::ForeignData {
+                        key: "tenure's tables".into(),
+                        detail: format!(
+                            "a table of one of tenure's names that tenure did not create: {}",
+                            err.as_db_error()
+                                .map_or_else(|| err.to_string(), |db| one_line(db.message()))
+                        ),
+                    })
+                }
                 Err(err) => Err(target.error(err)),
             }
         }

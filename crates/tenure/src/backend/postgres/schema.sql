@@ -96,6 +96,30 @@ RETURNS void LANGUAGE sql VOLATILE AS $$
   SELECT pg_notify('tenure', json_build_array(p_kind, p_prefix, p_name, p_ttl)::text)
 $$;
 
+-- When server process p_epoch first served tenure (recorded now, at
+-- now_ms, if it had not): every call that finds or keeps a lease records
+-- it, so that the hold-off of a restarted server counts from when it came
+-- back, not from the first election that fell free afterwards.
+CREATE OR REPLACE FUNCTION tenure_served(p_epoch text, p_now bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+  since bigint;
+BEGIN
+  SELECT m.value::bigint INTO since FROM tenure_meta AS m
+    WHERE m.key = 'epoch_since:' || p_epoch;
+  IF since IS NULL THEN
+    INSERT INTO tenure_meta AS m (key, value) VALUES ('epoch_since:' || p_epoch, p_now::text)
+      ON CONFLICT (key) DO NOTHING;
+    DELETE FROM tenure_meta AS m
+      WHERE m.key LIKE 'epoch_since:%' AND m.key <> 'epoch_since:' || p_epoch;
+    SELECT m.value::bigint INTO since FROM tenure_meta AS m
+      WHERE m.key = 'epoch_since:' || p_epoch;
+  END IF;
+  RETURN coalesce(since, p_now);
+END
+$$;
+
 -- Acquire the lease of one election, or say who holds it (outcome 0), or
 -- that nobody may be granted it for ttl_left ms yet (outcome 2: the
 -- hold-off of a server process new to the election, or a lease that
@@ -132,6 +156,7 @@ BEGIN
   SELECT * INTO w FROM tenure_witnesses AS t
     WHERE t.prefix = p_prefix AND t.name = p_name FOR UPDATE;
   now_ms := tenure_now();
+  store_since := tenure_served(current_epoch, now_ms);
 
   IF l.owner IS NOT NULL AND l.expires_ms > now_ms
       AND NOT (l.owner = p_id AND l.attempt = p_attempt) THEN
@@ -146,16 +171,6 @@ BEGIN
   -- the largest in use. For a name new to the process, the period counts
   -- from when the process first served any election.
   IF NOT p_ignore_epoch THEN
-    SELECT m.value::bigint INTO store_since FROM tenure_meta AS m
-      WHERE m.key = 'epoch_since:' || current_epoch;
-    IF store_since IS NULL THEN
-      store_since := now_ms;
-      INSERT INTO tenure_meta AS m (key, value)
-        VALUES ('epoch_since:' || current_epoch, now_ms::text)
-        ON CONFLICT (key) DO NOTHING;
-      DELETE FROM tenure_meta AS m
-        WHERE m.key LIKE 'epoch_since:%' AND m.key <> 'epoch_since:' || current_epoch;
-    END IF;
     IF e.epoch IS DISTINCT FROM current_epoch THEN
       e.epoch := current_epoch;
       e.epoch_since_ms := store_since;
@@ -229,6 +244,7 @@ BEGIN
       AND t.expires_ms > tenure_now()
     RETURNING t.expires_ms INTO expires;
   IF expires IS NOT NULL THEN
+    PERFORM tenure_served(tenure_epoch(), tenure_now());
     INSERT INTO tenure_witnesses AS t (prefix, name, owner, token, expires_ms)
       VALUES (p_prefix, p_name, p_id, p_token, expires)
       ON CONFLICT (prefix, name) DO UPDATE SET owner = excluded.owner, token = excluded.token,
@@ -259,6 +275,7 @@ RETURNS TABLE (renewed_name text)
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 BEGIN
+  PERFORM tenure_served(tenure_epoch(), tenure_now());
   RETURN QUERY
   WITH renewed AS (
     UPDATE tenure_leases AS t SET expires_ms = tenure_now() + p_ttl, ttl_ms = p_ttl
