@@ -19,7 +19,9 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3)  # the sidecar example
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # The PostgreSQL tests' private servers (pg-process runs initdb and
 # postgres from /usr/lib/postgresql/<version>/bin, as `nobody` when root).
-compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgresql)  # the book's curl one-liners (docs/src/serve.md), checked by the tests
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgresql)
+# A pooler in transaction mode in front of them (the contract suite).
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || need_apt+=(pgbouncer)  # the book's curl one-liners (docs/src/serve.md), checked by the tests
 
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if ! command -v apt-get >/dev/null 2>&1; then

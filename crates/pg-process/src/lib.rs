@@ -132,6 +132,54 @@ fn server_user() -> Result<Option<(Uid, Gid)>, Error> {
     Ok(Some((user.uid, user.gid)))
 }
 
+/// A PgBouncer in front of a [`PgServer`], in transaction mode
+/// ([`PgServer::start_pooler`]), killed on drop.
+#[derive(Debug)]
+pub struct Pooler {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Pooler {
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`, through the pooler.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Pooler {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// PgBouncer: `$PGBOUNCER`, else `pgbouncer` on the `PATH` or in
+/// `/usr/sbin` (Debian's).
+fn find_pgbouncer() -> Result<PathBuf, Error> {
+    tenure_test_support::find_binary("PGBOUNCER", "pgbouncer")
+        .or_else(|| {
+            let debian = Path::new("/usr/sbin/pgbouncer");
+            debian.is_file().then(|| debian.to_path_buf())
+        })
+        .ok_or_else(|| {
+            Error::NotInstalled(
+                "no pgbouncer: install Debian's pgbouncer package (scripts/install-deps.sh \
+                 does), or set PGBOUNCER"
+                    .into(),
+            )
+        })
+}
+
 /// A copy of a server's data directory, as a filesystem snapshot taken
 /// while it ran would keep it ([`PgServer::backup`]).
 #[derive(Debug)]
@@ -233,6 +281,95 @@ impl PgServer {
     /// The port the server listens on (127.0.0.1).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// Start a PgBouncer in front of this server, in transaction mode
+    /// (a server connection per transaction, as most poolers are run), on
+    /// a free port; the superuser connects through it without a password.
+    pub fn start_pooler(&self) -> Result<Pooler, Error> {
+        let binary = find_pgbouncer()?;
+        let port = tenure_test_support::ports::free_port(&[5432, 6432])
+            .map_err(io_err("finding a free port"))?;
+        let dir = self.dir.with_file_name(format!(
+            "pg-process-pooler-{}-{}-{port}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        self.chown(&dir)?;
+        let users = dir.join("userlist.txt");
+        std::fs::write(&users, "\"postgres\" \"\"\n")
+            .map_err(io_err(format!("writing {}", users.display())))?;
+        let ini = dir.join("pgbouncer.ini");
+        std::fs::write(
+            &ini,
+            format!(
+                "[databases]\n* = host=127.0.0.1 port={}\n\n[pgbouncer]\n\
+                 listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n\
+                 auth_type = trust\nauth_file = {}\npool_mode = transaction\n\
+                 max_client_conn = 500\ndefault_pool_size = 20\n\
+                 ignore_startup_parameters = extra_float_digits\n",
+                self.port,
+                users.display()
+            ),
+        )
+        .map_err(io_err(format!("writing {}", ini.display())))?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("pgbouncer.log"))
+            .map_err(io_err("opening pgbouncer.log"))?;
+        let log_err = log.try_clone().map_err(io_err("opening pgbouncer.log"))?;
+        let mut command = Command::new(&binary);
+        command
+            .arg(&ini)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err));
+        if let Some((uid, gid)) = self.user {
+            command.uid(uid.as_raw()).gid(gid.as_raw());
+        }
+        let child = command
+            .spawn()
+            .map_err(io_err(format!("starting {}", binary.display())))?;
+        let mut pooler = Pooler {
+            port,
+            dir,
+            child: Some(child),
+        };
+        let started = Instant::now();
+        let port_text = port.to_string();
+        loop {
+            let exited = pooler
+                .child
+                .as_mut()
+                .and_then(|child| child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                let log =
+                    std::fs::read_to_string(pooler.dir.join("pgbouncer.log")).unwrap_or_default();
+                return Err(Error::DidNotStart {
+                    port,
+                    detail: format!("pgbouncer exited with {status}: {}", log.trim()),
+                });
+            }
+            let ready = Command::new(self.bin("psql"))
+                .args(["-X", "-A", "-t", "-q", "-h", "127.0.0.1", "-p", &port_text])
+                .args(["-U", "postgres", "-d", "postgres", "-c", "SELECT 1"])
+                .env("PGCONNECT_TIMEOUT", "5")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|status| status.success());
+            if ready {
+                return Ok(pooler);
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(Error::Timeout(START_TIMEOUT, "pgbouncer answers".into()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The postmaster's process id, or `None` while the server is stopped.
@@ -689,6 +826,34 @@ mod tests {
         );
         replica.promote().expect("promote");
         replica.sql("INSERT INTO t VALUES (2)").expect("writable");
+    }
+
+    #[test]
+    fn a_pooler_in_transaction_mode_forwards_queries() {
+        let pg = PgServer::start().expect("postgres starts");
+        let pooler = pg.start_pooler().expect("pgbouncer starts");
+        let port = pooler.port().to_string();
+        let out = Command::new(pg.bin("psql"))
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+            ])
+            .args(["-d", "postgres", "-c", "SHOW port"])
+            .output()
+            .expect("psql runs");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            pg.port().to_string(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[test]

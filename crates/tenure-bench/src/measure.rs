@@ -17,10 +17,10 @@ use crate::fixture::{
 };
 use crate::naive::NaiveElection;
 use crate::plan::{Plan, Section};
+use crate::postgres;
 use crate::report::{Machine, Report, Row};
 use crate::scale;
 use crate::serve_handover;
-use crate::postgres;
 use crate::sqlite;
 use crate::stats::Samples;
 use crate::svg::{Chart, Kind, Series};

@@ -98,9 +98,7 @@ async fn measure(
     let url = pg.url();
     let redis_url = redis.url();
     let label = "postgres";
-    let version = pg
-        .sql("SHOW server_version")
-        .map_err(|e| e.to_string())?;
+    let version = pg.sql("SHOW server_version").map_err(|e| e.to_string())?;
     eprintln!(
         "tenure-bench: PostgreSQL {version} on port {}, redis-server on port {}",
         pg.port(),

@@ -1,4 +1,5 @@
-//! Leader election on Redis, etcd or ZooKeeper: one leader per named election, kept
+//! Leader election on Redis, etcd, ZooKeeper or PostgreSQL (or a SQLite file on
+//! one host): one leader per named election, kept
 //! while it is healthy, handed over fast when it dies or steps down, and told
 //! the moment it may no longer act.
 //!

@@ -272,11 +272,21 @@ async fn bad_urls_and_servers_are_one_clear_line() {
     let err = open(other).await;
     assert!(matches!(err, Some(Error::ForeignData { .. })), "{err:?}");
     // Another program's lease table, without tenure's other tables.
-    server.sql("CREATE DATABASE third").expect("a third database");
-    sql_on(&server, "third", "CREATE TABLE tenure_leases (id int, note text)");
+    server
+        .sql("CREATE DATABASE third")
+        .expect("a third database");
+    sql_on(
+        &server,
+        "third",
+        "CREATE TABLE tenure_leases (id int, note text)",
+    );
     let err = open(format!("postgres://postgres@127.0.0.1:{port}/third")).await;
     assert!(matches!(err, Some(Error::ForeignData { .. })), "{err:?}");
-    sql_on(&server, "third", "SELECT count(*) FROM tenure_leases WHERE note IS NULL");
+    sql_on(
+        &server,
+        "third",
+        "SELECT count(*) FROM tenure_leases WHERE note IS NULL",
+    );
 }
 
 /// Run `sql` on database `db` of `server` as the superuser.
@@ -318,4 +328,33 @@ async fn a_hung_server_ends_the_term_at_its_deadline_and_nobody_else_leads() {
     // process, after the lease expired.
     let next = timeout(HANG, campaign(&a)).await.expect("a leads again");
     assert!(next.token() > term.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_pooler_a_resignation_hands_over_by_the_expiry() {
+    let server = support::postgres();
+    let pooler = server.start_pooler().expect("PgBouncer starts");
+    let url = pooler.url();
+    let a = election(&url, "pooled", "a", false).await;
+    let b = election(&url, "pooled", "b", false).await;
+    let term = campaign(&a).await;
+    support::topo::renewed(&term).await;
+    let follower = tokio::spawn(async move { campaign(&b).await });
+    // b has been told who leads, and waits.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resigned = tokio::time::Instant::now();
+    term.resign().await.expect("resign");
+    let next = timeout(TTL * 3, follower)
+        .await
+        .expect("b leads by the lease's expiry")
+        .expect("no panic");
+    assert!(next.token() > term.token());
+    // At the latest when the lease b was told of ran out (a renewal is a
+    // ttl long), plus one retry.
+    assert!(
+        resigned.elapsed() < TTL + Duration::from_secs(1),
+        "{:?}",
+        resigned.elapsed()
+    );
+    drop(pooler);
 }

@@ -161,7 +161,10 @@ where
 {
     // Named apart from the calls' sessions, for pg_stat_activity.
     let mut config = target.config.clone();
-    let name = format!("{} listen", config.get_application_name().unwrap_or("tenure"));
+    let name = format!(
+        "{} listen",
+        config.get_application_name().unwrap_or("tenure")
+    );
     config.application_name(name);
     let opened = tokio::time::timeout(target.call_timeout, config.connect(tls)).await;
     let Ok(Ok((client, mut connection))) = opened else {

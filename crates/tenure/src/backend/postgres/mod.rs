@@ -349,14 +349,6 @@ impl PostgresStore {
             config.ssl_mode(tokio_postgres::config::SslMode::Disable);
             Tls::Plain
         };
-        // A call the client gave up on must not run on for long in the
-        // server (holding row locks, piling up sessions behind a lock).
-        let limit = (call_timeout * 2).as_millis().max(100);
-        let options = format!(
-            "{} -c statement_timeout={limit} -c idle_in_transaction_session_timeout={limit}",
-            config.get_options().unwrap_or_default()
-        );
-        config.options(options.trim());
         if config.get_application_name().is_none() {
             config.application_name("tenure");
         }
@@ -370,8 +362,11 @@ impl PostgresStore {
         });
         let client = target.open_within().await?;
         install(&target, &client).await?;
+        // Unnamed statements only (`query_typed`): a named one is prepared
+        // on one server connection of a pooler in transaction mode and
+        // run on another.
         let standby = client
-            .query_one("SELECT pg_is_in_recovery()", &[])
+            .query_typed_one("SELECT pg_is_in_recovery()", &[])
             .await
             .map_err(|err| target.error(err))?;
         if standby.try_get::<_, bool>(0).unwrap_or(false) {
@@ -429,7 +424,8 @@ impl PostgresStore {
                     Tls::Rustls(tls) => cancel.cancel_query(tls).await,
                 }
             };
-            // Best effort: statement_timeout ends it anyway.
+            // Best effort: without it, the call runs once the lock is
+            // free, and its outcome was unknown to the caller anyway.
             let _ = tokio::time::timeout(limit, cancelled).await;
         });
     }
@@ -742,7 +738,7 @@ impl PostgresStore {
 /// its version, and that `tenure_meta` is tenure's.
 async fn install(target: &Target, client: &Client) -> Result<()> {
     let found = client
-        .query_opt("SELECT value FROM tenure_meta WHERE key = 'schema'", &[])
+        .query_typed_opt("SELECT value FROM tenure_meta WHERE key = 'schema'", &[])
         .await;
     let version: Option<String> = match found {
         Ok(row) => row.and_then(|row| row.try_get(0).ok()),
