@@ -111,7 +111,15 @@ fn main() {
                 design,
                 elections,
                 seconds,
-            }) => match scale::child(&redis, &design, elections, seconds).await {
+            }) => match {
+                if std::env::var_os("RUST_LOG").is_some() {
+                    tracing_subscriber::fmt()
+                        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                        .with_writer(std::io::stderr)
+                        .init();
+                }
+                scale::child(&redis, &design, elections, seconds).await
+            } {
                 Ok(figures) => {
                     println!("{}", serde_json::to_string(&figures).unwrap_or_default());
                     0

@@ -127,7 +127,8 @@ async fn tenure_child(
         || observer.owned_count() == elections,
         TTL * 4 + Duration::from_secs(elections as u64 / 2_000),
     )
-    .await?;
+    .await
+    .map_err(|err| format!("{err} ({} of {elections} held)", observer.owned_count()))?;
     let members = Members {
         etcd: etcd_metrics::metrics_endpoints(url),
         zk: zk_metrics::members_of(url),

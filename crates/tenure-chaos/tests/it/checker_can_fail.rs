@@ -331,7 +331,7 @@ fn a_postgres_server_restored_with_its_epoch_ignored_is_reported() {
     let restored = Run {
         name: "postgres-restore",
         seed: "5",
-        duration: "45s",
+        duration: "30s",
         faults: "restore-snapshot",
         ..PAUSES
     };

@@ -48,7 +48,7 @@ use tokio_postgres::{Client, Row};
 use super::address::Address;
 use super::op::{Hints, Op, Reply};
 use super::options::{PostgresBugs, TlsFiles};
-use crate::error::one_line;
+use crate::error::{copy_error, one_line};
 use crate::machine::{AcquireReply, RenewReply};
 use crate::term::Holder;
 use crate::{Error, Result};
@@ -229,12 +229,28 @@ fn cause_of<'a>(
 pub(crate) struct PostgresStore {
     target: Arc<Target>,
     bugs: PostgresBugs,
-    /// The calls' connection: one, pipelined, opened again after it broke
-    /// or a call timed out.
-    client: Mutex<Option<Arc<Client>>>,
-    opening: tokio::sync::Mutex<()>,
+    /// The calls' connections ([`LANES`]), each pipelined, opened when
+    /// first needed and again after it broke or a call timed out. A batch
+    /// goes to the first; a large one (a partition set's acquisitions) is
+    /// split over all, so that the server runs its parts on several
+    /// cores.
+    lanes: [Lane; LANES],
     hints: Arc<listen::Registry>,
     stop: tokio_util::sync::CancellationToken,
+}
+
+/// How many connections a store's calls may use.
+const LANES: usize = 3;
+
+/// A batch of more operations than this is split over the lanes but the
+/// first.
+const SPLIT_ABOVE: usize = 64;
+
+/// One connection of a store's calls.
+#[derive(Default)]
+struct Lane {
+    client: Mutex<Option<Arc<Client>>>,
+    opening: tokio::sync::Mutex<()>,
 }
 
 impl Drop for PostgresStore {
@@ -375,6 +391,7 @@ impl PostgresStore {
                 detail: "the server is a read-only standby; name the primary".into(),
             });
         }
+        warm_up(&client, call_timeout).await;
         let stop = tokio_util::sync::CancellationToken::new();
         let hints = Arc::new(listen::Registry::default());
         tokio::spawn(listen::run(
@@ -385,8 +402,14 @@ impl PostgresStore {
         Ok(PostgresStore {
             target,
             bugs,
-            client: Mutex::new(Some(Arc::new(client))),
-            opening: tokio::sync::Mutex::new(()),
+            lanes: {
+                let lanes: [Lane; LANES] = Default::default();
+                *lanes[0]
+                    .client
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(client));
+                lanes
+            },
             hints,
             stop,
         })
@@ -407,7 +430,13 @@ impl PostgresStore {
     /// waiting behind a lock would otherwise run on (a backend does not
     /// see its client gone until it next reads), and commit for nobody.
     pub fn reset(&self) {
-        let dropped = self
+        for lane in 0..LANES {
+            self.reset_lane(lane);
+        }
+    }
+
+    fn reset_lane(&self, lane: usize) {
+        let dropped = self.lanes[lane]
             .client
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -430,8 +459,14 @@ impl PostgresStore {
         });
     }
 
+    /// The first lane's connection.
     async fn client(&self) -> Result<Arc<Client>> {
-        let current = self
+        self.client_of(0).await
+    }
+
+    async fn client_of(&self, lane: usize) -> Result<Arc<Client>> {
+        let lane = &self.lanes[lane];
+        let current = lane
             .client
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -439,8 +474,8 @@ impl PostgresStore {
         if let Some(client) = current.filter(|c| !c.is_closed()) {
             return Ok(client);
         }
-        let _opening = self.opening.lock().await;
-        if let Some(client) = self
+        let _opening = lane.opening.lock().await;
+        if let Some(client) = lane
             .client
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -450,7 +485,8 @@ impl PostgresStore {
             return Ok(client);
         }
         let client = Arc::new(self.target.open_within().await?);
-        *self.client.lock().unwrap_or_else(PoisonError::into_inner) = Some(client.clone());
+        warm_up(&client, self.target.call_timeout).await;
+        *lane.client.lock().unwrap_or_else(PoisonError::into_inner) = Some(client.clone());
         Ok(client)
     }
 
@@ -483,33 +519,73 @@ impl PostgresStore {
         }
     }
 
-    /// Carry out `ops`, pipelined on one connection (each one autocommit
-    /// call); a broken connection or a timeout fails the batch as a whole.
+    /// Carry out `ops`, each an autocommit call, pipelined on one
+    /// connection: the first lane for a small batch (renewals, a single
+    /// operation), the others, in parts, for a large one (a partition
+    /// set's acquisitions), so that bulk work neither waits behind nor
+    /// delays a renewal and runs on several of the server's cores.
+    ///
+    /// Every operation has the call timeout from the batch's start: one
+    /// that did not answer by then is a timeout of its own (its outcome
+    /// unknown, its connection dropped and its statement cancelled), and
+    /// those that answered keep their replies, so a large batch on a slow
+    /// server still makes progress. The batch fails as a whole only when
+    /// no connection could be had.
     pub async fn batch(
         &self,
         ops: &[Op<'_>],
         round_trips: &AtomicU64,
     ) -> Result<Vec<Result<Reply>>> {
         let limit = self.target.call_timeout;
-        let work = async {
-            let client = self.client().await?;
+        let deadline = tokio::time::Instant::now() + limit;
+        let parts: Vec<(usize, &[Op<'_>])> = if ops.len() > SPLIT_ABOVE {
+            ops.chunks(ops.len().div_ceil(LANES - 1))
+                .enumerate()
+                .map(|(i, part)| (i + 1, part))
+                .collect()
+        } else {
+            vec![(0, ops)]
+        };
+        let runs = parts.iter().map(|&(lane, part)| async move {
+            let client = match tokio::time::timeout_at(deadline, self.client_of(lane)).await {
+                Ok(Ok(client)) => client,
+                Ok(Err(err)) => return Err(err),
+                Err(_) => return Err(Error::Timeout(limit)),
+            };
             round_trips.fetch_add(1, Ordering::Relaxed);
-            let replies = join_all(ops.iter().map(|op| self.apply(&client, op))).await;
-            if client.is_closed() {
-                self.reset();
-                return Err(Error::Postgres {
-                    detail: "the connection to the server broke".into(),
-                });
+            let replies = join_all(part.iter().map(|op| {
+                let client = &client;
+                async move {
+                    match tokio::time::timeout_at(deadline, self.apply(client, op)).await {
+                        Ok(reply) => reply,
+                        Err(_) => Err(Error::Timeout(limit)),
+                    }
+                }
+            }))
+            .await;
+            let timed_out = replies
+                .iter()
+                .any(|reply| matches!(reply, Err(Error::Timeout(_))));
+            if timed_out || client.is_closed() {
+                self.reset_lane(lane);
             }
             Ok(replies)
-        };
-        match tokio::time::timeout(limit, work).await {
-            Ok(done) => done,
-            Err(_) => {
-                self.reset();
-                Err(Error::Timeout(limit))
+        });
+        let outcomes = join_all(runs).await;
+        if outcomes.iter().all(Result::is_err) {
+            if let Some(Err(err)) = outcomes.into_iter().next() {
+                return Err(err);
+            }
+            return Err(Error::internal("a batch of no operations"));
+        }
+        let mut replies = Vec::with_capacity(ops.len());
+        for (outcome, (_, part)) in outcomes.into_iter().zip(&parts) {
+            match outcome {
+                Ok(part_replies) => replies.extend(part_replies),
+                Err(err) => replies.extend(part.iter().map(|_| Err(copy_error(&err)))),
             }
         }
+        Ok(replies)
     }
 
     async fn apply(&self, client: &Client, op: &Op<'_>) -> Result<Reply> {
@@ -732,6 +808,18 @@ impl PostgresStore {
             ttl: millis(row.try_get(first + 5).map_err(err)?),
         })
     }
+}
+
+/// Compile, in a new session, the functions a hand-over runs and that can
+/// be called to no effect (a resign and a renewal of a term that does not
+/// exist): PL/pgSQL compiles a function at its first call in a session,
+/// which took 1–6 ms, and a leader resigns once per session at most.
+/// Errors are left to the real calls to report.
+async fn warm_up(client: &Client, limit: Duration) {
+    let calls = client.batch_execute(
+        "SELECT tenure_resign('', '', '', 0); SELECT * FROM tenure_renew('', '', '', 0, 0, false)",
+    );
+    let _ = tokio::time::timeout(limit, calls).await;
 }
 
 /// Install tenure's schema when it is missing, and check the one found:

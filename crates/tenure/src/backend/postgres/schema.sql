@@ -10,6 +10,12 @@
 -- advisory lock, no prepared statement) is relied on. Times are the
 -- server's clock (clock_timestamp()), in milliseconds since the Unix epoch.
 --
+-- The functions that read tables plan each statement at each call
+-- (plan_cache_mode = force_custom_plan): a plan a session cached while a
+-- table was small scans the whole table once it has grown (10,000
+-- partitions took seconds an acquisition) until an ANALYZE, up to a
+-- minute later.
+--
 -- A function that writes an election's rows first locks its anchor row in
 -- tenure_elections (token counter and epoch), created if missing, then its
 -- lease row, and reads the clock after both: the operations on one
@@ -83,10 +89,20 @@ $$;
 
 -- Which server process serves the rows: a restart (with or without the
 -- data it had), a restore and a failover to a replica each change it.
+-- Kept in the backend's own setting once read: a backend never changes
+-- its postmaster, and pg_control_system() reads a file.
 CREATE OR REPLACE FUNCTION tenure_epoch() RETURNS text
-LANGUAGE sql STABLE AS $$
-  SELECT (SELECT system_identifier::text FROM pg_control_system()) || ':' ||
-    floor(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  epoch text := current_setting('tenure.epoch', true);
+BEGIN
+  IF epoch IS NULL OR epoch = '' THEN
+    epoch := (SELECT system_identifier::text FROM pg_control_system()) || ':' ||
+      floor(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text;
+    PERFORM set_config('tenure.epoch', epoch, false);
+  END IF;
+  RETURN epoch;
+END
 $$;
 
 -- A hint for followers: kind (acquired, released, renewed), prefix, name,
@@ -101,11 +117,16 @@ $$;
 -- it, so that the hold-off of a restarted server counts from when it came
 -- back, not from the first election that fell free afterwards.
 CREATE OR REPLACE FUNCTION tenure_served(p_epoch text, p_now bigint) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
   since bigint;
+  known text := current_setting('tenure.served', true);
 BEGIN
+  -- Once this backend has seen the row of its own process, it stays.
+  IF known IS NOT NULL AND known <> '' THEN
+    RETURN known::bigint;
+  END IF;
   SELECT m.value::bigint INTO since FROM tenure_meta AS m
     WHERE m.key = 'epoch_since:' || p_epoch;
   IF since IS NULL THEN
@@ -115,6 +136,9 @@ BEGIN
       WHERE m.key LIKE 'epoch_since:%' AND m.key <> 'epoch_since:' || p_epoch;
     SELECT m.value::bigint INTO since FROM tenure_meta AS m
       WHERE m.key = 'epoch_since:' || p_epoch;
+  END IF;
+  IF since IS NOT NULL THEN
+    PERFORM set_config('tenure.served', since::text, false);
   END IF;
   RETURN coalesce(since, p_now);
 END
@@ -134,7 +158,7 @@ CREATE OR REPLACE FUNCTION tenure_acquire(
   p_ignore_epoch boolean)
 RETURNS TABLE (outcome int, token bigint, owner text, ttl_left bigint, since_ms bigint,
   attempt text, lease_ttl bigint)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
   e tenure_elections%ROWTYPE;
@@ -230,7 +254,7 @@ CREATE OR REPLACE FUNCTION tenure_renew(
   p_prefix text, p_name text, p_id text, p_token bigint, p_ttl bigint, p_announce boolean)
 RETURNS TABLE (outcome int, token bigint, owner text, ttl_left bigint, since_ms bigint,
   attempt text, lease_ttl bigint)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
   l tenure_leases%ROWTYPE;
@@ -272,7 +296,7 @@ $$;
 CREATE OR REPLACE FUNCTION tenure_renew_many(
   p_prefix text, p_id text, p_ttl bigint, p_names text[], p_tokens bigint[])
 RETURNS TABLE (renewed_name text)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 BEGIN
   PERFORM tenure_served(tenure_epoch(), tenure_now());
@@ -298,7 +322,7 @@ $$;
 -- other way, of its witness alone. True only if the lease was ours.
 CREATE OR REPLACE FUNCTION tenure_resign(p_prefix text, p_name text, p_id text, p_token bigint)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
   expires bigint;
@@ -330,7 +354,7 @@ $$;
 CREATE OR REPLACE FUNCTION tenure_heartbeat(
   p_prefix text, p_group text, p_member text, p_ttl bigint, p_join boolean)
 RETURNS text[]
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
   now_ms bigint := tenure_now();
@@ -366,7 +390,7 @@ $$;
 CREATE OR REPLACE FUNCTION tenure_record_run(
   p_prefix text, p_name text, p_id text, p_token bigint, p_keep bigint)
 RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 DECLARE
   now_ms bigint;
