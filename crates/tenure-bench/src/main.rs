@@ -111,15 +111,7 @@ fn main() {
                 design,
                 elections,
                 seconds,
-            }) => match {
-                if std::env::var_os("RUST_LOG").is_some() {
-                    tracing_subscriber::fmt()
-                        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-                        .with_writer(std::io::stderr)
-                        .init();
-                }
-                scale::child(&redis, &design, elections, seconds).await
-            } {
+            }) => match scale_child(&redis, &design, elections, seconds).await {
                 Ok(figures) => {
                     println!("{}", serde_json::to_string(&figures).unwrap_or_default());
                     0
@@ -185,6 +177,23 @@ fn write_charts(dir: &std::path::Path, charts: &[svg::Chart]) -> Result<(), Stri
         eprintln!("tenure-bench: wrote {}", path.display());
     }
     Ok(())
+}
+
+/// `tenure-bench scale-child`: with `RUST_LOG` set, tenure's logs go to
+/// stderr, which the parent shows when the child fails.
+async fn scale_child(
+    redis: &str,
+    design: &str,
+    elections: usize,
+    seconds: u64,
+) -> Result<scale::ScaleFigures, String> {
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    scale::child(redis, design, elections, seconds).await
 }
 
 #[cfg(test)]
