@@ -124,13 +124,31 @@ const CASES: &[Case] = &[
     ),
     case(
         2,
-        r"--tls-ca is for rediss:// and etcds:// URLs",
+        r"--tls-ca is for rediss://, etcds:// and postgres://…\?sslmode=require URLs",
         &[
             "status",
             "--store",
             "{closed}",
             "--tls-ca",
             "{file:garbage}",
+        ],
+    ),
+    case(
+        2,
+        r"invalid configuration: .*sslmode=prefer is not supported",
+        &[
+            "status",
+            "--store",
+            "postgres://app@127.0.0.1:1/db?sslmode=prefer",
+        ],
+    ),
+    case(
+        2,
+        r"invalid configuration: .*must name exactly one host",
+        &[
+            "status",
+            "--store",
+            "postgres://app@127.0.0.1:1,127.0.0.1:2/db",
         ],
     ),
     case(
