@@ -354,25 +354,36 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 ///     "redis+unix:///run/redis.sock?db=1&pass=***"
 /// );
 /// assert_eq!(tenure::redact_url("not a url"), "not a url");
+/// // A `?` or `/` in a password does not end the user information.
+/// assert_eq!(
+///     tenure::redact_url("postgres://app:ab?c/d@db/jobs?sslmode=require"),
+///     "postgres://app:***@db/jobs?sslmode=require"
+/// );
 /// ```
 pub fn redact_url(raw: &str) -> String {
-    let (head, query) = match raw.split_once('?') {
-        Some((head, query)) => (head, Some(query)),
-        None => (raw, None),
-    };
-    let mut out = match head.split_once("://") {
+    // The user information ends at the last `@` of the whole URL: a
+    // password may hold `?`, `/` or `#` unencoded (some clients take it
+    // so), and splitting off the query first would leave it in the clear.
+    // An `@` in a query parameter makes this hide more than the password,
+    // never less.
+    let (prefix, rest) = match raw.split_once("://") {
         Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((userinfo, host)) => {
+            Some((userinfo, after)) => {
                 let user = match userinfo.split_once(':') {
                     Some((user, _password)) => format!("{user}:***"),
                     None => userinfo.to_string(),
                 };
-                format!("{scheme}://{user}@{host}")
+                (format!("{scheme}://{user}@"), after)
             }
-            None => head.to_string(),
+            None => (format!("{scheme}://"), rest),
         },
-        None => head.to_string(),
+        None => (String::new(), raw),
     };
+    let (head, query) = match rest.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (rest, None),
+    };
+    let mut out = format!("{prefix}{head}");
     if let Some(query) = query {
         let params: Vec<String> = query
             .split('&')

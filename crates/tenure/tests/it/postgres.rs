@@ -358,3 +358,58 @@ async fn through_a_pooler_a_resignation_hands_over_by_the_expiry() {
     );
     drop(pooler);
 }
+
+/// The operator empties tenure's lease tables (`TRUNCATE`) while a term
+/// leads, and a newcomer campaigns at once: the tables' files change, and
+/// with them the epoch. How early the newcomer began, if it did.
+async fn emptied(ignore_epoch: bool) -> Option<Duration> {
+    let server = support::postgres();
+    let url = server.url();
+    let a = election(&url, "emptied", "a", ignore_epoch).await;
+    let term = campaign(&a).await;
+    support::topo::renewed(&term).await;
+    server
+        .sql("TRUNCATE tenure_leases, tenure_witnesses")
+        .expect("the operator empties the tables");
+    let b = election(&url, "emptied", "b", ignore_epoch).await;
+    let next = timeout(HANG, campaign(&b)).await.expect("b leads");
+    timeout(HANG, term.lost()).await.expect("a's term ends");
+    assert!(next.token() > term.token(), "tokens rise");
+    let b_began = next.deadline() - TTL;
+    (b_began < term.deadline()).then(|| term.deadline() - b_began)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_tables_emptied_under_a_leader_give_no_second_leader() {
+    assert_eq!(emptied(false).await, None, "b began before a's deadline");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_tables_emptied_with_the_epoch_ignored_give_two_leaders() {
+    assert!(emptied(true).await.is_some(), "b waited anyway");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_copy_of_the_tables_is_refused_and_dropped_functions_come_back() {
+    let server = support::postgres();
+    let url = server.url();
+    let a = election(&url, "copies", "a", false).await;
+    campaign(&a).await.resign().await.expect("resign");
+    // An owner drops a function: the next connection installs it again.
+    server
+        .sql("DROP FUNCTION tenure_acquire(text, text, text, text, bigint, bigint, boolean)")
+        .expect("drop");
+    let b = election(&url, "copies", "b", false).await;
+    campaign(&b).await.resign().await.expect("resign");
+    // Another role's search path made a second copy in another schema.
+    server
+        .sql("CREATE SCHEMA other; CREATE TABLE other.tenure_leases (x int)")
+        .expect("a second copy");
+    let err = tenure::Store::open(&url).connect().await.err();
+    let text = err.as_ref().map(ToString::to_string).unwrap_or_default();
+    assert!(matches!(err, Some(Error::Unsafe { .. })), "{err:?}");
+    assert!(
+        text.contains("other, public") && !text.contains('\n'),
+        "{text}"
+    );
+}

@@ -14,14 +14,15 @@
 //!
 //! # What a restart, a restore and a failover do
 //!
-//! A lease row is durable, but a server may still lose leases: a crash
-//! with `synchronous_commit = off`, a restore from an older copy, a
-//! failover to a replica that had not received the latest commits. Each of
-//! them changes the server process that serves the rows (the system
-//! identifier and the postmaster's start time, `tenure_epoch()`), and a
-//! process new to an election grants no new term there until the largest
-//! ttl in use has passed since it first served the store, as a restarted
-//! Redis does (see `acquire.lua`).
+//! A lease row is durable, but a server may still lose leases: a restore
+//! from an older copy, a failover to a replica that had not received the
+//! latest commits, the tables emptied or made anew. Each of them changes
+//! the **epoch** (`tenure_epoch()`): the system identifier, the
+//! postmaster's start time and the files of the lease tables. An epoch
+//! new to an election grants no new term there until the largest ttl in
+//! use has passed since it first answered a call, as a restarted Redis
+//! does (see `acquire.lua`). A crash restart keeps the postmaster (and the
+//! epoch), so tenure's writes never commit with `synchronous_commit = off`.
 //!
 //! # Hints
 //!
@@ -190,8 +191,8 @@ impl Target {
             if *code == SqlState::UNDEFINED_TABLE || *code == SqlState::UNDEFINED_FUNCTION {
                 return Error::Postgres {
                     detail: format!(
-                        "{detail} (tenure's tables or functions were dropped; a new `tenure` \
-                         process installs them again)"
+                        "{detail} (tenure's tables or functions were dropped: a new connection \
+                         installs them again, or an owner runs `tenure schema postgres`)"
                     ),
                 };
             }
@@ -377,14 +378,23 @@ impl PostgresStore {
             call_timeout,
         });
         let client = target.open_within().await?;
-        install(&target, &client).await?;
-        // Unnamed statements only (`query_typed`): a named one is prepared
-        // on one server connection of a pooler in transaction mode and
-        // run on another.
-        let standby = client
-            .query_typed_one("SELECT pg_is_in_recovery()", &[])
+        // A lock on tenure's tables, or a stuck installer, must not hang
+        // the builder.
+        let checks = async {
+            install(&target, &client).await?;
+            one_copy(&target, &client).await?;
+            // Unnamed statements only (`query_typed`): a named one is
+            // prepared on one server connection of a pooler in
+            // transaction mode and run on another.
+            client
+                .query_typed_one("SELECT pg_is_in_recovery()", &[])
+                .await
+                .map_err(|err| target.error(err))
+        };
+        let limit = (call_timeout * 10).max(Duration::from_secs(10));
+        let standby = tokio::time::timeout(limit, checks)
             .await
-            .map_err(|err| target.error(err))?;
+            .map_err(|_| Error::Timeout(limit))??;
         if standby.try_get::<_, bool>(0).unwrap_or(false) {
             return Err(Error::Unsafe {
                 url: target.url.clone(),
@@ -682,16 +692,21 @@ impl PostgresStore {
                 for row in &rows {
                     renewed.insert(row.try_get::<_, String>(0).map_err(err)?, ());
                 }
-                let mut replies = Vec::with_capacity(terms.len());
-                for (name, token) in terms {
-                    if renewed.contains_key(*name) {
-                        replies.push(Ok(RenewReply::Renewed));
-                    } else {
-                        // Lost, taken or expired: rare, told apart one by one.
-                        let at = Address::new(prefix, name);
-                        replies.push(self.renew(client, at, id, *token, ttl_ms, false).await);
+                // Those not renewed (lost, taken, expired: rare, but many at
+                // once after a failover) are told apart one by one, the
+                // calls pipelined.
+                let replies = join_all(terms.iter().map(|(name, token)| {
+                    let renewed = renewed.contains_key(*name);
+                    async move {
+                        if renewed {
+                            Ok(RenewReply::Renewed)
+                        } else {
+                            let at = Address::new(prefix, name);
+                            self.renew(client, at, id, *token, ttl_ms, false).await
+                        }
                     }
-                }
+                }))
+                .await;
                 Ok(Reply::RenewMany(replies))
             }
             Op::Resign { at, id, token } => {
@@ -839,8 +854,19 @@ async fn install(target: &Target, client: &Client) -> Result<()> {
         }
         Err(err) => return Err(target.error(err)),
     };
+    let complete = client
+        .query_typed_one(
+            "SELECT to_regprocedure('tenure_acquire(text,text,text,text,bigint,bigint,boolean)') \
+             IS NOT NULL AND to_regprocedure('tenure_served(text,bigint)') IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(|err| target.error(err))?
+        .try_get::<_, bool>(0)
+        .unwrap_or(false);
     match version.as_deref() {
-        Some(SCHEMA_VERSION) => Ok(()),
+        Some(SCHEMA_VERSION) if complete => Ok(()),
+        Some(SCHEMA_VERSION) => create(target, client).await,
         Some(other) => Err(Error::ForeignData {
             key: "table tenure_meta".into(),
             detail: format!(
@@ -848,48 +874,77 @@ async fn install(target: &Target, client: &Client) -> Result<()> {
                  of tenure"
             ),
         }),
-        None => {
-            // One installer at a time (CREATE OR REPLACE FUNCTION races
-            // itself); the lock ends with the transaction.
-            let script = format!(
-                "BEGIN; SELECT pg_advisory_xact_lock(7365211437); {POSTGRES_SCHEMA}\nCOMMIT;"
-            );
-            match client.batch_execute(&script).await {
-                Ok(()) => {
-                    tracing::info!(url = %target.url, "installed tenure's tables and functions");
-                    Ok(())
-                }
-                Err(err) if err.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-                    Err(Error::Auth {
-                        url: target.url.clone(),
-                        detail: format!(
-                            "tenure's tables are missing and this role may not create them \
-                             ({}): have an owner run tenure's schema and grant the role \
-                             tenure's privileges (the book's PostgreSQL page)",
-                            err.as_db_error()
-                                .map_or_else(|| err.to_string(), |db| one_line(db.message()))
-                        ),
-                    })
-                }
-                Err(err)
-                    if err.code().is_some_and(|code| {
-                        *code == SqlState::UNDEFINED_COLUMN
-                            || *code == SqlState::DATATYPE_MISMATCH
-                            || *code == SqlState::INVALID_COLUMN_REFERENCE
-                            || *code == SqlState::WRONG_OBJECT_TYPE
-                    }) =>
-                {
-                    Err(Error::ForeignData {
-                        key: "tenure's tables".into(),
-                        detail: format!(
-                            "a table of one of tenure's names that tenure did not create: {}",
-                            err.as_db_error()
-                                .map_or_else(|| err.to_string(), |db| one_line(db.message()))
-                        ),
-                    })
-                }
-                Err(err) => Err(target.error(err)),
-            }
-        }
+        None => create(target, client).await,
     }
+}
+
+/// Create tenure's tables and functions (again, for functions dropped),
+/// one installer at a time.
+async fn create(target: &Target, client: &Client) -> Result<()> {
+    // One installer at a time (CREATE OR REPLACE FUNCTION races
+    // itself); the lock ends with the transaction.
+    let script =
+        format!("BEGIN; SELECT pg_advisory_xact_lock(7365211437); {POSTGRES_SCHEMA}\nCOMMIT;");
+    match client.batch_execute(&script).await {
+        Ok(()) => {
+            tracing::info!(url = %target.url, "installed tenure's tables and functions");
+            Ok(())
+        }
+        Err(err) if err.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Err(Error::Auth {
+            url: target.url.clone(),
+            detail: format!(
+                "tenure's tables are missing and this role may not create them \
+                     ({}): have an owner run tenure's schema and grant the role \
+                     tenure's privileges (the book's PostgreSQL page)",
+                err.as_db_error()
+                    .map_or_else(|| err.to_string(), |db| one_line(db.message()))
+            ),
+        }),
+        Err(err)
+            if err.code().is_some_and(|code| {
+                *code == SqlState::UNDEFINED_COLUMN
+                    || *code == SqlState::DATATYPE_MISMATCH
+                    || *code == SqlState::INVALID_COLUMN_REFERENCE
+                    || *code == SqlState::WRONG_OBJECT_TYPE
+            }) =>
+        {
+            Err(Error::ForeignData {
+                key: "tenure's tables".into(),
+                detail: format!(
+                    "a table of one of tenure's names that tenure did not create: {}",
+                    err.as_db_error()
+                        .map_or_else(|| err.to_string(), |db| one_line(db.message()))
+                ),
+            })
+        }
+        Err(err) => Err(target.error(err)),
+    }
+}
+
+/// Refuse a database with tenure's tables in several schemas: roles with
+/// different search paths would each keep elections in their own copy,
+/// two stores that elect two leaders.
+async fn one_copy(target: &Target, client: &Client) -> Result<()> {
+    let row = client
+        .query_typed_one(
+            "SELECT count(*), coalesce(string_agg(n.nspname, ', ' ORDER BY n.nspname), '') \
+             FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace \
+             WHERE c.relname = 'tenure_leases' AND c.relkind IN ('r', 'p')",
+            &[],
+        )
+        .await
+        .map_err(|err| target.error(err))?;
+    let copies: i64 = row.try_get(0).map_err(|err| target.error(err))?;
+    if copies > 1 {
+        let schemas: String = row.try_get(1).map_err(|err| target.error(err))?;
+        return Err(Error::Unsafe {
+            url: target.url.clone(),
+            detail: format!(
+                "tenure's tables exist in {copies} schemas of this database ({schemas}): roles \
+                 with different search paths would keep two stores and elect two leaders; \
+                 keep one copy"
+            ),
+        });
+    }
+    Ok(())
 }

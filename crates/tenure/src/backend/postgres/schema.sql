@@ -87,21 +87,38 @@ LANGUAGE sql VOLATILE AS $$
   SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
 
--- Which server process serves the rows: a restart (with or without the
--- data it had), a restore and a failover to a replica each change it.
--- Kept in the backend's own setting once read: a backend never changes
--- its postmaster, and pg_control_system() reads a file.
+-- Which server process, and which copy of the lease tables, serve the
+-- rows: a restart (with or without the data it had), a restore and a
+-- failover to a replica change the process; a TRUNCATE, or tables dropped
+-- and made again (a pg_restore --clean), change the tables' files. The
+-- process is kept in the backend's own setting once read (a backend never
+-- changes its postmaster, and pg_control_system() reads a file); the
+-- files are looked up at each call.
 CREATE OR REPLACE FUNCTION tenure_epoch() RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  epoch text := current_setting('tenure.epoch', true);
+  process text := current_setting('tenure.process', true);
 BEGIN
-  IF epoch IS NULL OR epoch = '' THEN
-    epoch := (SELECT system_identifier::text FROM pg_control_system()) || ':' ||
+  IF process IS NULL OR process = '' THEN
+    process := (SELECT system_identifier::text FROM pg_control_system()) || ':' ||
       floor(extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint::text;
-    PERFORM set_config('tenure.epoch', epoch, false);
+    PERFORM set_config('tenure.process', process, false);
   END IF;
-  RETURN epoch;
+  RETURN process || ':' || pg_relation_filenode('tenure_leases')::text || ':' ||
+    pg_relation_filenode('tenure_witnesses')::text;
+END
+$$;
+
+-- An acknowledged write of tenure's must survive a crash of the server
+-- (a crash restart keeps the postmaster, and so the epoch): with
+-- synchronous_commit off, the commits of the last moments are lost.
+-- Raised to local (flushed before the reply) for the transaction only.
+CREATE OR REPLACE FUNCTION tenure_durable() RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  IF current_setting('synchronous_commit') = 'off' THEN
+    PERFORM set_config('synchronous_commit', 'local', true);
+  END IF;
 END
 $$;
 
@@ -123,9 +140,9 @@ DECLARE
   since bigint;
   known text := current_setting('tenure.served', true);
 BEGIN
-  -- Once this backend has seen the row of its own process, it stays.
-  IF known IS NOT NULL AND known <> '' THEN
-    RETURN known::bigint;
+  -- Once this backend has seen the row of its epoch, it stays.
+  IF known IS NOT NULL AND split_part(known, '|', 1) = p_epoch THEN
+    RETURN split_part(known, '|', 2)::bigint;
   END IF;
   SELECT m.value::bigint INTO since FROM tenure_meta AS m
     WHERE m.key = 'epoch_since:' || p_epoch;
@@ -138,7 +155,7 @@ BEGIN
       WHERE m.key = 'epoch_since:' || p_epoch;
   END IF;
   IF since IS NOT NULL THEN
-    PERFORM set_config('tenure.served', since::text, false);
+    PERFORM set_config('tenure.served', p_epoch || '|' || since::text, false);
   END IF;
   RETURN coalesce(since, p_now);
 END
@@ -171,6 +188,10 @@ DECLARE
   wait bigint;
   new_token bigint;
 BEGIN
+  PERFORM tenure_durable();
+  -- Recorded before any row of the election is locked: every function
+  -- takes the meta row first, so none waits for it while holding another.
+  store_since := tenure_served(current_epoch, tenure_now());
   INSERT INTO tenure_elections AS t (prefix, name, last_token)
     VALUES (p_prefix, p_name, 0) ON CONFLICT DO NOTHING;
   SELECT * INTO e FROM tenure_elections AS t
@@ -180,7 +201,6 @@ BEGIN
   SELECT * INTO w FROM tenure_witnesses AS t
     WHERE t.prefix = p_prefix AND t.name = p_name FOR UPDATE;
   now_ms := tenure_now();
-  store_since := tenure_served(current_epoch, now_ms);
 
   IF l.owner IS NOT NULL AND l.expires_ms > now_ms
       AND NOT (l.owner = p_id AND l.attempt = p_attempt) THEN
@@ -261,6 +281,8 @@ DECLARE
   expires bigint;
   now_ms bigint;
 BEGIN
+  PERFORM tenure_durable();
+  PERFORM tenure_served(tenure_epoch(), tenure_now());
   -- The clock is read in the statement, after the row is locked (and read
   -- again if another transaction changed the row meanwhile).
   UPDATE tenure_leases AS t SET expires_ms = tenure_now() + p_ttl, ttl_ms = p_ttl
@@ -268,7 +290,6 @@ BEGIN
       AND t.expires_ms > tenure_now()
     RETURNING t.expires_ms INTO expires;
   IF expires IS NOT NULL THEN
-    PERFORM tenure_served(tenure_epoch(), tenure_now());
     INSERT INTO tenure_witnesses AS t (prefix, name, owner, token, expires_ms)
       VALUES (p_prefix, p_name, p_id, p_token, expires)
       ON CONFLICT (prefix, name) DO UPDATE SET owner = excluded.owner, token = excluded.token,
@@ -299,6 +320,7 @@ RETURNS TABLE (renewed_name text)
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
 BEGIN
+  PERFORM tenure_durable();
   PERFORM tenure_served(tenure_epoch(), tenure_now());
   RETURN QUERY
   WITH renewed AS (
@@ -327,11 +349,14 @@ LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 DECLARE
   expires bigint;
 BEGIN
+  PERFORM tenure_durable();
   DELETE FROM tenure_leases AS t
     WHERE t.prefix = p_prefix AND t.name = p_name AND t.owner = p_id AND t.token = p_token
     RETURNING t.expires_ms INTO expires;
   DELETE FROM tenure_witnesses AS t
     WHERE t.prefix = p_prefix AND t.name = p_name AND t.owner = p_id AND t.token = p_token;
+  -- Only a lease's release is announced: after a lease deleted by hand,
+  -- followers wait for the witness to run out, as for a crash.
   IF expires IS NOT NULL THEN
     PERFORM tenure_announce('released', p_prefix, p_name, 0);
   END IF;
