@@ -320,46 +320,6 @@ fn a_sqlite_file_gone_back_with_its_mark_ignored_is_reported() {
     );
 }
 
-/// A PostgreSQL server started from an older copy of its data while a
-/// term whose lease the copy lacks leads, and a newcomer campaigning at
-/// once: with candidates that ignore the server's epoch (tenure's
-/// PostgreSQL store without its hold-off), the newcomer is elected while
-/// that term's holder acts until its next renewal, and the checker must
-/// see it. The same schedule with the epoch heeded is safe.
-#[test]
-fn a_postgres_server_restored_with_its_epoch_ignored_is_reported() {
-    let restored = Run {
-        name: "postgres-restore",
-        seed: "5",
-        duration: "30s",
-        faults: "restore-snapshot",
-        ..PAUSES
-    };
-    // A ttl the server's restart (a copy put back, crash recovery) fits
-    // well inside: with 1 s, the leader's deadline passed before the
-    // server answered again, and nobody could overlap it.
-    let postgres = ["--topology", "postgres", "--ttl", "3s"];
-    let (code, report) = run(
-        restored,
-        &[&postgres[..], &["--unsafe-bug", "postgres-ignore-epoch"]].concat(),
-    );
-    assert_eq!(code, 1, "the run is judged unsafe: {report}");
-    assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
-    let (code, report) = run(
-        Run {
-            name: "postgres-restore-safe",
-            ..restored
-        },
-        &postgres,
-    );
-    assert_eq!(code, 0, "the run is judged safe: {report}");
-    assert_eq!(report["overlaps"], 0, "{report}");
-    assert!(
-        report["faults"]["restore-snapshot"].as_u64().unwrap() > 0,
-        "{report}"
-    );
-}
-
 /// etcd with one follower member paused: two members answer throughout,
 /// so no term may be lost. With calls never hedged to another member (the
 /// balanced client gives some to the paused one, which holds them), terms
