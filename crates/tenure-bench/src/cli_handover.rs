@@ -21,6 +21,7 @@ use tenure::fence::Connection;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::report::{Report, Row};
 use crate::stats::Samples;
 
 type Result<T> = std::result::Result<T, String>;
@@ -265,4 +266,54 @@ fn signal(child: &Child, signal: Signal) {
     if let Some(pid) = child.id() {
         let _ = kill(Pid::from_raw(pid as i32), signal);
     }
+}
+
+/// One ending of a section's `tenure run` rows: its name, the signal, the
+/// p99 target (ms), and what happens between the signal and the next CMD.
+pub struct Ending<'a> {
+    pub name: &'a str,
+    pub signal: Signal,
+    pub target_ms: f64,
+    pub how: &'a str,
+}
+
+/// The rows of two `tenure run` processes on `url`, one per ending: the
+/// leader's `tenure run` ended by the ending's signal, timed until the
+/// follower's CMD prints. Left out without a `tenure` binary.
+pub async fn ending_rows(
+    report: &mut Report,
+    label: &str,
+    url: &str,
+    rounds: usize,
+    endings: &[Ending<'_>],
+) -> Result<()> {
+    let Some(binary) = default_binary() else {
+        eprintln!("  {label}: handover through the CLI: left out, no `tenure` binary");
+        return Ok(());
+    };
+    for ending in endings {
+        let name = ending.name;
+        eprintln!("  {label}: `tenure run` hand-over after {name} ...");
+        let cli = measure_ending(&binary, url, rounds, ending.signal).await?;
+        report.push(
+            Row::latency_target(
+                &format!(
+                    "{label}: {name} of the leader's `tenure run` → the next leader's CMD \
+                     (`date`) prints"
+                ),
+                &cli.handover,
+                None,
+                &format!("p99 <= {} ms", ending.target_ms),
+                cli.handover.p99() <= ending.target_ms,
+            )
+            .noted(format!(
+                "{rounds} rounds, two real `tenure run` processes (ttl 2 s), timed from the \
+                 signal until the follower's CMD prints the time{}. Floor: a fork/exec of the \
+                 same `date`, p50 {:.3} ms.",
+                ending.how,
+                cli.floor.p50()
+            )),
+        );
+    }
+    Ok(())
 }

@@ -21,7 +21,7 @@ use nix::sys::signal::Signal;
 use pg_process::PgServer;
 use redis_process::RedisServer;
 
-use crate::cli_handover;
+use crate::cli_handover::{self, Ending};
 use crate::fixture::{handovers, takeovers};
 use crate::plan::Plan;
 use crate::report::{Report, Row};
@@ -169,52 +169,24 @@ async fn measure(
 }
 
 /// Two `tenure run` on the server: the leader's ended by SIGTERM, and by
-/// `kill -9`, until the follower's CMD prints. Left out without a `tenure`
-/// binary.
+/// `kill -9`, until the follower's CMD prints.
 async fn cli_rows(plan: &Plan, report: &mut Report, url: &str) -> Result<()> {
-    let label = "postgres";
-    let Some(binary) = cli_handover::default_binary() else {
-        eprintln!("  {label}: handover through the CLI: left out, no `tenure` binary");
-        return Ok(());
-    };
-    for (ending, signal, target, how) in [
-        (
-            "SIGTERM",
-            Signal::SIGTERM,
-            CLI_HANDOVER_P99_MS,
-            "the leader's tenure stops its CMD, resigns, and the NOTIFY wakes the follower",
-        ),
-        (
-            "kill -9",
-            Signal::SIGKILL,
-            CLI_KILL_P99_MS,
-            "the leader's guardian stops its CMD at once; nobody resigns, so the follower \
-             is elected at the lease's expiry (issue: ttl + 150 ms)",
-        ),
-    ] {
-        eprintln!("  {label}: `tenure run` hand-over after {ending} ...");
-        let cli = cli_handover::measure_ending(&binary, url, plan.crashes, signal).await?;
-        report.push(
-            Row::latency_target(
-                &format!(
-                    "{label}: {ending} of the leader's `tenure run` → the next leader's CMD \
-                     (`date`) prints"
-                ),
-                &cli.handover,
-                None,
-                &format!("p99 <= {target} ms"),
-                cli.handover.p99() <= target,
-            )
-            .noted(format!(
-                "{} rounds, two real `tenure run` processes (ttl 2 s), timed from the signal \
-                 until the follower's CMD prints the time: {how}. Floor: a fork/exec of the \
-                 same `date`, p50 {:.3} ms.",
-                plan.crashes,
-                cli.floor.p50()
-            )),
-        );
-    }
-    Ok(())
+    let endings = [
+        Ending {
+            name: "SIGTERM",
+            signal: Signal::SIGTERM,
+            target_ms: CLI_HANDOVER_P99_MS,
+            how: ": the leader's tenure stops its CMD, resigns, and the NOTIFY wakes the follower",
+        },
+        Ending {
+            name: "kill -9",
+            signal: Signal::SIGKILL,
+            target_ms: CLI_KILL_P99_MS,
+            how: ": the leader's guardian stops its CMD at once; nobody resigns, so the \
+                  follower is elected at the lease's expiry (issue: ttl + 150 ms)",
+        },
+    ];
+    cli_handover::ending_rows(report, "postgres", url, plan.crashes, &endings).await
 }
 
 /// A set of 10,000 partitions in one process, on PostgreSQL and on Redis.

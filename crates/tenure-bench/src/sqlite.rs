@@ -27,7 +27,7 @@ use nix::sys::signal::Signal;
 use redis_process::RedisServer;
 use tokio::time::Instant;
 
-use crate::cli_handover;
+use crate::cli_handover::{self, Ending};
 use crate::fixture::{election, handovers, samples_len_jitter, Crashable};
 use crate::plan::Plan;
 use crate::report::{Report, Row};
@@ -229,42 +229,25 @@ async fn measure(
 }
 
 /// Two `tenure run` on the file: the leader's ended by SIGTERM, and by
-/// `kill -9`, until the follower's CMD prints. Left out without a `tenure`
-/// binary.
+/// `kill -9`, until the follower's CMD prints.
 async fn cli_rows(plan: &Plan, report: &mut Report, url: &str) -> Result<()> {
-    let label = "sqlite";
-    let Some(binary) = cli_handover::default_binary() else {
-        eprintln!("  {label}: handover through the CLI: left out, no `tenure` binary");
-        return Ok(());
-    };
-    for (ending, signal, target) in [
-        ("SIGTERM", Signal::SIGTERM, CLI_HANDOVER_P99_MS),
-        ("kill -9", Signal::SIGKILL, TAKEOVER_P99_MS),
-    ] {
-        eprintln!("  {label}: `tenure run` hand-over after {ending} ...");
-        let cli = cli_handover::measure_ending(&binary, url, plan.crashes, signal).await?;
-        report.push(
-            Row::latency_target(
-                &format!(
-                    "{label}: {ending} of the leader's `tenure run` → the next leader's CMD \
-                     (`date`) prints"
-                ),
-                &cli.handover,
-                None,
-                &format!("p99 <= {target} ms"),
-                cli.handover.p99() <= target,
-            )
-            .noted(format!(
-                "{} rounds, two real `tenure run` processes (ttl 2 s), timed from the signal \
-                 until the follower's CMD prints the time; the follower's CMD starts once the \
-                 leader's guardian has seen its CMD's whole tree gone and let go of its share \
-                 of the term's lock. Floor: a fork/exec of the same `date`, p50 {:.3} ms.",
-                plan.crashes,
-                cli.floor.p50()
-            )),
-        );
-    }
-    Ok(())
+    let how = "; the follower's CMD starts once the leader's guardian has seen its CMD's \
+               whole tree gone and let go of its share of the term's lock";
+    let endings = [
+        Ending {
+            name: "SIGTERM",
+            signal: Signal::SIGTERM,
+            target_ms: CLI_HANDOVER_P99_MS,
+            how,
+        },
+        Ending {
+            name: "kill -9",
+            signal: Signal::SIGKILL,
+            target_ms: TAKEOVER_P99_MS,
+            how,
+        },
+    ];
+    cli_handover::ending_rows(report, "sqlite", url, plan.crashes, &endings).await
 }
 
 /// A set of 10,000 partitions in one process, on SQLite and on Redis.
