@@ -272,6 +272,8 @@ impl PgServer {
                 "-X",
                 "stream",
                 "--no-sync",
+                // At once, not spread over checkpoint_completion_target.
+                "--checkpoint=fast",
             ],
         )?;
         replica.spawn()?;

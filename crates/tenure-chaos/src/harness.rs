@@ -248,7 +248,7 @@ use crate::proxy::{Mode, Proxy};
 /// only in library mode; [`PROXIED`], [`SINGLE_ONLY`], [`REDIS_ONLY`],
 /// [`SENTINEL_ONLY`], [`CLUSTER_ONLY`] and [`ETCD_ONLY`] kinds only in the
 /// topologies they name (see [`Topology::allows`]).
-pub const FAULT_KINDS: [&str; 41] = [
+pub const FAULT_KINDS: [&str; 42] = [
     "kill",
     "pause",
     "restart",
@@ -290,6 +290,7 @@ pub const FAULT_KINDS: [&str; 41] = [
     "pg-restart",
     "pg-pause",
     "pg-lock",
+    "pg-failover",
 ];
 
 /// Kinds that need a fault-injecting proxy per instance, which only the
@@ -342,7 +343,7 @@ pub const ZK_ONLY: [&str; 4] = [
 pub const SQLITE_ONLY: [&str; 2] = ["sqlite-lock", "sqlite-delete-file"];
 
 /// Kinds that need `--topology postgres` (see `sql.rs`).
-pub const PG_ONLY: [&str; 3] = ["pg-restart", "pg-pause", "pg-lock"];
+pub const PG_ONLY: [&str; 4] = ["pg-restart", "pg-pause", "pg-lock", "pg-failover"];
 
 /// Kinds of an operator's restore from an older copy, which etcd,
 /// ZooKeeper, SQLite and PostgreSQL have: every member of etcd or
@@ -1618,6 +1619,7 @@ impl Harness {
                 self.log.record(&aim.event(aim.until, Some(true)));
                 pg.pause(hold).await;
             }
+            ("pg-failover", _) => self.fail_over_postgres(hold).await?,
             ("pg-lock", _) => {
                 let Store::Postgres(pg) = &self.store else {
                     return Err(self.store.refusal(kind));
@@ -1895,6 +1897,42 @@ impl Harness {
         self.log.record(&Event::Fault {
             kind: "restore-snapshot".to_string(),
             target: String::new(),
+            t,
+            until: now_ns(),
+            store_down: Some(true),
+        });
+        launched
+    }
+
+    /// `pg-failover` (see `sql.rs`): a replica, caught up and by the seed
+    /// cut off, a hand-over, the hold, the server killed, the replica
+    /// promoted and every proxy turned to it, and a newcomer. One store
+    /// outage from the replica's start until the newcomer's hold is over.
+    async fn fail_over_postgres(&mut self, hold: Duration) -> Result<(), String> {
+        let cut_off = self.rng.random_bool(0.5);
+        let t = now_ns();
+        let Store::Postgres(pg) = &self.store else {
+            return Err(self.store.refusal("pg-failover"));
+        };
+        let replica = pg.start_replica(cut_off).await?;
+        self.started.extend(replica.pid().map(|pid| pid as i32));
+        self.hand_over().await;
+        tokio::time::sleep(hold).await;
+        if let Store::Postgres(pg) = &self.store {
+            let port = pg.fail_over(replica).await?;
+            for proxy in self.slots.iter().flat_map(|slot| &slot.links) {
+                proxy.retarget(port);
+            }
+            for proxy in &self.twin_links {
+                proxy.retarget(port);
+            }
+            // The harness's own client reconnects to the promoted replica.
+            self.client = None;
+        }
+        let launched = self.newcomer(self.config.ttl, hold).await;
+        self.log.record(&Event::Fault {
+            kind: "pg-failover".to_string(),
+            target: if cut_off { "cut-off" } else { "streaming" }.to_string(),
             t,
             until: now_ns(),
             store_down: Some(true),

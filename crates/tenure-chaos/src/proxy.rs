@@ -36,4 +36,10 @@ impl Proxy {
     pub fn set(&self, mode: Mode) {
         self.inner.set(mode);
     }
+
+    /// Forward to `127.0.0.1:upstream` from now on, closing every
+    /// connection (a store's address taken over by another server).
+    pub fn retarget(&self, upstream: u16) {
+        self.inner.retarget(upstream);
+    }
 }

@@ -20,11 +20,20 @@
 //!   and a newcomer started at once. The copy lacks the lease of the term
 //!   that leads now: no term may begin before that term's deadline
 //!   (`--unsafe-bug postgres-ignore-epoch`: the newcomer is elected beside
-//!   it).
+//!   it);
+//! - `pg-failover`: a streaming replica made (`pg_basebackup`) and caught
+//!   up, then, by the seed, either left streaming or cut off from the
+//!   server (a replica that fell behind); whoever leads hands over, the
+//!   hold, then the server killed, the replica promoted and every
+//!   instance's proxy turned to it (as a virtual IP or a DNS name would
+//!   move), and a newcomer started at once. A replica cut off lacks the
+//!   lease of the term that leads: no term may begin on it before that
+//!   term's deadline. From then on the promoted replica is the store, and
+//!   every later fault acts on it.
 
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pg_process::{Backup, PgServer};
 
@@ -32,30 +41,32 @@ use crate::consensus::{lock, Shared};
 use crate::instance::ELECTION;
 use crate::outage::blocking;
 
-/// The election's server, its port and URL (kept outside the mutex: a
-/// fault may hold the server for a while).
+/// How long a replica cut off from the server may take to stop its WAL
+/// receiver.
+const RECEIVER_STOP: Duration = Duration::from_secs(30);
+
+/// The election's server, and its port and URL (kept outside the server's
+/// mutex, which a fault may hold for a while; a failover changes them).
 pub struct PgStore {
     server: Shared<PgServer>,
-    port: u16,
-    url: String,
+    address: Mutex<(u16, String)>,
 }
 
 impl PgStore {
     pub async fn start() -> Result<PgStore, String> {
         let server = blocking("starting PostgreSQL", PgServer::start).await?;
         Ok(PgStore {
-            port: server.port(),
-            url: server.url(),
+            address: Mutex::new((server.port(), server.url())),
             server: Arc::new(Mutex::new(server)),
         })
     }
 
     pub fn url(&self) -> String {
-        self.url.clone()
+        lock(&self.address).1.clone()
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        lock(&self.address).0
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -105,6 +116,65 @@ impl PgStore {
         .await
     }
 
+    /// `pg-failover`, before the failover: a streaming replica of the
+    /// server, caught up; with `cut_off`, then cut off from the server
+    /// (its WAL receiver stopped), so that it replays nothing written from
+    /// now on.
+    pub async fn start_replica(&self, cut_off: bool) -> Result<PgServer, String> {
+        let server = self.server.clone();
+        blocking("starting a PostgreSQL replica", move || {
+            let replica = {
+                let primary = lock(&server);
+                let replica = primary.start_replica().map_err(|e| e.to_string())?;
+                replica
+                    .wait_caught_up(&primary)
+                    .map_err(|e| e.to_string())?;
+                replica
+            };
+            if cut_off {
+                replica
+                    .sql("ALTER SYSTEM SET primary_conninfo = ''")
+                    .and_then(|_| replica.sql("SELECT pg_reload_conf()"))
+                    .map_err(|e| e.to_string())?;
+                let since = Instant::now();
+                while replica
+                    .sql("SELECT count(*) FROM pg_stat_wal_receiver")
+                    .map_err(|e| e.to_string())?
+                    != "0"
+                {
+                    if since.elapsed() > RECEIVER_STOP {
+                        return Err(format!(
+                            "the replica still streams {RECEIVER_STOP:?} after it was cut off"
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Ok(replica)
+        })
+        .await
+    }
+
+    /// `pg-failover`: the server killed and `replica` promoted; from now
+    /// on the replica is the store, which every later fault acts on.
+    /// Returns its port, which the instances' proxies must be turned to.
+    pub async fn fail_over(&self, replica: PgServer) -> Result<u16, String> {
+        let server = self.server.clone();
+        let address = blocking("failing over to the replica", move || {
+            let mut serving = lock(&server);
+            serving.kill();
+            replica.promote().map_err(|e| e.to_string())?;
+            let address = (replica.port(), replica.url());
+            // The old server's data directory goes with it.
+            drop(std::mem::replace(&mut *serving, replica));
+            Ok::<_, String>(address)
+        })
+        .await?;
+        let port = address.0;
+        *lock(&self.address) = address;
+        Ok(port)
+    }
+
     /// The operator deletes the election's lease row (and its witness
     /// row, when `witness_too`).
     pub async fn delete_lease(&self, witness_too: bool) -> Result<(), String> {
@@ -120,7 +190,7 @@ impl PgStore {
     /// Run `sql` with `psql`, as an operator would, without holding the
     /// server's mutex.
     async fn psql(&self, sql: String) -> Result<(), String> {
-        let port = self.port.to_string();
+        let port = self.port().to_string();
         blocking("psql", move || {
             let psql = pg_process::find_bindir()
                 .map_err(|e| e.to_string())?

@@ -49,6 +49,7 @@ fn fault_colour(kind: &str) -> &'static str {
         "pg-restart" => "steelblue",
         "pg-pause" => "slategray",
         "pg-lock" => "mediumpurple",
+        "pg-failover" => "cornflowerblue",
         "revoke-lease" => "darkkhaki",
         "pause-minority-member" => "sandybrown",
         "restore-snapshot" => "mediumvioletred",

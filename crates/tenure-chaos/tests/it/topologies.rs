@@ -197,6 +197,31 @@ fn a_short_run_on_postgres_under_its_faults_is_safe() {
     safe_with_store_faults(code, &report, "pg-");
 }
 
+/// Failovers to a replica, left streaming or cut off by the seed, among
+/// crashes and hand-overs: the promoted replica, which may lack the lease
+/// of the term that leads, grants no term before that term's deadline.
+#[test]
+fn failovers_to_a_replica_on_postgres_are_safe() {
+    let (code, report) = run(
+        "postgres-failover",
+        &[
+            "--store",
+            "postgres",
+            "--seed",
+            "3",
+            "--duration",
+            "30s",
+            "--faults",
+            "pg-failover,kill,graceful",
+        ],
+    );
+    safe_with_store_faults(code, &report, "pg-failover");
+    assert!(
+        report["faults"]["pg-failover"].as_u64() >= Some(2),
+        "failovers: {report}"
+    );
+}
+
 /// A run judged safe, with no overlap, stale write, falling token, crash
 /// or leak, some terms, and faults of the store (kinds starting with
 /// `store_kinds`) drawn by its seed.
@@ -246,6 +271,7 @@ fn faults_of_another_topology_are_refused_before_anything_starts() {
         ("postgres", "revoke-lease"),
         ("single", "pg-lock"),
         ("sqlite", "pg-restart"),
+        ("single", "pg-failover"),
     ] {
         let out = std::env::temp_dir().join(format!(
             "tenure-chaos-refused-{topology}-{fault}-{}",
