@@ -593,13 +593,36 @@ impl PgServer {
         command
     }
 
-    /// Run a helper (`initdb`, `pg_basebackup`) to completion.
+    /// Run a helper (`initdb`, `pg_basebackup`) to completion, killed
+    /// after [`START_TIMEOUT`] (a base backup from a server that stopped
+    /// answering would wait for ever).
     fn run(&self, binary: &Path, args: &[&str]) -> Result<(), Error> {
-        let output = self
+        let mut child = self
             .command(binary)
             .args(args)
-            .output()
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
             .map_err(io_err(format!("running {}", binary.display())))?;
+        let started = Instant::now();
+        while child
+            .try_wait()
+            .map_err(io_err(format!("waiting for {}", binary.display())))?
+            .is_none()
+        {
+            if started.elapsed() > START_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Timeout(
+                    START_TIMEOUT,
+                    format!("{} finished", binary.display()),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let output = child
+            .wait_with_output()
+            .map_err(io_err(format!("reading {}'s output", binary.display())))?;
         if !output.status.success() {
             return Err(Error::DidNotStart {
                 port: self.port,

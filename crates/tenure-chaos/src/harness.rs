@@ -1907,10 +1907,11 @@ impl Harness {
     /// `pg-failover` (see `sql.rs`): a replica, caught up and by the seed
     /// cut off, a hand-over, the hold, the server killed, the replica
     /// promoted and every proxy turned to it, and a newcomer. One store
-    /// outage from the replica's start until the newcomer's hold is over.
+    /// outage from the kill until the newcomer's hold is over (before the
+    /// kill the server serves, and a gap then counts), so that the fault's
+    /// time to the next leader is the failover's.
     async fn fail_over_postgres(&mut self, hold: Duration) -> Result<(), String> {
         let cut_off = self.rng.random_bool(0.5);
-        let t = now_ns();
         let Store::Postgres(pg) = &self.store else {
             return Err(self.store.refusal("pg-failover"));
         };
@@ -1918,6 +1919,7 @@ impl Harness {
         self.started.extend(replica.pid().map(|pid| pid as i32));
         self.hand_over().await;
         tokio::time::sleep(hold).await;
+        let t = now_ns();
         if let Store::Postgres(pg) = &self.store {
             let port = pg.fail_over(replica).await?;
             for proxy in self.slots.iter().flat_map(|slot| &slot.links) {

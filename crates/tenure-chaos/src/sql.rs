@@ -163,7 +163,12 @@ impl PgStore {
         let address = blocking("failing over to the replica", move || {
             let mut serving = lock(&server);
             serving.kill();
-            replica.promote().map_err(|e| e.to_string())?;
+            if let Err(err) = replica.promote() {
+                return Err(format!(
+                    "the replica was not promoted: {err}; its log: {}",
+                    replica.log_tail()
+                ));
+            }
             let address = (replica.port(), replica.url());
             // The old server's data directory goes with it.
             drop(std::mem::replace(&mut *serving, replica));

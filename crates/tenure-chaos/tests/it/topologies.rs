@@ -210,7 +210,7 @@ fn failovers_to_a_replica_on_postgres_are_safe() {
             "--seed",
             "3",
             "--duration",
-            "30s",
+            "45s",
             "--faults",
             "pg-failover,kill,graceful",
         ],
