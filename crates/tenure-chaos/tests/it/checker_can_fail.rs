@@ -353,8 +353,9 @@ fn terms_lost_to_a_paused_minority_member_are_reported() {
     );
     assert_eq!(code, 0, "the run is safe and live: {report}");
     assert_eq!(report["terms_lost_to_harmless_faults"], 0, "{report}");
+    // About five rounds fit in 45 s on a quiet machine; fewer on a busy one.
     assert!(
-        report["faults"]["pause-minority-member"].as_u64().unwrap() >= 5,
+        report["faults"]["pause-minority-member"].as_u64().unwrap() >= 3,
         "{report}"
     );
 }

@@ -72,7 +72,9 @@ use crate::term::Holder;
 use crate::{Error, Result};
 pub(crate) use address::{validate_name, Address};
 pub(crate) use op::{Hints, Notices, Op, Reply, RENEW_MANY};
-pub(crate) use options::{Connect, EtcdBugs, Needs, SqliteBugs, StoreBugs, TlsFiles};
+#[cfg(all(feature = "sqlite", target_os = "linux"))]
+pub(crate) use options::SqliteBugs;
+pub(crate) use options::{Connect, EtcdBugs, Needs, StoreBugs, TlsFiles};
 
 /// A store: where any number of elections keep their leases. Cheap to
 /// clone: clones share the connections.

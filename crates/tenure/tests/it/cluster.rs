@@ -164,6 +164,9 @@ async fn resharding_the_slot_of_a_held_election_is_safe() {
         .into_iter()
         .find(|port| *port != from)
         .expect("another primary");
+    // The lease is in the store a moment before its contender has logged
+    // the term.
+    log.until_term_after(token.saturating_sub(1)).await;
     let term = log.current().expect("a leader");
     cluster.begin_migration(slot, to).expect("migrating");
     // Mid-migration, before the keys move: the term renews on the old owner.

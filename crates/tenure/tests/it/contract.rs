@@ -207,7 +207,7 @@ async fn renewals_keep_the_term_past_several_ttls(target: &Target) {
 }
 
 async fn a_crashed_leader_is_replaced_after_its_lease_expires(target: &Target) {
-    let (crashed, old_token) = CrashableInstance::lead(target, "crash", "victim", TTL);
+    let (mut crashed, old_token) = CrashableInstance::lead(target, "crash", "victim", TTL);
     let survivor = target.election("crash", "survivor", TTL).await;
     let follower = tokio::spawn({
         let survivor = survivor.clone();
@@ -215,25 +215,36 @@ async fn a_crashed_leader_is_replaced_after_its_lease_expires(target: &Target) {
     });
     // The survivor follows the victim before it crashes.
     support::topo::until_led(&survivor).await;
-    crashed.crash();
+    // Elsewhere the term's handle is kept to read its frozen deadline; on
+    // SQLite that handle holds the term's lock, so the instance goes whole.
+    let kept = if target.is_sqlite() {
+        crashed.crash();
+        None
+    } else {
+        crashed.crash_in_place();
+        Some(crashed)
+    };
     let crashed_at = Instant::now();
     let term = timeout(HANG, follower)
         .await
         .expect("a takeover")
         .expect("no panic")
         .expect("campaign");
-    let waited = crashed_at.elapsed();
+    let elected_at = Instant::now();
+    let waited = elected_at - crashed_at;
     assert!(term.token() > old_token);
-    if target.is_sqlite() {
+    let Some(crashed) = kept else {
         // On one host a crash is seen: the victim's lock went with it.
         assert!(waited < TTL - TTL / 3, "waited for the expiry: {waited:?}");
         return;
-    }
-    // The victim renewed at most a renew interval before the crash: its
-    // lease had at least ttl - ttl/3 left, and nobody deleted it.
+    };
+    // Nobody deleted the victim's lease: it lapsed after the victim's
+    // (now frozen) deadline, however late its last renewal was.
+    let deadline = crashed.deadline();
     assert!(
-        waited >= TTL - TTL / 3 - Duration::from_millis(50),
-        "took over before the lease expired: {waited:?}"
+        elected_at >= deadline,
+        "took over {:?} before the victim's deadline",
+        deadline - elected_at
     );
 }
 
@@ -378,7 +389,14 @@ async fn partition_sets_share_the_partitions_and_take_over_a_crash(target: &Targ
     })
     .await
     .unwrap_or_else(|_| panic!("b takes over: {:?}", b.owned()));
-    assert!(crashed_at.elapsed() >= TTL - TTL / 3 - Duration::from_millis(50));
+    // Not before a's leases expired: at least half a ttl after the crash
+    // (a's last renewal may have run late on a busy machine; a set that
+    // took over early would do it within milliseconds).
+    assert!(
+        crashed_at.elapsed() >= TTL / 2,
+        "{:?}",
+        crashed_at.elapsed()
+    );
     assert_eq!(b.members(), ["b"]);
     b_runtime.crash();
 }

@@ -23,7 +23,8 @@ async fn killing_the_etcd_leader_keeps_one_leader_at_a_time() {
     let tasks = contenders(&url, "leader-kill", &log).await;
     let observer = election(&store(&url).await, "leader-kill", "observer").await;
     support::topo::until_led(&observer).await;
-    let etcd_leader = cluster.leader().expect("an etcd leader");
+    let etcd_leader =
+        tokio::task::block_in_place(|| cluster.wait_for_leader(HANG)).expect("an etcd leader");
     cluster.kill(etcd_leader);
     let new_leader =
         tokio::task::block_in_place(|| cluster.wait_for_leader(HANG)).expect("a new etcd leader");
@@ -779,7 +780,8 @@ async fn a_raft_leader_change_does_not_make_the_last_run_look_younger() {
     let recorded = Instant::now();
     // The run ages (this is the scenario, not a wait for a condition).
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let leader = cluster.leader().expect("an etcd leader");
+    let leader =
+        tokio::task::block_in_place(|| cluster.wait_for_leader(HANG)).expect("an etcd leader");
     cluster.kill(leader);
     tokio::task::block_in_place(|| cluster.wait_for_leader(HANG)).expect("a new etcd leader");
     let age = timeout(HANG, async {

@@ -139,7 +139,9 @@ async fn a_paused_holder_is_replaced_only_once_its_lease_expired() {
     let paused_at = Instant::now();
     let (survivor, waited) = won(task, paused_at).await;
     assert!(
-        waited >= TTL - TTL / 3 - Duration::from_millis(50),
+        // Half a ttl at least: the holder's last renewal may have run late
+        // on a busy machine, and an early takeover takes milliseconds.
+        waited >= TTL / 2,
         "took over while the paused holder's lease lived: {waited:?}"
     );
     let leader = survivor.leader().await.expect("leader()").expect("leads");
@@ -160,7 +162,9 @@ async fn a_lease_deleted_by_hand_holds_the_election_until_its_paused_holder_stop
     let deleted_at = Instant::now();
     let (_survivor, waited) = won(task, deleted_at).await;
     assert!(
-        waited >= TTL - TTL / 3 - Duration::from_millis(50),
+        // Half a ttl at least: the holder's last renewal may have run late
+        // on a busy machine, and an early takeover takes milliseconds.
+        waited >= TTL / 2,
         "took over while the holder might still act: {waited:?}"
     );
     drop(paused);

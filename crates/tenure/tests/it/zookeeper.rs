@@ -31,7 +31,8 @@ async fn killing_zookeeper_members_keeps_one_leader_at_a_time() {
     let tasks = contenders(&url, "member-kill", &log).await;
     let observer = election(&store(&url).await, "member-kill", "observer").await;
     let before = support::topo::until_led(&observer).await;
-    let leader = ensemble.leader().expect("a ZooKeeper leader");
+    let leader =
+        tokio::task::block_in_place(|| ensemble.wait_for_leader(HANG)).expect("a ZooKeeper leader");
     ensemble.kill(leader);
     tokio::task::block_in_place(|| ensemble.wait_for_leader(HANG)).expect("a new leader");
     let term = after_fault(&url, "member-kill", &log, tasks).await;
@@ -466,7 +467,8 @@ async fn a_term_created_after_its_acquire_timed_out_is_deleted_a_ttl_later() {
         .tick_time(Duration::from_millis(500))
         .start()
         .expect("an ensemble");
-    let leader = ensemble.leader().expect("a ZooKeeper leader");
+    let leader =
+        tokio::task::block_in_place(|| ensemble.wait_for_leader(HANG)).expect("a ZooKeeper leader");
     let follower = (leader + 1) % ensemble.members();
     let ttl = Duration::from_secs(3);
     let a = Election::builder("orphan")
