@@ -263,21 +263,8 @@ async fn a_leader_that_renews_through_a_failover_starts_the_hold_off() {
     const TTL: Duration = Duration::from_secs(4);
     let group = group();
     let url = group.url();
-    let election = |id: &'static str| {
-        let url = url.clone();
-        async move {
-            Election::builder("through")
-                .store(&store(&url).await)
-                .ttl(TTL)
-                .margin(MARGIN)
-                .id(id)
-                .build()
-                .await
-                .unwrap_or_else(|err| panic!("building through for {id}: {err}"))
-        }
-    };
-    let a = election("a").await;
-    let b = election("b").await;
+    let a = topo::election_with_ttl(&store(&url).await, "through", "a", TTL).await;
+    let b = topo::election_with_ttl(&store(&url).await, "through", "b", TTL).await;
     let term = campaign(&a).await;
     let old = group.primary_port().expect("a primary");
     let group = tokio::task::spawn_blocking(move || {

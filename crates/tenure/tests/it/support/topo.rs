@@ -22,9 +22,14 @@ pub async fn store(url: &str) -> Store {
 
 /// An election on `store` with [`TTL`] and [`MARGIN`].
 pub async fn election(store: &Store, name: &str, id: &str) -> Election {
+    election_with_ttl(store, name, id, TTL).await
+}
+
+/// An election on `store` with `ttl` and [`MARGIN`].
+pub async fn election_with_ttl(store: &Store, name: &str, id: &str, ttl: Duration) -> Election {
     Election::builder(name)
         .store(store)
-        .ttl(TTL)
+        .ttl(ttl)
         .margin(MARGIN)
         .id(id)
         .build()
