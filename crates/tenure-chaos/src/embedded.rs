@@ -34,8 +34,9 @@ use crate::outage::blocking;
 const BUSY: Duration = Duration::from_secs(10);
 
 /// Tables whose rows a restore in place puts back.
-const TABLES: [&str; 6] = [
+const TABLES: [&str; 7] = [
     "tenure_meta",
+    "tenure_sessions",
     "tenure_leases",
     "tenure_witnesses",
     "tenure_tokens",

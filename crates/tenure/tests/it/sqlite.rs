@@ -238,6 +238,7 @@ fn restore_in_place(file: &SqliteFile, copy: &std::path::Path) {
     let mut script = String::from("BEGIN IMMEDIATE;");
     for table in [
         "tenure_meta",
+        "tenure_sessions",
         "tenure_leases",
         "tenure_witnesses",
         "tenure_tokens",

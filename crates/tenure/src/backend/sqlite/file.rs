@@ -16,7 +16,11 @@ use crate::{Error, Result};
 
 /// The schema tenure writes in `tenure_meta`: anything else there is not
 /// tenure's.
-const SCHEMA: &str = "tenure 1";
+const SCHEMA: &str = "tenure 2";
+
+/// The schema of files written before sessions (see `ops.rs`), migrated
+/// when opened: two columns added, a table and two indexes made.
+const SCHEMA_1: &str = "tenure 1";
 
 /// Every table tenure owns, created if missing. Expiries are on the boot
 /// clock of the boot named beside them (see `clock.rs`).
@@ -28,11 +32,13 @@ CREATE TABLE IF NOT EXISTS tenure_leases (
     owner TEXT NOT NULL, attempt TEXT NOT NULL, token INTEGER NOT NULL,
     ttl_ms INTEGER NOT NULL, boot TEXT NOT NULL, expires INTEGER NOT NULL,
     since_ms INTEGER NOT NULL, locked INTEGER NOT NULL,
+    session INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (prefix, name)) STRICT;
 CREATE TABLE IF NOT EXISTS tenure_witnesses (
     prefix TEXT NOT NULL, name TEXT NOT NULL,
     owner TEXT NOT NULL, token INTEGER NOT NULL,
     boot TEXT NOT NULL, expires INTEGER NOT NULL, locked INTEGER NOT NULL,
+    session INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (prefix, name)) STRICT;
 CREATE TABLE IF NOT EXISTS tenure_tokens (
     prefix TEXT NOT NULL, name TEXT NOT NULL, last INTEGER NOT NULL,
@@ -45,6 +51,26 @@ CREATE TABLE IF NOT EXISTS tenure_runs (
     prefix TEXT NOT NULL, name TEXT NOT NULL, token INTEGER NOT NULL,
     at_ms INTEGER NOT NULL, keep_until_ms INTEGER NOT NULL,
     PRIMARY KEY (prefix, name)) STRICT;
+CREATE TABLE IF NOT EXISTS tenure_sessions (
+    prefix TEXT NOT NULL, session INTEGER NOT NULL, owner TEXT NOT NULL,
+    ttl_ms INTEGER NOT NULL, boot TEXT NOT NULL, expires INTEGER NOT NULL,
+    PRIMARY KEY (prefix, session)) STRICT;
+";
+
+/// The indexes a session's check reads (see `ops.rs`), made once the
+/// columns exist (after a migration from [`SCHEMA_1`]).
+const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS tenure_leases_by_session
+    ON tenure_leases (prefix, session, owner, token) WHERE session != 0;
+CREATE INDEX IF NOT EXISTS tenure_witnesses_by_session
+    ON tenure_witnesses (prefix, session, owner, token) WHERE session != 0;
+";
+
+/// The migration from [`SCHEMA_1`]: leases and witnesses may be bound to
+/// a session.
+const MIGRATE_1: &str = "
+ALTER TABLE tenure_leases ADD COLUMN session INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE tenure_witnesses ADD COLUMN session INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// One read of every column tenure uses: a table of that name that is
@@ -52,12 +78,17 @@ CREATE TABLE IF NOT EXISTS tenure_runs (
 const COLUMNS: &[(&str, &str)] = &[
     (
         "tenure_leases",
-        "SELECT prefix, name, owner, attempt, token, ttl_ms, boot, expires, since_ms, locked \
-         FROM tenure_leases LIMIT 0",
+        "SELECT prefix, name, owner, attempt, token, ttl_ms, boot, expires, since_ms, locked, \
+         session FROM tenure_leases LIMIT 0",
     ),
     (
         "tenure_witnesses",
-        "SELECT prefix, name, owner, token, boot, expires, locked FROM tenure_witnesses LIMIT 0",
+        "SELECT prefix, name, owner, token, boot, expires, locked, session \
+         FROM tenure_witnesses LIMIT 0",
+    ),
+    (
+        "tenure_sessions",
+        "SELECT prefix, session, owner, ttl_ms, boot, expires FROM tenure_sessions LIMIT 0",
     ),
     (
         "tenure_tokens",
@@ -205,6 +236,19 @@ fn tables(conn: &mut Connection, url: &str, path: &Path, now: &Now) -> Result<()
         .map_err(|err| foreign(path, &err))?;
     match schema.as_deref() {
         Some(SCHEMA) => {}
+        Some(SCHEMA_1) => {
+            // Processes of the older version that have the file open go
+            // on unharmed: they never bind a lease to a session, and read
+            // a bound lease's far expiry as its own (they wait longer).
+            tx.execute_batch(MIGRATE_1)
+                .map_err(|err| foreign(path, &err))?;
+            tx.execute(
+                "UPDATE tenure_meta SET value = ?1 WHERE key = 'schema'",
+                rusqlite::params![SCHEMA],
+            )
+            .map_err(|err| foreign(path, &err))?;
+            tracing::info!(url = %url, from = SCHEMA_1, to = SCHEMA, "migrated the SQLite file's schema");
+        }
         Some(other) => {
             return Err(Error::ForeignData {
                 key: format!("{} (table tenure_meta)", path.display()),
@@ -222,6 +266,8 @@ fn tables(conn: &mut Connection, url: &str, path: &Path, now: &Now) -> Result<()
             .map_err(|err| foreign(path, &err))?;
         }
     }
+    tx.execute_batch(INDEXES)
+        .map_err(|err| foreign(path, &err))?;
     for (table, query) in COLUMNS {
         tx.prepare(query).map_err(|err| Error::ForeignData {
             key: format!("{} (table {table})", path.display()),

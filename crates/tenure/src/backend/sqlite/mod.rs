@@ -55,6 +55,8 @@ pub(crate) struct SqliteStore {
     locks: Arc<Locks>,
     /// The mark that shows the file went back (see `horizon.rs`).
     horizon: Horizon,
+    /// The sessions of this process's batch renewals (see `ops.rs`).
+    sessions: Mutex<ops::Sessions>,
     bugs: crate::backend::SqliteBugs,
 }
 
@@ -91,6 +93,7 @@ impl SqliteStore {
                 conn: Arc::new(Mutex::new(Open { conn, identity })),
                 locks,
                 horizon,
+                sessions: Mutex::new(ops::Sessions::new()),
                 bugs,
             })
         })
@@ -191,12 +194,27 @@ impl SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let mark = self.horizon.read()?;
         let now = Now::read(&self.boot)?;
-        let generation = ops::count(&tx, mark.as_ref(), &now, self.bugs.ignore_rollback)?;
-        let mut replies = Vec::with_capacity(ops.len());
-        for (op, taken) in ops.iter().zip(&taken) {
-            let lock = taken.as_ref().map(Taken::inode);
-            replies.push(ops::apply(&tx, op, &now, lock, self.bugs.ignore_rollback)?);
-        }
+        let (generation, rolled_back) =
+            ops::count(&tx, mark.as_ref(), &now, self.bugs.ignore_rollback)?;
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cx = ops::Context {
+            now: &now,
+            ignore_rollback: self.bugs.ignore_rollback,
+            rolled_back,
+            sessions: &mut sessions,
+        };
+        let locks: Vec<Option<i64>> = taken
+            .iter()
+            .map(|taken| taken.as_ref().map(Taken::inode))
+            .collect();
+        let replies = match ops::apply_batch(&tx, ops, &mut cx, &locks) {
+            Ok(replies) => replies,
+            Err(err) => {
+                // Rolled back: what the sessions bound is checked anew.
+                forget(&mut sessions);
+                return Err(err);
+            }
+        };
         // The mark covers the leases given before anyone can see them: a
         // raise after the commit could come after a rollback (see
         // `horizon.rs`).
@@ -206,10 +224,16 @@ impl SqliteStore {
             .filter_map(|(op, (reply, _))| lease_given(op, reply))
             .max()
             .map(|ttl| now.plus(ttl));
-        if until.is_some() {
-            self.horizon.raise(&now.boot, 0, until)?;
+        let committed = match until {
+            Some(_) => self.horizon.raise(&now.boot, 0, until),
+            None => Ok(()),
         }
-        tx.commit()?;
+        .and_then(|()| Ok(tx.commit()?));
+        if let Err(err) = committed {
+            forget(&mut sessions);
+            return Err(err);
+        }
+        drop(sessions);
         drop(open);
         // The locks first: a resign lets go of its lock at once, so that a
         // candidate trying it meanwhile gets it (and records it in its
@@ -345,6 +369,14 @@ impl SqliteStore {
         })
         .await
         .map_err(|err| Error::internal(format!("listing SQLite elections: {err}")))?
+    }
+}
+
+/// Forget what the sessions bound, after a batch that did not commit: the
+/// next renewal of each takes the slow path (see `ops.rs`).
+fn forget(sessions: &mut ops::Sessions) {
+    for session in sessions.values_mut() {
+        session.bound = None;
     }
 }
 
@@ -797,6 +829,223 @@ mod tests {
             )
             .expect("count");
         assert_eq!(witnessed, 1, "the witness is set again");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn renew_many<'a>(terms: &'a [(&'a str, u64)], ttl_ms: u64) -> Op<'a> {
+        Op::RenewMany {
+            prefix: "t",
+            id: "a",
+            ttl_ms,
+            terms,
+        }
+    }
+
+    fn answers(reply: Reply) -> Vec<RenewReply> {
+        let Reply::RenewMany(replies) = reply else {
+            panic!("a reply per term");
+        };
+        replies.into_iter().map(|r| r.expect("ok")).collect()
+    }
+
+    /// Three terms of `a`, won with a 10 s lease.
+    fn three_terms(store: &SqliteStore) -> Vec<(&'static str, u64)> {
+        ["p0", "p1", "p2"]
+            .into_iter()
+            .map(|name| {
+                let Reply::Acquire(AcquireReply::Won { token }) =
+                    one(store, acquire(Address::new("t", name), "a", "x"))
+                else {
+                    panic!("a wins {name}");
+                };
+                (name, token)
+            })
+            .collect()
+    }
+
+    /// A partition set's rows are bound to its session: renewing it
+    /// writes the session's row only, a session row deleted by hand holds
+    /// its rows (a crash, not a release), and a session that lapsed takes
+    /// its rows with it at its own expiry (not their far one), never to
+    /// be revived by a late renewal.
+    #[test]
+    fn a_session_keeps_its_rows_and_lapses_with_them() {
+        let Fixture { dir, store, raw } = Fixture::new();
+        let terms = three_terms(&store);
+        let ttl_ms = 400;
+        let expiries = || -> Vec<i64> {
+            let mut query = raw
+                .prepare("SELECT expires FROM tenure_leases ORDER BY name")
+                .expect("a query");
+            let rows = query.query_map([], |r| r.get(0)).expect("rows");
+            rows.map(|r| r.expect("a row")).collect()
+        };
+        let session_expiry = || -> i64 {
+            raw.query_row("SELECT expires FROM tenure_sessions", [], |r| r.get(0))
+                .expect("one session")
+        };
+        let all_renewed = |replies: Vec<RenewReply>| {
+            assert!(
+                replies.iter().all(|r| matches!(r, RenewReply::Renewed)),
+                "{replies:?}"
+            );
+        };
+        all_renewed(answers(one(&store, renew_many(&terms, ttl_ms))));
+        let bound = expiries();
+        let first = session_expiry();
+        all_renewed(answers(one(&store, renew_many(&terms, ttl_ms))));
+        assert_eq!(expiries(), bound, "the rows are not written again");
+        assert!(session_expiry() >= first, "the session is renewed");
+        // Its session row deleted by hand: the rows live on (b is told the
+        // lease is held), and the next renewal sets the session again.
+        raw.execute("DELETE FROM tenure_sessions", [])
+            .expect("delete");
+        let held = one(&store, acquire(Address::new("t", "p0"), "b", "y"));
+        assert!(
+            matches!(&held, Reply::Acquire(AcquireReply::Held(holder)) if holder.id == "a"),
+            "{held:?}"
+        );
+        all_renewed(answers(one(&store, renew_many(&terms, ttl_ms))));
+        // No renewal for longer than the ttl: the rows lapse with the
+        // session, and b takes one over.
+        let lapsed = std::time::Instant::now() + Duration::from_millis(ttl_ms + 50);
+        std::thread::sleep(lapsed - std::time::Instant::now());
+        let taken = one(&store, acquire(Address::new("t", "p0"), "b", "y"));
+        assert!(
+            matches!(taken, Reply::Acquire(AcquireReply::Won { .. })),
+            "{taken:?}"
+        );
+        // A late renewal revives none of them.
+        let replies = answers(one(&store, renew_many(&terms, ttl_ms)));
+        assert!(
+            matches!(&replies[0], RenewReply::NotOwner(Some(holder)) if holder.id == "b"),
+            "{replies:?}"
+        );
+        assert!(
+            replies[1..]
+                .iter()
+                .all(|r| matches!(r, RenewReply::NotOwner(None))),
+            "{replies:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A bound lease deleted by hand is seen at the next renewal (its term
+    /// is lost), while its witness holds the election; a term the set no
+    /// longer renews leaves the session, to expire within a ttl.
+    #[test]
+    fn a_bound_lease_deleted_by_hand_is_lost_and_its_witness_holds() {
+        let Fixture { dir, store, raw } = Fixture::new();
+        let terms = three_terms(&store);
+        let ttl_ms = 10_000;
+        for _ in 0..2 {
+            let replies = answers(one(&store, renew_many(&terms, ttl_ms)));
+            assert!(replies.iter().all(|r| matches!(r, RenewReply::Renewed)));
+        }
+        raw.execute("DELETE FROM tenure_leases WHERE name = 'p1'", [])
+            .expect("delete");
+        let replies = answers(one(&store, renew_many(&terms, ttl_ms)));
+        assert!(matches!(replies[0], RenewReply::Renewed), "{replies:?}");
+        assert!(
+            matches!(replies[1], RenewReply::NotOwner(None)),
+            "{replies:?}"
+        );
+        assert!(matches!(replies[2], RenewReply::Renewed), "{replies:?}");
+        let held_off = one(&store, acquire(Address::new("t", "p1"), "b", "y"));
+        assert!(
+            matches!(held_off, Reply::Acquire(AcquireReply::HoldOff { .. })),
+            "{held_off:?}"
+        );
+        // p2 given up: it leaves the session, with at most a ttl left.
+        let kept = [terms[0]];
+        let replies = answers(one(&store, renew_many(&kept, ttl_ms)));
+        assert!(matches!(replies[0], RenewReply::Renewed), "{replies:?}");
+        let (session, ttl_left) = match one(
+            &store,
+            Op::Inspect {
+                at: Address::new("t", "p2"),
+            },
+        ) {
+            Reply::Inspect(Some(holder)) => {
+                let session: i64 = raw
+                    .query_row(
+                        "SELECT session FROM tenure_leases WHERE name = 'p2'",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .expect("p2's lease");
+                (session, holder.ttl_left)
+            }
+            other => panic!("p2 is still held until it expires: {other:?}"),
+        };
+        assert_eq!(session, 0, "p2 left the session");
+        assert!(ttl_left <= Duration::from_millis(ttl_ms), "{ttl_left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file of the schema before sessions is migrated when opened, its
+    /// leases kept.
+    #[test]
+    fn a_file_of_the_first_schema_is_migrated() {
+        let dir = std::env::temp_dir().join(format!(
+            "tenure-unit-sqlite-{}-{:x}",
+            std::process::id(),
+            rand::random::<u64>()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let path = dir.join("t.db");
+        let boot = clock::boot_id().expect("a boot id");
+        let now = Now::read(&boot).expect("now");
+        let raw = Connection::open(&path).expect("a raw connection");
+        raw.execute_batch(
+            "CREATE TABLE tenure_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;
+             CREATE TABLE tenure_leases (prefix TEXT NOT NULL, name TEXT NOT NULL,
+                 owner TEXT NOT NULL, attempt TEXT NOT NULL, token INTEGER NOT NULL,
+                 ttl_ms INTEGER NOT NULL, boot TEXT NOT NULL, expires INTEGER NOT NULL,
+                 since_ms INTEGER NOT NULL, locked INTEGER NOT NULL,
+                 PRIMARY KEY (prefix, name)) STRICT;
+             CREATE TABLE tenure_witnesses (prefix TEXT NOT NULL, name TEXT NOT NULL,
+                 owner TEXT NOT NULL, token INTEGER NOT NULL, boot TEXT NOT NULL,
+                 expires INTEGER NOT NULL, locked INTEGER NOT NULL,
+                 PRIMARY KEY (prefix, name)) STRICT;
+             INSERT INTO tenure_meta VALUES ('schema', 'tenure 1');",
+        )
+        .expect("a file of schema 1");
+        raw.execute(
+            "INSERT INTO tenure_leases VALUES ('t', 'e', 'old', 'x', 7, 60000, ?1, ?2, 0, 0)",
+            rusqlite::params![boot, now.plus(60_000)],
+        )
+        .expect("a lease");
+        let url = format!("sqlite://{}", path.display());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let store = runtime
+            .block_on(SqliteStore::connect(
+                &url,
+                Duration::from_secs(60),
+                Default::default(),
+            ))
+            .expect("the file opens");
+        let schema: String = raw
+            .query_row(
+                "SELECT value FROM tenure_meta WHERE key = 'schema'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("a schema");
+        assert_eq!(schema, "tenure 2");
+        let found = one(
+            &store,
+            Op::Inspect {
+                at: Address::new("t", "e"),
+            },
+        );
+        assert!(
+            matches!(&found, Reply::Inspect(Some(holder)) if holder.id == "old" && holder.token == 7),
+            "{found:?}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

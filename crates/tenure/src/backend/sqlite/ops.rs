@@ -36,6 +36,65 @@ pub(super) struct Lease {
     pub locked: i64,
 }
 
+/// A lease's (or witness's) expiry as it stands: its own, or, bound to a
+/// live session of its owner, the earlier of the two. A bound row whose
+/// session row is missing (deleted by hand) lives until its own, far
+/// expiry: a vanished session counts as a crash, never as a release.
+/// `{t}` is the row's table alias, `s` the session's (a `LEFT JOIN` of
+/// [`SESSION_OF`]).
+macro_rules! expiry_of {
+    ($t:literal) => {
+        concat!(
+            "(CASE WHEN ",
+            $t,
+            ".session = 0 OR s.expires IS NULL THEN ",
+            $t,
+            ".expires ",
+            "ELSE min(",
+            $t,
+            ".expires, s.expires) END)"
+        )
+    };
+}
+
+/// The session a row is bound to, if it is its owner's of the same boot.
+macro_rules! session_of {
+    ($t:literal) => {
+        concat!(
+            " LEFT JOIN tenure_sessions AS s ON s.prefix = ",
+            $t,
+            ".prefix AND s.session = ",
+            $t,
+            ".session AND s.owner = ",
+            $t,
+            ".owner AND s.boot = ",
+            $t,
+            ".boot "
+        )
+    };
+}
+
+/// How far ahead, in ttls, a lease bound to a session is written: it is
+/// written again (bound anew) once less than half of that is left, so a
+/// partition set writes its rows once per `HORIZON_TTLS / 2` ttls
+/// instead of every interval.
+const HORIZON_TTLS: i64 = 20;
+
+/// What one process bound to one of its sessions, as last committed: the
+/// check of [`renew_many`]'s fast path. Kept in memory by the store; lost
+/// (a failed batch) it only costs a slow path.
+#[derive(Debug, Clone)]
+pub(super) struct Bound {
+    /// Each term bound: name → token.
+    pub terms: std::collections::HashMap<String, u64>,
+    /// The sum of the tokens' low 32 bits (SQLite's `sum()` fails on an
+    /// overflow; this one cannot).
+    pub token_sum: i64,
+    /// The boot they were bound in, and the far expiry they were given.
+    pub boot: String,
+    pub horizon: i64,
+}
+
 impl Lease {
     fn live(&self, now: &Now) -> bool {
         now.before(&self.boot, self.expires)
@@ -71,10 +130,13 @@ fn uint(value: i64) -> u64 {
 
 pub(super) fn lease(tx: &Transaction<'_>, at: Address<'_>) -> Result<Option<Lease>> {
     let row = tx
-        .prepare_cached(
-            "SELECT owner, attempt, token, ttl_ms, boot, expires, since_ms, locked \
-             FROM tenure_leases WHERE prefix = ?1 AND name = ?2",
-        )?
+        .prepare_cached(concat!(
+            "SELECT l.owner, l.attempt, l.token, l.ttl_ms, l.boot, ",
+            expiry_of!("l"),
+            ", l.since_ms, l.locked FROM tenure_leases AS l",
+            session_of!("l"),
+            "WHERE l.prefix = ?1 AND l.name = ?2"
+        ))?
         .query_row(params![at.prefix, at.name], |r| {
             Ok(Lease {
                 owner: r.get(0)?,
@@ -91,14 +153,133 @@ pub(super) fn lease(tx: &Transaction<'_>, at: Address<'_>) -> Result<Option<Leas
     Ok(row)
 }
 
-/// Carry out `op` in `tx` at `now` (`ignore_rollback`: see [`count`]).
+/// This process's sessions (see [`renew_many`]), by prefix, id, ttl and
+/// the first name renewed (a batch beyond `RENEW_CHUNK` terms is one of
+/// several, each with a session of its own).
+pub(super) type Sessions = std::collections::HashMap<(String, String, u64, String), Session>;
+
+/// Carry out a batch's `ops` in `tx` (`locks`: as [`apply`]'s, one per
+/// operation): each in turn, but the renewals of one prefix, id and ttl
+/// (a partition set's, `RENEW_MANY` to an operation) all at once, where
+/// the first of them stands, so that they share one session.
+pub(super) fn apply_batch(
+    tx: &Transaction<'_>,
+    ops: &[Op<'_>],
+    cx: &mut Context<'_>,
+    locks: &[Option<i64>],
+) -> Result<Vec<(Reply, Seen)>> {
+    type Group<'a> = (&'a str, &'a str, u64);
+    let mut groups: Vec<(Group<'_>, Vec<usize>)> = Vec::new();
+    for (index, op) in ops.iter().enumerate() {
+        if let Op::RenewMany {
+            prefix, id, ttl_ms, ..
+        } = *op
+        {
+            let key = (prefix, id, ttl_ms);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(index),
+                None => groups.push((key, vec![index])),
+            }
+        }
+    }
+    let mut replies: Vec<Option<(Reply, Seen)>> = (0..ops.len()).map(|_| None).collect();
+    for (index, op) in ops.iter().enumerate() {
+        if replies[index].is_some() {
+            continue;
+        }
+        let Op::RenewMany { .. } = op else {
+            replies[index] = Some(apply(tx, op, cx, locks.get(index).copied().flatten())?);
+            continue;
+        };
+        let Some((_, members)) = groups.iter().find(|(_, m)| m.first() == Some(&index)) else {
+            continue;
+        };
+        let parts: Vec<_> = members
+            .iter()
+            .filter_map(|i| match ops[*i] {
+                Op::RenewMany {
+                    prefix,
+                    id,
+                    ttl_ms,
+                    terms,
+                } => Some((prefix, id, ttl_ms, terms)),
+                _ => None,
+            })
+            .collect();
+        let answers = renew_all(tx, &parts, cx)?;
+        for (i, answer) in members.iter().zip(answers) {
+            replies[*i] = Some((Reply::RenewMany(answer), Seen::default()));
+        }
+    }
+    replies
+        .into_iter()
+        .map(|r| r.ok_or_else(|| crate::Error::internal("a SQLite batch left an operation out")))
+        .collect()
+}
+
+/// One `RenewMany`: prefix, id, ttl and terms.
+type RenewPart<'a> = (&'a str, &'a str, u64, &'a [(&'a str, u64)]);
+
+/// The renewals `parts` (of one prefix, id and ttl) at once, through
+/// their session; the replies split back, one list per part.
+fn renew_all(
+    tx: &Transaction<'_>,
+    parts: &[RenewPart<'_>],
+    cx: &mut Context<'_>,
+) -> Result<Vec<Vec<Result<RenewReply>>>> {
+    let Some((prefix, id, ttl_ms, _)) = parts.first().copied() else {
+        return Ok(Vec::new());
+    };
+    let terms: Vec<(&str, u64)> = parts.iter().flat_map(|p| p.3.iter().copied()).collect();
+    let first = terms.first().map_or("", |t| t.0).to_string();
+    if cx.sessions.len() > MAX_SESSIONS {
+        // Sets that came and went: their sessions lapse in the file.
+        cx.sessions.clear();
+    }
+    let session = cx
+        .sessions
+        .entry((prefix.to_string(), id.to_string(), ttl_ms, first))
+        .or_insert_with(Session::new);
+    let mut all = renew_many(
+        tx,
+        prefix,
+        id,
+        ttl_ms,
+        &terms,
+        cx.now,
+        session,
+        cx.rolled_back,
+    )?
+    .into_iter();
+    Ok(parts
+        .iter()
+        .map(|p| all.by_ref().take(p.3.len()).collect())
+        .collect())
+}
+
+/// The most sessions one process keeps in memory.
+const MAX_SESSIONS: usize = 1024;
+
+/// What a batch's operations share: the file's count (see [`count`]) and
+/// this process's sessions.
+pub(super) struct Context<'a> {
+    pub now: &'a Now,
+    /// `ignore_rollback`: see [`count`].
+    pub ignore_rollback: bool,
+    /// The file went back to an older copy (see [`count`]).
+    pub rolled_back: bool,
+    pub sessions: &'a mut Sessions,
+}
+
+/// Carry out `op` in `tx` (`lock`: the inode whose lock the caller holds).
 pub(super) fn apply(
     tx: &Transaction<'_>,
     op: &Op<'_>,
-    now: &Now,
+    cx: &mut Context<'_>,
     lock: Option<i64>,
-    ignore_rollback: bool,
 ) -> Result<(Reply, Seen)> {
+    let now = cx.now;
+    let ignore_rollback = cx.ignore_rollback;
     let mut seen = Seen::default();
     let reply = match *op {
         Op::Heartbeat {
@@ -124,7 +305,10 @@ pub(super) fn apply(
             id,
             ttl_ms,
             terms,
-        } => Reply::RenewMany(renew_many(tx, prefix, id, ttl_ms, terms, now)?),
+        } => {
+            let mut replies = renew_all(tx, &[(prefix, id, ttl_ms, terms)], cx)?;
+            Reply::RenewMany(replies.pop().unwrap_or_default())
+        }
         Op::Resign { at, id, token } => Reply::Resign(resign(tx, at, id, token, now)?),
         Op::Inspect { at } => Reply::Inspect(
             lease(tx, at)?
@@ -166,7 +350,7 @@ fn acquire(
             // Locked only if this retry holds the lock now.
             let locked = lock.unwrap_or(0);
             tx.prepare_cached(
-                "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4, locked = ?5 \
+                "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4, locked = ?5, session = 0 \
                  WHERE prefix = ?1 AND name = ?2",
             )?
             .execute(params![
@@ -176,7 +360,7 @@ fn acquire(
                 int(request.ttl_ms),
                 locked
             ])?;
-            witness(tx, at, request.id, lease.token, now, expires, locked)?;
+            witness(tx, at, request.id, lease.token, now, expires, locked, 0)?;
             return Ok((AcquireReply::Won { token: lease.token }, false));
         }
         if !let_go(lease.locked) {
@@ -190,10 +374,13 @@ fn acquire(
         return Ok((AcquireReply::HoldOff { wait }, false));
     }
     let witnessed: Option<(u64, String, i64, i64)> = tx
-        .prepare_cached(
-            "SELECT token, boot, expires, locked FROM tenure_witnesses \
-             WHERE prefix = ?1 AND name = ?2",
-        )?
+        .prepare_cached(concat!(
+            "SELECT w.token, w.boot, ",
+            expiry_of!("w"),
+            ", w.locked FROM tenure_witnesses AS w",
+            session_of!("w"),
+            "WHERE w.prefix = ?1 AND w.name = ?2"
+        ))?
         .query_row(params![at.prefix, at.name], |r| {
             Ok((uint(r.get(0)?), r.get(1)?, r.get(2)?, r.get(3)?))
         })
@@ -247,11 +434,11 @@ fn begin_term(
     let expires = now.plus(request.ttl_ms);
     tx.prepare_cached(
         "INSERT INTO tenure_leases (prefix, name, owner, attempt, token, ttl_ms, boot, expires, \
-         since_ms, locked) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         since_ms, locked, session) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0) \
          ON CONFLICT (prefix, name) DO UPDATE SET owner = excluded.owner, \
          attempt = excluded.attempt, token = excluded.token, ttl_ms = excluded.ttl_ms, \
          boot = excluded.boot, expires = excluded.expires, since_ms = excluded.since_ms, \
-         locked = excluded.locked",
+         locked = excluded.locked, session = 0",
     )?
     .execute(params![
         at.prefix,
@@ -266,7 +453,16 @@ fn begin_term(
         lock.unwrap_or(0)
     ])?;
     let token = uint(token);
-    witness(tx, at, request.id, token, now, expires, lock.unwrap_or(0))?;
+    witness(
+        tx,
+        at,
+        request.id,
+        token,
+        now,
+        expires,
+        lock.unwrap_or(0),
+        0,
+    )?;
     Ok((AcquireReply::Won { token }, false))
 }
 
@@ -335,7 +531,7 @@ fn hold_off(
 
 /// Count a batch in the file, against the mark kept outside it (see
 /// `horizon.rs`); the batch's generation, to raise the mark to once it
-/// committed. A file whose generation is below the mark went back to an
+/// committed, and whether the file went back. A file whose generation is below the mark went back to an
 /// older copy: it grants no new term until the mark's expiry, the latest
 /// any lease of it was given, has passed (unless `ignore`, the unsafe
 /// switch of a failing-mode test).
@@ -344,11 +540,12 @@ pub(super) fn count(
     mark: Option<&Mark>,
     now: &Now,
     ignore: bool,
-) -> Result<i64> {
+) -> Result<(i64, bool)> {
     let generation = meta(tx, "generation")?
         .and_then(|g| g.parse::<i64>().ok())
         .unwrap_or(0);
     let marked = mark.map_or(0, |m| m.generation);
+    let rolled_back = generation < marked;
     if let Some(mark) = mark.filter(|m| generation < m.generation && !ignore) {
         if now.before(&mark.boot, mark.until) {
             tracing::warn!(
@@ -370,7 +567,7 @@ pub(super) fn count(
     }
     let next = generation.max(marked).saturating_add(1);
     set_meta(tx, "generation", &next.to_string())?;
-    Ok(next)
+    Ok((next, rolled_back))
 }
 
 /// Record that term (`id`, `token`) holds the lock file of inode `inode`
@@ -392,8 +589,10 @@ pub(super) fn record_lock(
     Ok(())
 }
 
-/// Set the witness of term (`id`, `token`): it outlives a lease deleted
-/// by hand, and only its holder's release removes it.
+/// Set the witness of term (`id`, `token`), bound to `session` (0: none):
+/// it outlives a lease deleted by hand, and only its holder's release
+/// removes it.
+#[allow(clippy::too_many_arguments)]
 fn witness(
     tx: &Transaction<'_>,
     at: Address<'_>,
@@ -402,12 +601,13 @@ fn witness(
     now: &Now,
     expires: i64,
     locked: i64,
+    session: i64,
 ) -> Result<()> {
     tx.prepare_cached(
-        "INSERT INTO tenure_witnesses (prefix, name, owner, token, boot, expires, locked) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (prefix, name) DO UPDATE SET \
-         owner = excluded.owner, token = excluded.token, boot = excluded.boot, \
-         expires = excluded.expires, locked = excluded.locked",
+        "INSERT INTO tenure_witnesses (prefix, name, owner, token, boot, expires, locked, \
+         session) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (prefix, name) DO UPDATE \
+         SET owner = excluded.owner, token = excluded.token, boot = excluded.boot, \
+         expires = excluded.expires, locked = excluded.locked, session = excluded.session",
     )?
     .execute(params![
         at.prefix,
@@ -416,20 +616,56 @@ fn witness(
         int(token),
         now.boot,
         expires,
-        locked
+        locked,
+        session
     ])?;
     Ok(())
 }
 
-/// Renew many terms of instance `id` at once (a partition set's): two
-/// statements for the whole batch, one over the leases and one over their
-/// witnesses, each joined with the terms given as one JSON array (a
-/// statement per term cost about 8 % of a core for 10,000 partitions).
-/// The terms drive the join (`CROSS JOIN` fixes the order), so that each
-/// is looked up by the primary key: with the table outside, SQLite's
-/// planner scanned it (the set lost its terms to slow renewals).
-/// A term the first statement did not renew (lost, taken, expired) is
-/// told apart by [`renew`], one by one: rare.
+/// The session of one process's batch renewals (one per prefix, id and
+/// ttl): a random number no other process binds to, and what this process
+/// last bound to it.
+#[derive(Debug)]
+pub(super) struct Session {
+    pub number: i64,
+    pub bound: Option<Bound>,
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session {
+            number: (rand::random::<u64>() >> 1).max(1) as i64,
+            bound: None,
+        }
+    }
+}
+
+/// The low 32 bits of each token, summed.
+fn token_sum<'a>(tokens: impl Iterator<Item = &'a u64>) -> i64 {
+    tokens.map(|t| int(t & 0xFFFF_FFFF)).sum()
+}
+
+/// Renew many terms of instance `id` at once (a partition set's).
+///
+/// Writing every lease and witness each interval cost 8–9 % of a core
+/// for 10,000 partitions, so the rows are bound to a **session** instead:
+/// a row of `tenure_sessions` this process renews, one row per interval,
+/// while each bound lease and witness carries a far expiry (the horizon,
+/// [`HORIZON_TTLS`] ttls ahead) and lives until the earlier of the two
+/// (`expiry_of!`). A session that lapsed takes its rows with it; a
+/// session row deleted by hand leaves them to their horizon (a crash, not
+/// a release).
+///
+/// The fast path, when the terms are those bound last time (`bound`) and
+/// their horizon is more than half away: the session renewed if it is
+/// live, then one count of the rows bound to it (and of their witnesses),
+/// by an index, against `bound`: anything deleted, taken over, restored
+/// or edited shows as a different count or token sum. Otherwise (and
+/// after a rollback of the file) the slow path binds every live term
+/// anew, one statement over all of them joined with the terms as JSON,
+/// and unbinds what it no longer renews. A term it did not renew (lost,
+/// taken, expired) is told apart by [`renew`], one by one: rare.
+#[allow(clippy::too_many_arguments)]
 fn renew_many(
     tx: &Transaction<'_>,
     prefix: &str,
@@ -437,26 +673,84 @@ fn renew_many(
     ttl_ms: u64,
     terms: &[(&str, u64)],
     now: &Now,
+    session: &mut Session,
+    rolled_back: bool,
 ) -> Result<Vec<Result<RenewReply>>> {
     let expires = now.plus(ttl_ms);
+    let number = session.number;
+    if let Some(bound) = session.bound.take() {
+        if !rolled_back && fast_path(tx, prefix, id, ttl_ms, terms, now, number, &bound)? {
+            session.bound = Some(bound);
+            return Ok(terms.iter().map(|_| Ok(RenewReply::Renewed)).collect());
+        }
+    }
+    // The session, live from here on: one that lapsed first gives its
+    // rows the expiry they had, so that renewing it revives none.
+    let lapsed: Option<(String, i64)> = tx
+        .prepare_cached(
+            "SELECT boot, expires FROM tenure_sessions WHERE prefix = ?1 AND session = ?2",
+        )?
+        .query_row(params![prefix, number], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match &lapsed {
+        Some((boot, until)) if !now.before(boot, *until) => {
+            for table in ["tenure_leases", "tenure_witnesses"] {
+                tx.prepare_cached(&format!(
+                    "UPDATE {table} SET session = 0, expires = min(expires, ?3) \
+                     WHERE prefix = ?1 AND session = ?2 AND boot = ?4"
+                ))?
+                .execute(params![prefix, number, until, boot])?;
+            }
+        }
+        Some(_) => {}
+        None => {
+            // A new session: the lapsed ones of this prefix go, once no
+            // row can still be bound to them (past their horizon).
+            tx.prepare_cached(
+                "DELETE FROM tenure_sessions WHERE prefix = ?1 \
+                 AND (boot != ?2 OR expires + ttl_ms * ?3 < ?4)",
+            )?
+            .execute(params![prefix, now.boot, HORIZON_TTLS, now.ms])?;
+        }
+    }
+    tx.prepare_cached(
+        "INSERT INTO tenure_sessions (prefix, session, owner, ttl_ms, boot, expires) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (prefix, session) DO UPDATE SET \
+         owner = excluded.owner, ttl_ms = excluded.ttl_ms, boot = excluded.boot, \
+         expires = excluded.expires",
+    )?
+    .execute(params![prefix, number, id, int(ttl_ms), now.boot, expires])?;
+    let horizon = now.plus(ttl_ms.saturating_mul(HORIZON_TTLS as u64));
     let given: Vec<(&str, i64)> = terms.iter().map(|(n, t)| (*n, int(*t))).collect();
     let json = serde_json::to_string(&given)
         .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
-    // Each term renewed, by name (a name has one lease): its token and
-    // its lock.
-    let mut renewed: std::collections::HashMap<String, (i64, i64)> =
+    // Each live term bound, by name (a name has one lease): its token and
+    // its lock. The terms drive the join (`CROSS JOIN` fixes the order),
+    // so that each is looked up by the primary key: with the table
+    // outside, SQLite's planner scanned it.
+    let mut renewed: std::collections::HashMap<String, (u64, i64)> =
         std::collections::HashMap::new();
     {
-        let mut update = tx.prepare_cached(
-            "UPDATE tenure_leases SET expires = ?1, ttl_ms = ?2 WHERE rowid IN \
-             (SELECT lease.rowid FROM json_each(?7) AS given CROSS JOIN tenure_leases AS lease \
-             WHERE lease.prefix = ?3 AND lease.name = given.value ->> 0 \
-             AND lease.token = given.value ->> 1 AND lease.owner = ?4 AND lease.boot = ?5 \
-             AND lease.expires > ?6) \
-             RETURNING name, token, locked",
-        )?;
+        let mut update = tx.prepare_cached(concat!(
+            "UPDATE tenure_leases SET expires = ?1, ttl_ms = ?2, session = ?3 WHERE rowid IN ",
+            "(SELECT l.rowid FROM json_each(?4) AS given CROSS JOIN tenure_leases AS l",
+            session_of!("l"),
+            "WHERE l.prefix = ?5 AND l.name = given.value ->> 0 ",
+            "AND l.token = given.value ->> 1 AND l.owner = ?6 AND l.boot = ?7 AND ",
+            expiry_of!("l"),
+            " > ?8) RETURNING name, token, locked"
+        ))?;
         let rows = update.query_map(
-            params![expires, int(ttl_ms), prefix, id, now.boot, now.ms, json],
+            params![
+                horizon,
+                int(ttl_ms),
+                number,
+                json,
+                prefix,
+                id,
+                now.boot,
+                now.ms
+            ],
             |r| {
                 Ok((
                     r.get::<_, String>(0)?,
@@ -467,48 +761,126 @@ fn renew_many(
         )?;
         for row in rows {
             let (name, token, locked) = row?;
-            renewed.insert(name, (token, locked));
+            renewed.insert(name, (uint(token), locked));
         }
     }
     // The witnesses of the terms renewed, and of those only: a witness
     // outliving its lease would hold the election for nothing.
     let mut witnessed = std::collections::HashSet::new();
     if !renewed.is_empty() {
-        let pairs: Vec<(&str, i64)> = renewed.iter().map(|(n, (t, _))| (n.as_str(), *t)).collect();
+        let pairs: Vec<(&str, i64)> = renewed
+            .iter()
+            .map(|(n, (t, _))| (n.as_str(), int(*t)))
+            .collect();
         let json = serde_json::to_string(&pairs)
             .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
         let mut update = tx.prepare_cached(
-            "UPDATE tenure_witnesses SET expires = ?1, boot = ?2 WHERE rowid IN \
-             (SELECT witness.rowid FROM json_each(?5) AS given \
-             CROSS JOIN tenure_witnesses AS witness \
-             WHERE witness.prefix = ?3 AND witness.name = given.value ->> 0 \
-             AND witness.token = given.value ->> 1 AND witness.owner = ?4) \
+            "UPDATE tenure_witnesses SET expires = ?1, boot = ?2, session = ?3 WHERE rowid IN \
+             (SELECT w.rowid FROM json_each(?4) AS given CROSS JOIN tenure_witnesses AS w \
+             WHERE w.prefix = ?5 AND w.name = given.value ->> 0 \
+             AND w.token = given.value ->> 1 AND w.owner = ?6) \
              RETURNING name",
         )?;
-        let rows = update.query_map(params![expires, now.boot, prefix, id, json], |r| {
+        let rows = update.query_map(params![horizon, now.boot, number, json, prefix, id], |r| {
             r.get::<_, String>(0)
         })?;
         for row in rows {
             witnessed.insert(row?);
         }
     }
+    // What this session no longer renews (a term resigned or given up)
+    // leaves it, to expire with the session's current expiry at latest.
+    for table in ["tenure_leases", "tenure_witnesses"] {
+        tx.prepare_cached(&format!(
+            "UPDATE {table} SET session = 0, expires = min(expires, ?3) \
+             WHERE prefix = ?1 AND session = ?2 AND expires < ?4"
+        ))?
+        .execute(params![prefix, number, expires, horizon])?;
+    }
     let mut replies = Vec::with_capacity(terms.len());
+    let mut bound = std::collections::HashMap::with_capacity(renewed.len());
     for (name, token) in terms {
         let at = Address::new(prefix, name);
         let reply = match renewed.get(*name) {
             // The same name under another token (a stale term) was not.
-            Some((renewed_token, locked)) if *renewed_token == int(*token) => {
+            Some((renewed_token, locked)) if renewed_token == token => {
                 if !witnessed.contains(*name) {
                     // A witness deleted by hand: set again.
-                    witness(tx, at, id, *token, now, expires, *locked)?;
+                    witness(tx, at, id, *token, now, horizon, *locked, number)?;
                 }
+                bound.insert((*name).to_string(), *token);
                 RenewReply::Renewed
             }
             _ => renew(tx, at, id, *token, ttl_ms, now)?,
         };
         replies.push(Ok(reply));
     }
+    session.bound = Some(Bound {
+        token_sum: token_sum(bound.values()),
+        terms: bound,
+        boot: now.boot.clone(),
+        horizon,
+    });
     Ok(replies)
+}
+
+/// [`renew_many`]'s fast path: whether `terms` are exactly those `bound`
+/// to session `number`, far from their horizon, and all there, with the
+/// session live; then it is renewed, and so are they.
+#[allow(clippy::too_many_arguments)]
+fn fast_path(
+    tx: &Transaction<'_>,
+    prefix: &str,
+    id: &str,
+    ttl_ms: u64,
+    terms: &[(&str, u64)],
+    now: &Now,
+    number: i64,
+    bound: &Bound,
+) -> Result<bool> {
+    let half = int(ttl_ms.saturating_mul(HORIZON_TTLS as u64) / 2);
+    if bound.boot != now.boot
+        || bound.horizon.saturating_sub(now.ms) <= half
+        || terms.len() != bound.terms.len()
+        || !terms
+            .iter()
+            .all(|(name, token)| bound.terms.get(*name) == Some(token))
+    {
+        return Ok(false);
+    }
+    let renewed = tx
+        .prepare_cached(
+            "UPDATE tenure_sessions SET expires = ?6 WHERE prefix = ?1 AND session = ?2 \
+             AND owner = ?3 AND ttl_ms = ?4 AND boot = ?5 AND expires > ?7",
+        )?
+        .execute(params![
+            prefix,
+            number,
+            id,
+            int(ttl_ms),
+            now.boot,
+            now.plus(ttl_ms),
+            now.ms
+        ])?;
+    if renewed != 1 {
+        return Ok(false);
+    }
+    let want = (int(bound.terms.len() as u64), bound.token_sum);
+    for table in ["tenure_leases", "tenure_witnesses"] {
+        let found: (i64, i64) = tx
+            .prepare_cached(&format!(
+                "SELECT count(*), coalesce(sum(token & 4294967295), 0) FROM {table} \
+                 WHERE prefix = ?1 AND session = ?2 AND owner = ?3 AND boot = ?4 \
+                 AND expires >= ?5"
+            ))?
+            .query_row(params![prefix, number, id, now.boot, bound.horizon], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        if found != want {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 fn renew(
@@ -519,55 +891,16 @@ fn renew(
     ttl_ms: u64,
     now: &Now,
 ) -> Result<RenewReply> {
-    // The common case in two statements: the lease, then its witness.
-    let expires = now.plus(ttl_ms);
-    let locked: Option<i64> = tx
-        .prepare_cached(
-            "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4 WHERE prefix = ?1 AND name = ?2 \
-             AND owner = ?5 AND token = ?6 AND boot = ?7 AND expires > ?8 RETURNING locked",
-        )?
-        .query_row(
-            params![
-                at.prefix,
-                at.name,
-                expires,
-                int(ttl_ms),
-                id,
-                int(token),
-                now.boot,
-                now.ms
-            ],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if let Some(locked) = locked {
-        let witnessed = tx
-            .prepare_cached(
-                "UPDATE tenure_witnesses SET expires = ?3, boot = ?4 \
-                 WHERE prefix = ?1 AND name = ?2 AND owner = ?5 AND token = ?6",
-            )?
-            .execute(params![
-                at.prefix,
-                at.name,
-                expires,
-                now.boot,
-                id,
-                int(token)
-            ])?;
-        if witnessed == 0 {
-            witness(tx, at, id, token, now, expires, locked)?;
-        }
-        return Ok(RenewReply::Renewed);
-    }
     match lease(tx, at)?.filter(|l| l.live(now)) {
         Some(lease) if lease.owner == id && lease.token == token => {
+            // Renewed on its own, it leaves any session it was bound to.
             let expires = now.plus(ttl_ms);
             tx.prepare_cached(
-                "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4 \
+                "UPDATE tenure_leases SET expires = ?3, ttl_ms = ?4, session = 0 \
                  WHERE prefix = ?1 AND name = ?2",
             )?
             .execute(params![at.prefix, at.name, expires, int(ttl_ms)])?;
-            witness(tx, at, id, token, now, expires, lease.locked)?;
+            witness(tx, at, id, token, now, expires, lease.locked, 0)?;
             Ok(RenewReply::Renewed)
         }
         Some(lease) => Ok(RenewReply::NotOwner(Some(lease.holder(now)))),
@@ -689,10 +1022,13 @@ fn record_run(
 
 /// The elections under `prefix` with a live lease, sorted.
 pub(super) fn elections(tx: &Transaction<'_>, prefix: &str, now: &Now) -> Result<Vec<String>> {
-    let mut query = tx.prepare_cached(
-        "SELECT name FROM tenure_leases WHERE prefix = ?1 AND boot = ?2 AND expires > ?3 \
-         ORDER BY name",
-    )?;
+    let mut query = tx.prepare_cached(concat!(
+        "SELECT l.name FROM tenure_leases AS l",
+        session_of!("l"),
+        "WHERE l.prefix = ?1 AND l.boot = ?2 AND ",
+        expiry_of!("l"),
+        " > ?3 ORDER BY l.name"
+    ))?;
     let names = query
         .query_map(params![prefix, now.boot, now.ms], |r| r.get(0))?
         .collect::<rusqlite::Result<Vec<String>>>()?;
