@@ -200,14 +200,16 @@ impl CrashableInstance {
     }
 }
 
-/// One term as a contender saw it: when it began (the send time of its
-/// acquisition, `first deadline + margin - ttl`), and its deadline (when it
-/// ended, or the one it has now).
+/// One term as a contender saw it: when it began (its campaign returned:
+/// its holder leads from then, not before), when its acquisition was sent
+/// (`first deadline + margin - ttl`, for the messages), and its deadline
+/// (when it ended, or the one it has now).
 #[derive(Debug, Clone)]
 pub struct TermRecord {
     pub id: String,
     pub token: u64,
     pub began: tokio::time::Instant,
+    pub sent: tokio::time::Instant,
     pub ended: tokio::time::Instant,
     pub reason: Option<tenure::LostReason>,
 }
@@ -215,7 +217,14 @@ pub struct TermRecord {
 /// Terms of many contenders, checked for overlap.
 #[derive(Debug, Clone, Default)]
 pub struct TermLog {
-    terms: std::sync::Arc<std::sync::Mutex<Vec<(tokio::time::Instant, Leadership)>>>,
+    terms: std::sync::Arc<std::sync::Mutex<Vec<(Began, Leadership)>>>,
+}
+
+/// When a term began (its campaign returned) and its acquisition was sent.
+#[derive(Debug, Clone, Copy)]
+struct Began {
+    at: tokio::time::Instant,
+    sent: tokio::time::Instant,
 }
 
 impl TermLog {
@@ -238,12 +247,15 @@ impl TermLog {
                     }
                     Err(err) => panic!("{} cannot campaign: {err}", election.id()),
                 };
-                // The send time of the acquisition, from the first deadline;
-                // if the first renewal (ttl/3 later) already moved it, or
-                // the term already ended, now is the better bound.
+                // The term leads from now: its holder cannot act on it
+                // before. (Counted from the acquisition's send, an acquire
+                // that spent more than the margin in flight, reconnecting
+                // to a promoted primary say, showed an overlap that no
+                // holder ever saw.) The send time, from the first deadline,
+                // is kept for the messages.
                 let now = tokio::time::Instant::now();
                 let from_deadline = term.deadline() + margin - ttl;
-                let began = if term.lost_reason().is_none() && from_deadline < now {
+                let sent = if term.lost_reason().is_none() && from_deadline < now {
                     from_deadline
                 } else {
                     now
@@ -251,7 +263,7 @@ impl TermLog {
                 terms
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .push((began, term.clone()));
+                    .push((Began { at: now, sent }, term.clone()));
                 term.lost().await;
             }
         })
@@ -309,13 +321,14 @@ impl TermLog {
         Self::records(&terms)
     }
 
-    fn records(terms: &[(tokio::time::Instant, Leadership)]) -> Vec<TermRecord> {
+    fn records(terms: &[(Began, Leadership)]) -> Vec<TermRecord> {
         let mut records: Vec<TermRecord> = terms
             .iter()
             .map(|(began, term)| TermRecord {
                 id: term.id().to_string(),
                 token: term.token(),
-                began: *began,
+                began: began.at,
+                sent: began.sent,
                 ended: term.deadline(),
                 reason: term.lost_reason(),
             })
@@ -331,8 +344,9 @@ impl TermLog {
         if let Some(both) = overlap::overlaps(terms, Among::Everyone).first() {
             let (a, b) = (&terms[both.first], &terms[both.second]);
             panic!(
-                "two leaders: {} (token {}) led until {:?}, {} (token {}) from {:?}",
-                a.id, a.token, a.ended, b.id, b.token, b.began
+                "two leaders: {} (token {}) led until {:?}, {} (token {}) from {:?} \
+                 (its acquisition sent at {:?})",
+                a.id, a.token, a.ended, b.id, b.token, b.began, b.sent
             );
         }
         for pair in terms.windows(2) {
