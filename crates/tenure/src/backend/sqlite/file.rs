@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS tenure_runs (
 CREATE TABLE IF NOT EXISTS tenure_sessions (
     prefix TEXT NOT NULL, session INTEGER NOT NULL, owner TEXT NOT NULL,
     ttl_ms INTEGER NOT NULL, boot TEXT NOT NULL, expires INTEGER NOT NULL,
+    witness_expires INTEGER NOT NULL,
     PRIMARY KEY (prefix, session)) STRICT;
 ";
 
@@ -88,7 +89,8 @@ const COLUMNS: &[(&str, &str)] = &[
     ),
     (
         "tenure_sessions",
-        "SELECT prefix, session, owner, ttl_ms, boot, expires FROM tenure_sessions LIMIT 0",
+        "SELECT prefix, session, owner, ttl_ms, boot, expires, witness_expires \
+         FROM tenure_sessions LIMIT 0",
     ),
     (
         "tenure_tokens",
@@ -238,8 +240,10 @@ fn tables(conn: &mut Connection, url: &str, path: &Path, now: &Now) -> Result<()
         Some(SCHEMA) => {}
         Some(SCHEMA_1) => {
             // Processes of the older version that have the file open go
-            // on unharmed: they never bind a lease to a session, and read
-            // a bound lease's far expiry as its own (they wait longer).
+            // on safely: they never bind a lease to a session, and read a
+            // bound lease's far expiry as its own (they wait longer); a
+            // lease they take over keeps its `session`, which the session's
+            // owner never touches since the owner differs (see `ops.rs`).
             tx.execute_batch(MIGRATE_1)
                 .map_err(|err| foreign(path, &err))?;
             tx.execute(

@@ -41,18 +41,25 @@ pub(super) struct Lease {
 /// session row is missing (deleted by hand) lives until its own, far
 /// expiry: a vanished session counts as a crash, never as a release.
 /// `{t}` is the row's table alias, `s` the session's (a `LEFT JOIN` of
-/// [`SESSION_OF`]).
+/// `session_of!`), `{c}` the session's column: `expires` for leases,
+/// `witness_expires` for witnesses, so that one value edited by hand
+/// still leaves the other holding the election, as a lease edited by
+/// hand leaves its witness.
 macro_rules! expiry_of {
-    ($t:literal) => {
+    ($t:literal, $c:literal) => {
         concat!(
             "(CASE WHEN ",
             $t,
-            ".session = 0 OR s.expires IS NULL THEN ",
+            ".session = 0 OR s.",
+            $c,
+            " IS NULL THEN ",
             $t,
             ".expires ",
             "ELSE min(",
             $t,
-            ".expires, s.expires) END)"
+            ".expires, s.",
+            $c,
+            ") END)"
         )
     };
 }
@@ -132,7 +139,7 @@ pub(super) fn lease(tx: &Transaction<'_>, at: Address<'_>) -> Result<Option<Leas
     let row = tx
         .prepare_cached(concat!(
             "SELECT l.owner, l.attempt, l.token, l.ttl_ms, l.boot, ",
-            expiry_of!("l"),
+            expiry_of!("l", "expires"),
             ", l.since_ms, l.locked FROM tenure_leases AS l",
             session_of!("l"),
             "WHERE l.prefix = ?1 AND l.name = ?2"
@@ -231,6 +238,31 @@ fn renew_all(
         return Ok(Vec::new());
     };
     let terms: Vec<(&str, u64)> = parts.iter().flat_map(|p| p.3.iter().copied()).collect();
+    let split = |all: Vec<Result<RenewReply>>| {
+        let mut all = all.into_iter();
+        parts
+            .iter()
+            .map(|p| all.by_ref().take(p.3.len()).collect())
+            .collect()
+    };
+    // A few terms of a larger session (a `confirm()`): checked within it.
+    let within = cx.sessions.iter_mut().find(|((p, i, t, _), session)| {
+        p == prefix
+            && i == id
+            && *t == ttl_ms
+            && session.bound.as_ref().is_some_and(|b| {
+                terms.len() <= CONFIRM_MOST
+                    && terms.len() < b.terms.len()
+                    && terms
+                        .iter()
+                        .all(|(n, token)| b.terms.get(*n) == Some(token))
+            })
+    });
+    if let (Some((_, session)), false, true) = (within, cx.rolled_back, cx.alone) {
+        if let Some(replies) = confirm_within(tx, prefix, id, ttl_ms, &terms, cx.now, session)? {
+            return Ok(split(replies));
+        }
+    }
     let first = terms.first().map_or("", |t| t.0).to_string();
     if cx.sessions.len() > MAX_SESSIONS {
         // Sets that came and went: their sessions lapse in the file.
@@ -240,7 +272,7 @@ fn renew_all(
         .sessions
         .entry((prefix.to_string(), id.to_string(), ttl_ms, first))
         .or_insert_with(Session::new);
-    let mut all = renew_many(
+    let all = renew_many(
         tx,
         prefix,
         id,
@@ -249,13 +281,84 @@ fn renew_all(
         cx.now,
         session,
         cx.rolled_back,
-    )?
-    .into_iter();
-    Ok(parts
-        .iter()
-        .map(|p| all.by_ref().take(p.3.len()).collect())
-        .collect())
+    )?;
+    Ok(split(all))
 }
+
+/// A renewal of a few of the terms bound to `session`, alone in its batch
+/// (a partition's `confirm()`, between two of its set's renewals): the session renewed,
+/// if it is live and far from its horizon, and each term's lease and
+/// witness found bound to it, by its primary key. The session's other
+/// rows are renewed with it, as an early renewal would: they are this
+/// process's too. `None` if any of that fails: the caller renews them on
+/// their own.
+fn confirm_within(
+    tx: &Transaction<'_>,
+    prefix: &str,
+    id: &str,
+    ttl_ms: u64,
+    terms: &[(&str, u64)],
+    now: &Now,
+    session: &mut Session,
+) -> Result<Option<Vec<Result<RenewReply>>>> {
+    let Some(bound) = &session.bound else {
+        return Ok(None);
+    };
+    let expires = now.plus(ttl_ms);
+    if bound.boot != now.boot || bound.horizon <= expires {
+        return Ok(None);
+    }
+    let renewed = tx
+        .prepare_cached(
+            "UPDATE tenure_sessions SET expires = ?6, witness_expires = ?6 \
+             WHERE prefix = ?1 AND session = ?2 AND owner = ?3 AND ttl_ms = ?4 AND boot = ?5 \
+             AND expires > ?7 AND witness_expires > ?7",
+        )?
+        .execute(params![
+            prefix,
+            session.number,
+            id,
+            int(ttl_ms),
+            now.boot,
+            expires,
+            now.ms
+        ])?;
+    if renewed != 1 {
+        return Ok(None);
+    }
+    session.expires = Some((now.boot.clone(), expires));
+    for (name, token) in terms {
+        for table in ["tenure_leases", "tenure_witnesses"] {
+            let found: i64 = tx
+                .prepare_cached(&format!(
+                    "SELECT count(*) FROM {table} WHERE prefix = ?1 AND name = ?2 \
+                     AND token = ?3 AND owner = ?4 AND session = ?5 AND boot = ?6 \
+                     AND expires >= ?7"
+                ))?
+                .query_row(
+                    params![
+                        prefix,
+                        name,
+                        int(*token),
+                        id,
+                        session.number,
+                        now.boot,
+                        bound.horizon
+                    ],
+                    |r| r.get(0),
+                )?;
+            if found != 1 {
+                return Ok(None);
+            }
+        }
+    }
+    Ok(Some(
+        terms.iter().map(|_| Ok(RenewReply::Renewed)).collect(),
+    ))
+}
+
+/// The most terms renewed within a larger session (see [`confirm_within`]).
+const CONFIRM_MOST: usize = 16;
 
 /// The most sessions one process keeps in memory.
 const MAX_SESSIONS: usize = 1024;
@@ -268,6 +371,9 @@ pub(super) struct Context<'a> {
     pub ignore_rollback: bool,
     /// The file went back to an older copy (see [`count`]).
     pub rolled_back: bool,
+    /// The batch is this one operation: a partition's `confirm()`, when it
+    /// renews (a set's renewals come with its heartbeat).
+    pub alone: bool,
     pub sessions: &'a mut Sessions,
 }
 
@@ -376,7 +482,7 @@ fn acquire(
     let witnessed: Option<(u64, String, i64, i64)> = tx
         .prepare_cached(concat!(
             "SELECT w.token, w.boot, ",
-            expiry_of!("w"),
+            expiry_of!("w", "witness_expires"),
             ", w.locked FROM tenure_witnesses AS w",
             session_of!("w"),
             "WHERE w.prefix = ?1 AND w.name = ?2"
@@ -629,6 +735,9 @@ fn witness(
 pub(super) struct Session {
     pub number: i64,
     pub bound: Option<Bound>,
+    /// The session's expiry as this process last wrote it (boot, expiry),
+    /// unless a batch failed since.
+    pub expires: Option<(String, i64)>,
 }
 
 impl Session {
@@ -636,6 +745,7 @@ impl Session {
         Session {
             number: (rand::random::<u64>() >> 1).max(1) as i64,
             bound: None,
+            expires: None,
         }
     }
 }
@@ -681,45 +791,63 @@ fn renew_many(
     if let Some(bound) = session.bound.take() {
         if !rolled_back && fast_path(tx, prefix, id, ttl_ms, terms, now, number, &bound)? {
             session.bound = Some(bound);
+            session.expires = Some((now.boot.clone(), expires));
             return Ok(terms.iter().map(|_| Ok(RenewReply::Renewed)).collect());
         }
     }
     // The session, live from here on: one that lapsed first gives its
-    // rows the expiry they had, so that renewing it revives none.
-    let lapsed: Option<(String, i64)> = tx
+    // rows the expiry they had, so that renewing it revives none: the
+    // leases by its `expires`, the witnesses by its `witness_expires`.
+    // A session row gone (deleted by hand) that this process last saw
+    // lapse is taken as lapsed then.
+    let found: Option<(String, i64, i64)> = tx
         .prepare_cached(
-            "SELECT boot, expires FROM tenure_sessions WHERE prefix = ?1 AND session = ?2",
+            "SELECT boot, expires, witness_expires FROM tenure_sessions \
+             WHERE prefix = ?1 AND session = ?2",
         )?
-        .query_row(params![prefix, number], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![prefix, number], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
-    match &lapsed {
-        Some((boot, until)) if !now.before(boot, *until) => {
-            for table in ["tenure_leases", "tenure_witnesses"] {
-                tx.prepare_cached(&format!(
-                    "UPDATE {table} SET session = 0, expires = min(expires, ?3) \
-                     WHERE prefix = ?1 AND session = ?2 AND boot = ?4"
-                ))?
-                .execute(params![prefix, number, until, boot])?;
+    let last = match (&found, &session.expires) {
+        (Some(row), _) => Some(row.clone()),
+        (None, Some((boot, until))) => Some((boot.clone(), *until, *until)),
+        (None, None) => None,
+    };
+    if let Some((boot, leases_until, witnesses_until)) = &last {
+        for (table, until) in [
+            ("tenure_leases", leases_until),
+            ("tenure_witnesses", witnesses_until),
+        ] {
+            if now.before(boot, *until) {
+                continue;
             }
-        }
-        Some(_) => {}
-        None => {
-            // A new session: the lapsed ones of this prefix go, once no
-            // row can still be bound to them (past their horizon).
-            tx.prepare_cached(
-                "DELETE FROM tenure_sessions WHERE prefix = ?1 \
-                 AND (boot != ?2 OR expires + ttl_ms * ?3 < ?4)",
-            )?
-            .execute(params![prefix, now.boot, HORIZON_TTLS, now.ms])?;
+            tx.prepare_cached(&format!(
+                "UPDATE {table} SET session = 0, expires = min(expires, ?3) \
+                 WHERE prefix = ?1 AND session = ?2 AND session != 0 AND owner = ?5 \
+                 AND boot = ?4"
+            ))?
+            .execute(params![prefix, number, until, boot, id])?;
         }
     }
+    if found.is_none() {
+        // A new session: the lapsed ones of this prefix go, once no row
+        // can still be bound to them (past their horizon).
+        tx.prepare_cached(
+            "DELETE FROM tenure_sessions WHERE prefix = ?1 \
+             AND (boot != ?2 OR max(expires, witness_expires) + ttl_ms * ?3 < ?4)",
+        )?
+        .execute(params![prefix, now.boot, HORIZON_TTLS, now.ms])?;
+    }
     tx.prepare_cached(
-        "INSERT INTO tenure_sessions (prefix, session, owner, ttl_ms, boot, expires) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (prefix, session) DO UPDATE SET \
-         owner = excluded.owner, ttl_ms = excluded.ttl_ms, boot = excluded.boot, \
-         expires = excluded.expires",
+        "INSERT INTO tenure_sessions (prefix, session, owner, ttl_ms, boot, expires, \
+         witness_expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) \
+         ON CONFLICT (prefix, session) DO UPDATE SET owner = excluded.owner, \
+         ttl_ms = excluded.ttl_ms, boot = excluded.boot, expires = excluded.expires, \
+         witness_expires = excluded.witness_expires",
     )?
     .execute(params![prefix, number, id, int(ttl_ms), now.boot, expires])?;
+    session.expires = Some((now.boot.clone(), expires));
     let horizon = now.plus(ttl_ms.saturating_mul(HORIZON_TTLS as u64));
     let given: Vec<(&str, i64)> = terms.iter().map(|(n, t)| (*n, int(*t))).collect();
     let json = serde_json::to_string(&given)
@@ -737,7 +865,7 @@ fn renew_many(
             session_of!("l"),
             "WHERE l.prefix = ?5 AND l.name = given.value ->> 0 ",
             "AND l.token = given.value ->> 1 AND l.owner = ?6 AND l.boot = ?7 AND ",
-            expiry_of!("l"),
+            expiry_of!("l", "expires"),
             " > ?8) RETURNING name, token, locked"
         ))?;
         let rows = update.query_map(
@@ -793,9 +921,10 @@ fn renew_many(
     for table in ["tenure_leases", "tenure_witnesses"] {
         tx.prepare_cached(&format!(
             "UPDATE {table} SET session = 0, expires = min(expires, ?3) \
-             WHERE prefix = ?1 AND session = ?2 AND expires < ?4"
+             WHERE prefix = ?1 AND session = ?2 AND session != 0 AND owner = ?5 \
+             AND expires < ?4"
         ))?
-        .execute(params![prefix, number, expires, horizon])?;
+        .execute(params![prefix, number, expires, horizon, id])?;
     }
     let mut replies = Vec::with_capacity(terms.len());
     let mut bound = std::collections::HashMap::with_capacity(renewed.len());
@@ -845,13 +974,16 @@ fn fast_path(
         || !terms
             .iter()
             .all(|(name, token)| bound.terms.get(*name) == Some(token))
+        // A name given twice, another left out, shows here.
+        || token_sum(terms.iter().map(|(_, token)| token)) != bound.token_sum
     {
         return Ok(false);
     }
     let renewed = tx
         .prepare_cached(
-            "UPDATE tenure_sessions SET expires = ?6 WHERE prefix = ?1 AND session = ?2 \
-             AND owner = ?3 AND ttl_ms = ?4 AND boot = ?5 AND expires > ?7",
+            "UPDATE tenure_sessions SET expires = ?6, witness_expires = ?6 \
+             WHERE prefix = ?1 AND session = ?2 AND owner = ?3 AND ttl_ms = ?4 AND boot = ?5 \
+             AND expires > ?7 AND witness_expires > ?7",
         )?
         .execute(params![
             prefix,
@@ -870,8 +1002,8 @@ fn fast_path(
         let found: (i64, i64) = tx
             .prepare_cached(&format!(
                 "SELECT count(*), coalesce(sum(token & 4294967295), 0) FROM {table} \
-                 WHERE prefix = ?1 AND session = ?2 AND owner = ?3 AND boot = ?4 \
-                 AND expires >= ?5"
+                 WHERE prefix = ?1 AND session = ?2 AND session != 0 AND owner = ?3 \
+                 AND boot = ?4 AND expires >= ?5"
             ))?
             .query_row(params![prefix, number, id, now.boot, bound.horizon], |r| {
                 Ok((r.get(0)?, r.get(1)?))
@@ -1026,7 +1158,7 @@ pub(super) fn elections(tx: &Transaction<'_>, prefix: &str, now: &Now) -> Result
         "SELECT l.name FROM tenure_leases AS l",
         session_of!("l"),
         "WHERE l.prefix = ?1 AND l.boot = ?2 AND ",
-        expiry_of!("l"),
+        expiry_of!("l", "expires"),
         " > ?3 ORDER BY l.name"
     ))?;
     let names = query
