@@ -111,9 +111,6 @@ local prefix_epoch, prefix_err = read_epoch(KEYS[4])
 if prefix_err then return prefix_err end
 
 local now_ms = server_ms()
--- The process and its replication history: a restart changes the first, a
--- promotion (failover, failback) the second.
-local run_id = process_epoch()
 
 if lease and not (lease.owner == ARGV[1] and lease.attempt == ARGV[4]) then
   local pttl = call('PTTL', KEYS[1])
@@ -122,6 +119,12 @@ if lease and not (lease.owner == ARGV[1] and lease.attempt == ARGV[4]) then
   end
   return {0, lease.token, lease.owner, pttl, lease.since, lease.attempt, lease.ttl}
 end
+
+-- The process and its replication history: a restart changes the first, a
+-- promotion (failover, failback) the second. Read only past the common
+-- answer above (the lease is another's), which needs neither: its two INFO
+-- calls were most of the cost of a follower's look at a held lease.
+local run_id = process_epoch()
 
 -- Every write below needs PEXPIRE; prove it is allowed before the first
 -- (a no-op on the absent lease; our own lease is extended below anyway).
