@@ -473,7 +473,18 @@ fn crashes(dir: &Path, events: &[log::Event]) -> Result<Vec<String>, String> {
     for event in events {
         if let log::Event::Exit { inst, how, .. } = event {
             if !matches!(how.as_str(), "killed" | "exit:0" | "guardian-killed") {
-                found.push(format!("{inst} {how}"));
+                // Its last words, so that the report says why.
+                let stderr = dir.join(format!("{}.stderr", inst.replace('#', "-")));
+                let last = std::fs::read_to_string(&stderr)
+                    .ok()
+                    .and_then(|text| {
+                        text.lines()
+                            .rev()
+                            .find(|line| !line.trim().is_empty())
+                            .map(|line| line.chars().take(300).collect::<String>())
+                    })
+                    .unwrap_or_default();
+                found.push(format!("{inst} {how}: {last}"));
             }
         }
     }

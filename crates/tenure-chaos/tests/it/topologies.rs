@@ -53,7 +53,12 @@ fn no_deadline_is_unsafe(topology: &str, duration: &str) {
     assert_eq!(code, 1, "the run is judged unsafe: {report}");
     assert!(report["overlaps"].as_u64().unwrap() > 0, "{report}");
     assert_eq!(report["safe"], false);
-    assert_eq!(report["crashes"].as_array().map(Vec::len), Some(0));
+    assert_eq!(
+        report["crashes"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        report["crashes"]
+    );
     assert_eq!(report["leaked"].as_array().map(Vec::len), Some(0));
 }
 
