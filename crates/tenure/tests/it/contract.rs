@@ -397,9 +397,9 @@ async fn partition_sets_share_the_partitions_and_take_over_a_crash(target: &Targ
         "{:?}",
         crashed_at.elapsed()
     );
-    // And at their expiry, not at some far one: a store that keeps a
-    // set's rows beyond their ttl (SQLite binds them to a session, each
-    // row written 20 ttls ahead) must still end them with the member.
+    // And at their expiry, not at some far one: a store that writes a
+    // set's leases further ahead than their ttl must still end them with
+    // the member.
     assert!(
         crashed_at.elapsed() < TTL * 5,
         "b took over only {:?} after the crash",
