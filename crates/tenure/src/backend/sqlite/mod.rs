@@ -940,6 +940,39 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A lease an older version took over keeps its `session` (it knows
+    /// no such column): the session's owner, lapsing, leaves it alone.
+    #[test]
+    fn a_lease_taken_over_by_an_older_version_outlives_the_lapsed_session() {
+        let Fixture { dir, store, raw } = Fixture::new();
+        let terms = three_terms(&store);
+        let ttl_ms = 400;
+        let replies = answers(one(&store, renew_many(&terms, ttl_ms)));
+        assert!(replies.iter().all(|r| matches!(r, RenewReply::Renewed)));
+        // As an older version's takeover writes it: owner, token and
+        // expiry, the session column untouched.
+        raw.execute(
+            "UPDATE tenure_leases SET owner = 'old', token = token + 1, \
+             expires = expires + 600000 WHERE name = 'p0'",
+            [],
+        )
+        .expect("an older version's takeover");
+        let lapsed = std::time::Instant::now() + Duration::from_millis(ttl_ms + 50);
+        std::thread::sleep(lapsed - std::time::Instant::now());
+        let _ = answers(one(&store, renew_many(&terms, ttl_ms)));
+        let found = one(
+            &store,
+            Op::Inspect {
+                at: Address::new("t", "p0"),
+            },
+        );
+        assert!(
+            matches!(&found, Reply::Inspect(Some(holder)) if holder.id == "old"),
+            "{found:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A bound lease deleted by hand is seen at the next renewal (its term
     /// is lost), while its witness holds the election; a term the set no
     /// longer renews leaves the session, to expire within a ttl.

@@ -90,7 +90,7 @@ const HORIZON_TTLS: i64 = 20;
 /// What one process bound to one of its sessions, as last committed: the
 /// check of [`renew_many`]'s fast path. Kept in memory by the store; lost
 /// (a failed batch) it only costs a slow path.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(super) struct Bound {
     /// Each term bound: name → token.
     pub terms: std::collections::HashMap<String, u64>,
@@ -308,22 +308,7 @@ fn confirm_within(
     if bound.boot != now.boot || bound.horizon <= expires {
         return Ok(None);
     }
-    let renewed = tx
-        .prepare_cached(
-            "UPDATE tenure_sessions SET expires = ?6, witness_expires = ?6 \
-             WHERE prefix = ?1 AND session = ?2 AND owner = ?3 AND ttl_ms = ?4 AND boot = ?5 \
-             AND expires > ?7 AND witness_expires > ?7",
-        )?
-        .execute(params![
-            prefix,
-            session.number,
-            id,
-            int(ttl_ms),
-            now.boot,
-            expires,
-            now.ms
-        ])?;
-    if renewed != 1 {
+    if !renew_session(tx, prefix, session.number, id, ttl_ms, now)? {
         return Ok(None);
     }
     session.expires = Some((now.boot.clone(), expires));
@@ -918,13 +903,17 @@ fn renew_many(
     }
     // What this session no longer renews (a term resigned or given up)
     // leaves it, to expire with the session's current expiry at latest.
+    // (Told by name, not by an older horizon: two bindings within one
+    // millisecond give the same.)
+    let names = serde_json::to_string(&renewed.keys().collect::<Vec<_>>())
+        .map_err(|err| crate::Error::internal(format!("the terms as JSON: {err}")))?;
     for table in ["tenure_leases", "tenure_witnesses"] {
         tx.prepare_cached(&format!(
             "UPDATE {table} SET session = 0, expires = min(expires, ?3) \
              WHERE prefix = ?1 AND session = ?2 AND session != 0 AND owner = ?5 \
-             AND expires < ?4"
+             AND name NOT IN (SELECT value FROM json_each(?4))"
         ))?
-        .execute(params![prefix, number, expires, horizon, id])?;
+        .execute(params![prefix, number, expires, names, id])?;
     }
     let mut replies = Vec::with_capacity(terms.len());
     let mut bound = std::collections::HashMap::with_capacity(renewed.len());
@@ -953,6 +942,34 @@ fn renew_many(
     Ok(replies)
 }
 
+/// Renew session `number` of (`id`, `ttl_ms`) by one ttl from `now`,
+/// if it is live: whether it was.
+fn renew_session(
+    tx: &Transaction<'_>,
+    prefix: &str,
+    number: i64,
+    id: &str,
+    ttl_ms: u64,
+    now: &Now,
+) -> Result<bool> {
+    let renewed = tx
+        .prepare_cached(
+            "UPDATE tenure_sessions SET expires = ?6, witness_expires = ?6 \
+             WHERE prefix = ?1 AND session = ?2 AND owner = ?3 AND ttl_ms = ?4 AND boot = ?5 \
+             AND expires > ?7 AND witness_expires > ?7",
+        )?
+        .execute(params![
+            prefix,
+            number,
+            id,
+            int(ttl_ms),
+            now.boot,
+            now.plus(ttl_ms),
+            now.ms
+        ])?;
+    Ok(renewed == 1)
+}
+
 /// [`renew_many`]'s fast path: whether `terms` are exactly those `bound`
 /// to session `number`, far from their horizon, and all there, with the
 /// session live; then it is renewed, and so are they.
@@ -979,22 +996,7 @@ fn fast_path(
     {
         return Ok(false);
     }
-    let renewed = tx
-        .prepare_cached(
-            "UPDATE tenure_sessions SET expires = ?6, witness_expires = ?6 \
-             WHERE prefix = ?1 AND session = ?2 AND owner = ?3 AND ttl_ms = ?4 AND boot = ?5 \
-             AND expires > ?7 AND witness_expires > ?7",
-        )?
-        .execute(params![
-            prefix,
-            number,
-            id,
-            int(ttl_ms),
-            now.boot,
-            now.plus(ttl_ms),
-            now.ms
-        ])?;
-    if renewed != 1 {
+    if !renew_session(tx, prefix, number, id, ttl_ms, now)? {
         return Ok(false);
     }
     let want = (int(bound.terms.len() as u64), bound.token_sum);
