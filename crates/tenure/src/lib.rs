@@ -198,7 +198,7 @@ pub use backend::memory::MemoryStore;
 pub use backend::memory::{Announcements, Calls, Fault, Snapshot};
 #[cfg(feature = "postgres")]
 pub use backend::postgres::{POSTGRES_GRANTS, POSTGRES_SCHEMA};
-pub use election::{Election, ElectionBuilder, DEFAULT_PREFIX, DEFAULT_TTL};
+pub use election::{Election, ElectionBuilder, NextTerm, DEFAULT_PREFIX, DEFAULT_TTL};
 pub use error::{redact_url, Error, Result, MIN_ACL};
 pub use fence::{FencedKey, FencedWrite};
 pub use leadership::Leadership;

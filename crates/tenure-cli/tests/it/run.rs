@@ -79,6 +79,40 @@ fn sigterm_hands_over_without_waiting_for_the_ttl() {
     drop(b);
 }
 
+/// A leader that exits after its release stays until its successor's term
+/// is announced, and says so; alone, it exits all the same.
+#[test]
+fn an_exiting_leader_waits_for_its_successors_announcement() {
+    let server = redis();
+    let scratch = Scratch::new("successor");
+    let ttl = ["--ttl", "4s"];
+    let mut a = Instance::start(&server.url(), "successor", "a", &ttl, LONG_JOB, &scratch);
+    eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    let mut b = Instance::start(&server.url(), "successor", "b", &ttl, LONG_JOB, &scratch);
+    // Both listen: b hears a's release and campaigns at once.
+    eventually("b listens", || {
+        server
+            .command(&["PUBSUB", "NUMSUB", "tenure:{successor}:events"])
+            .is_ok_and(|reply| reply.lines().last() == Some("2"))
+    });
+    a.signal(Signal::SIGTERM);
+    assert_eq!(a.wait(), 0, "{}", a.log());
+    assert!(
+        a.log().contains("the next term was announced"),
+        "a waited for b's term: {}",
+        a.log()
+    );
+    eventually("b's command starts", || child_pid(&scratch, "b").is_some());
+    // Nobody follows b: nothing is announced, and b exits all the same.
+    b.signal(Signal::SIGTERM);
+    assert_eq!(b.wait(), 0, "{}", b.log());
+    assert!(
+        !b.log().contains("the next term was announced"),
+        "{}",
+        b.log()
+    );
+}
+
 #[test]
 fn a_stolen_lease_kills_the_command_and_the_instance_campaigns_again() {
     let server = redis();

@@ -555,4 +555,15 @@ impl Backend {
     pub fn notices(&self) -> watch::Receiver<Notices> {
         self.notices.clone()
     }
+
+    /// Whether the store announces new terms. SQLite does not: a follower
+    /// there learns of a release from the term's OS lock, and nobody
+    /// waits on a new term.
+    pub fn announces_terms(&self) -> bool {
+        match &self.store {
+            #[cfg(all(feature = "sqlite", target_os = "linux"))]
+            Store::Sqlite(_) => false,
+            _ => true,
+        }
+    }
 }

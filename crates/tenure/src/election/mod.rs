@@ -446,3 +446,99 @@ impl Election {
         self.inner.timing.margin
     }
 }
+
+impl Election {
+    /// Start waiting for the next term of this election to be announced:
+    /// take it before [`Leadership::resign`], then ask
+    /// [`NextTerm::announced`] whether a successor was elected.
+    ///
+    /// `tenure run` does this when it exits after a release: it keeps its
+    /// store sessions open until the successor is announced (at most a
+    /// moment), so that closing them does not cost the server work while
+    /// the successor is being elected, and it logs the hand-over.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let a = tenure::Election::builder("jobs").memory(&store).id("a").build().await?;
+    /// let b = tenure::Election::builder("jobs").memory(&store).id("b").build().await?;
+    /// let term = a.campaign().await?;
+    /// let follower = tokio::spawn(async move { b.campaign().await });
+    /// while store.calls("jobs").acquire < 2 {
+    ///     tokio::task::yield_now().await; // until b has found a leading
+    /// }
+    /// let next = a.next_term();
+    /// term.resign().await?;
+    /// assert!(next.announced(Duration::from_secs(5)).await);
+    /// assert_eq!(follower.await.unwrap()?.id(), "b");
+    ///
+    /// // Nobody else campaigns: nothing is announced.
+    /// assert!(!a.next_term().announced(Duration::from_millis(10)).await);
+    /// # Ok(()) }
+    /// ```
+    pub fn next_term(&self) -> NextTerm {
+        let notices = self.inner.backend.notices();
+        let seen = notices.borrow().acquired;
+        NextTerm {
+            notices,
+            seen,
+            announces: self.inner.backend.announces_terms(),
+        }
+    }
+}
+
+/// The next term of an election, as its store announces it
+/// ([`Election::next_term`]).
+///
+/// An announcement is a hint, as everywhere in tenure: it can be missed
+/// (a broken session, a pooler that drops `LISTEN`, a store that announces
+/// no terms, such as SQLite) or sent by anyone allowed to publish on the
+/// store's channel. Let it decide only what a hint may: when to exit after
+/// handing over, what to log. Who leads is the lease's to say
+/// ([`Election::leader`]).
+#[derive(Debug)]
+pub struct NextTerm {
+    notices: watch::Receiver<Notices>,
+    /// New terms announced when this began.
+    seen: u64,
+    announces: bool,
+}
+
+impl NextTerm {
+    /// Whether a new term was announced since [`Election::next_term`],
+    /// waiting up to `within` for one. `false` at once on a store that
+    /// announces no terms.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::Duration;
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("jobs").memory(&store).build().await?;
+    /// let next = election.next_term();
+    /// let term = election.campaign().await?; // a new term, this instance's own
+    /// assert!(next.announced(Duration::ZERO).await);
+    /// # drop(term); Ok(()) }
+    /// ```
+    pub async fn announced(mut self, within: Duration) -> bool {
+        if !self.announces {
+            return false;
+        }
+        let seen = self.seen;
+        if within.is_zero() {
+            return self.notices.borrow().acquired != seen;
+        }
+        let notices = &mut self.notices;
+        let new_term = async {
+            loop {
+                if notices.borrow_and_update().acquired != seen {
+                    return true;
+                }
+                if notices.changed().await.is_err() {
+                    return false;
+                }
+            }
+        };
+        timeout(within, new_term).await.unwrap_or(false)
+    }
+}
