@@ -336,9 +336,10 @@ impl TermEnd<'_> {
     /// Exiting is work for the host and the store: on PostgreSQL each
     /// closed session ends a server process. When that work ran while the
     /// successor was being elected and starting its command, the SIGTERM
-    /// hand-over through two `tenure run` took 8.8 ms on average instead
-    /// of 6.2 (20 rounds each, a 2-core host running the server and both
-    /// instances). An announcement is a hint: it only decides when to exit.
+    /// hand-over through two `tenure run` took 8–9 ms on average instead
+    /// of 5–6 (a dozen rounds each, a 2-core host running the server and
+    /// both instances). An announcement is a hint: it only decides when to
+    /// exit.
     async fn handed_over(&self, next: Option<NextTerm>, released: Instant) {
         let Some(next) = next else {
             return;
