@@ -326,9 +326,7 @@ impl TermEnd<'_> {
             }
         }
     }
-}
 
-impl TermEnd<'_> {
     /// Before exiting after a release, wait a moment for the next term to
     /// be announced ([`SUCCESSOR_WAIT`]), and a moment more for the
     /// successor to start ([`SUCCESSOR_GRACE`]); say when it was announced.

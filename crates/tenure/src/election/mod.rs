@@ -525,9 +525,6 @@ impl NextTerm {
             return false;
         }
         let seen = self.seen;
-        if within.is_zero() {
-            return self.notices.borrow().acquired != seen;
-        }
         let notices = &mut self.notices;
         let new_term = async {
             loop {
@@ -539,6 +536,8 @@ impl NextTerm {
                 }
             }
         };
+        // Polled once before the time is checked: `within` zero still
+        // says whether one was announced already.
         timeout(within, new_term).await.unwrap_or(false)
     }
 }

@@ -87,6 +87,25 @@ fn raw(file: &SqliteFile) -> rusqlite::Connection {
     conn
 }
 
+/// SQLite announces no terms (a follower learns of a release from the
+/// term's lock): waiting for the next term's announcement says no at once,
+/// even as one begins, so an exiting `tenure run` does not wait for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_term_is_never_announced() {
+    let file = support::sqlite();
+    let a = Target::Url(file.url()).election("next", "a", TTL).await;
+    let b = Target::Url(file.url()).election("next", "b", TTL).await;
+    let term = campaign(&a).await;
+    let next = a.next_term();
+    term.resign().await.expect("resign");
+    let successor = campaign(&b).await;
+    let announced = timeout(HANG, next.announced(Duration::from_secs(3600)))
+        .await
+        .expect("an answer at once, not after the hour asked for");
+    assert!(!announced);
+    drop(successor);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_is_replaced_before_its_lease_expires() {
     let file = support::sqlite();
