@@ -171,8 +171,10 @@ pub(super) async fn one_cluster(
 pub(super) struct Clients {
     pub(super) balanced: Client,
     pub(super) members: Arc<Vec<Client>>,
-    /// Which member the next hedged send goes to.
-    pub(super) next: Arc<AtomicUsize>,
+    /// The member whose hedge last answered first: the hedges of every
+    /// call start there, so that while one member is stopped they go to
+    /// one that answers, not to whichever member a counter comes to.
+    pub(super) answered: Arc<AtomicUsize>,
     /// [`EtcdBugs::no_hedges`](crate::backend::options::EtcdBugs::no_hedges).
     pub(super) no_hedges: bool,
 }
@@ -183,20 +185,21 @@ impl Clients {
         Clients {
             balanced: client.clone(),
             members: Arc::new(Vec::new()),
-            next: Arc::new(AtomicUsize::new(0)),
+            answered: Arc::new(AtomicUsize::new(0)),
             no_hedges,
         }
     }
 
-    /// The client of the `n`th send of one call: the balanced one first,
-    /// then the members in turn, so that the hedges of one call go to
-    /// different members.
-    fn for_send(&self, n: u32) -> Client {
+    /// The client of the `n`th send of one call whose hedges start at
+    /// member `first`, and that member's index: the balanced client first
+    /// (no index), then the members in turn from `first`, so that the
+    /// hedges of one call go to different members.
+    fn for_send(&self, n: u32, first: usize) -> (Option<usize>, Client) {
         if n <= 1 || self.members.is_empty() {
-            return self.balanced.clone();
+            return (None, self.balanced.clone());
         }
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.members.len();
-        self.members[i].clone()
+        let i = (first + n as usize - 2) % self.members.len();
+        (Some(i), self.members[i].clone())
     }
 }
 
@@ -207,10 +210,16 @@ impl Clients {
 /// stopped (paused, swapping, partitioned without a reset) holds a call
 /// forever, which would cost a leader its term although two members answer
 /// at once, and the balanced client may well choose it again: so the
-/// hedges go to the members in turn, each through a client of its own. Every operation
-/// is safe to send twice: reads and keep-alives change nothing, deletes
-/// compare the revision, and a create that ran twice is found under this
-/// same attempt and adopted. At most [`SENDS`] are sent.
+/// hedges go to the members in turn, each through a client of its own,
+/// starting with the member whose hedge last answered first. Once a
+/// stopped member has cost one call a second hedge, the next calls' first
+/// hedge goes to a member that answers: a counter shared by the calls
+/// instead sent every third call's first hedge to the stopped member too,
+/// and that call's answer waited for a second hedge at two thirds of its
+/// timeout, late for a renewal on a busy machine. Every operation is safe to send twice: reads and keep-alives
+/// change nothing, deletes compare the revision, and a create that ran
+/// twice is found under this same attempt and adopted. At most [`SENDS`]
+/// are sent.
 pub(super) async fn send<T, F>(
     clients: &Clients,
     requests: &AtomicU64,
@@ -221,12 +230,15 @@ where
     F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
 {
     let client = &clients.balanced;
+    let first = clients.answered.load(Ordering::Relaxed);
     let mut in_flight = futures_util::stream::FuturesUnordered::new();
     let mut sends = 0;
-    let mut start = |in_flight: &mut futures_util::stream::FuturesUnordered<F>| {
+    let mut start = |in_flight: &mut futures_util::stream::FuturesUnordered<_>| {
         sends += 1;
         requests.fetch_add(1, Ordering::Relaxed);
-        in_flight.push(call(clients.for_send(sends)));
+        let (member, client) = clients.for_send(sends, first);
+        let answer = call(client);
+        in_flight.push(async move { (member, answer.await) });
         sends
     };
     let mut sent = start(&mut in_flight);
@@ -239,11 +251,14 @@ where
                 continue;
             }
         };
-        let Some(answer) = answer else {
+        let Some((member, answer)) = answer else {
             // Nothing in flight (every send failed and was not resent).
             sent = start(&mut in_flight);
             continue;
         };
+        if let (Some(member), Ok(_)) = (member, &answer) {
+            clients.answered.store(member, Ordering::Relaxed);
+        }
         match answer {
             Err(err) if never_sent(&err) && sent < SENDS => {
                 sent = start(&mut in_flight);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::*;
 
+mod hedges;
 mod other_cluster;
 mod terms;
 mod urls;
