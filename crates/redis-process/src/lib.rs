@@ -34,6 +34,7 @@ mod sentinel;
 
 pub use cluster::{slot_of, ClusterBuilder, RedisCluster, SLOTS};
 pub use node::Node;
+use node::{another_server, port_taken, runs, POLL_REPLY_TIMEOUT};
 pub use sentinel::{SentinelBuilder, SentinelGroup};
 
 /// How long a freshly started server may take to accept connections.
@@ -58,6 +59,14 @@ pub enum Error {
         port: u16,
         /// What was observed (exit status, last log lines).
         detail: String,
+    },
+    /// Another process answers on the port chosen for a new server: the
+    /// port was taken between choosing it and binding it (another test
+    /// won the race), or while a killed server was down.
+    #[error("port {port} of 127.0.0.1 is served by another process")]
+    PortTaken {
+        /// The port.
+        port: u16,
     },
     /// A command sent with [`RedisServer::command`] got an error reply.
     #[error("redis replied with an error: {0}")]
@@ -133,21 +142,33 @@ impl Builder {
 
     /// Start the server on a free loopback port and wait until it accepts
     /// connections.
+    /// When the port is taken between choosing it and binding it (another
+    /// test won the race), the server is tried again on another port.
     pub fn start(self) -> Result<RedisServer, Error> {
         let binary = find_redis_server()?;
-        let port = free_port()?;
-        let dir =
-            std::env::temp_dir().join(format!("redis-process-{}-{}", std::process::id(), port));
-        std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
-        let mut server = RedisServer {
-            binary,
-            builder: self,
-            port,
-            dir,
-            child: None,
-        };
-        server.spawn()?;
-        Ok(server)
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = free_port()?;
+            let dir =
+                std::env::temp_dir().join(format!("redis-process-{}-{}", std::process::id(), port));
+            std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+            let mut server = RedisServer {
+                binary: binary.clone(),
+                builder: self.clone(),
+                port,
+                dir,
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                // Dropping the server removes its directory before the retry.
+                Err(Error::PortTaken { .. }) if attempt < 3 => {}
+                Err(Error::DidNotStart { detail, .. })
+                    if attempt < 3 && detail.contains("Address already in use") => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -271,7 +292,22 @@ impl RedisServer {
                 });
             }
             if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                break;
+                if self.builder.tls.is_some() {
+                    break;
+                }
+                // Whoever accepted may be another process on the port, with
+                // ours about to exit for it: only our own process id will do.
+                let password = self.builder.password.as_deref();
+                let asked =
+                    resp::call(self.port, password, &["INFO", "server"], POLL_REPLY_TIMEOUT);
+                match asked {
+                    Ok(info) if runs(&info, child.id()) => break,
+                    answer if another_server(&answer) => {
+                        return Err(port_taken(child, self.port));
+                    }
+                    // Not serving yet: look again.
+                    _ => {}
+                }
             }
             if started.elapsed() > START_TIMEOUT {
                 let _ = child.kill();

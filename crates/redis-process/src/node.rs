@@ -147,6 +147,7 @@ impl Node {
             match node.spawn() {
                 Ok(()) => return Ok(node),
                 // Dropping the node removes its directory before the retry.
+                Err(Error::PortTaken { .. }) if attempt < 3 => {}
                 Err(_) if attempt < 3 && node.log_tail(20).contains("Address already in use") => {}
                 Err(e) => return Err(e),
             }
@@ -339,8 +340,21 @@ impl Node {
             if TcpStream::connect(("127.0.0.1", self.port())).is_ok() {
                 // Accepting connections is not yet serving while a snapshot
                 // loads (`-LOADING`); PING says when it is.
+                // Whoever answers may be another process on the port, with
+                // ours about to exit for it: only our own process id will do.
                 match self.call(&["PING"], POLL_REPLY_TIMEOUT) {
-                    Ok(Value::Simple(pong)) if pong == "PONG" => break,
+                    Ok(Value::Simple(pong)) if pong == "PONG" => {
+                        match self.call(&["INFO", "server"], POLL_REPLY_TIMEOUT) {
+                            Ok(info) if runs(&info, child.id()) => break,
+                            answer if another_server(&answer) => {
+                                return Err(port_taken(child, self.port()))
+                            }
+                            answer => last = format!("INFO answered {answer:?}"),
+                        }
+                    }
+                    answer if another_server(&answer) => {
+                        return Err(port_taken(child, self.port()))
+                    }
                     Ok(other) => last = format!("PING answered {other:?}"),
                     Err(e) => last = e.to_string(),
                 }
@@ -392,6 +406,31 @@ fn running(state: &mut State) -> bool {
         }
         None => false,
     }
+}
+
+/// Whether `info`, the answer to `INFO server`, comes from process `pid`.
+pub(crate) fn runs(info: &Value, pid: u32) -> bool {
+    info_field(info.text().unwrap_or_default(), "process_id") == Some(pid.to_string())
+}
+
+/// Whether an answer on the port of a process just started (asked with its
+/// password, if any) can only come from another process: `INFO` of
+/// another process, or a password that is not ours.
+pub(crate) fn another_server(answer: &Result<Value, Error>) -> bool {
+    match answer {
+        Ok(Value::Bulk(Some(_))) => true,
+        Ok(Value::Error(e)) => e.starts_with("NOAUTH"),
+        // Our AUTH refused.
+        Err(Error::Reply(_)) => true,
+        _ => false,
+    }
+}
+
+/// Stop `child`, which cannot bind `port`, and say why.
+pub(crate) fn port_taken(mut child: Child, port: u16) -> Error {
+    let _ = child.kill();
+    let _ = child.wait();
+    Error::PortTaken { port }
 }
 
 /// The value of `field` in `INFO` text (`field:value` lines).

@@ -436,6 +436,9 @@ impl SentinelGroup {
 
     /// Wait until every running sentinel reports the same primary, other
     /// than `old_port`, and that node's `ROLE` says master; return its port.
+    /// The sentinels may not have heard from it yet: call
+    /// [`SentinelGroup::wait_until_ready`] before bringing the old primary
+    /// back when it must return as a replica of this one.
     pub fn wait_for_new_primary(&self, old_port: u16, timeout: Duration) -> Result<u16, Error> {
         let what = format!("the sentinels agree on a new primary instead of {old_port}");
         poll(timeout, &what, || {
@@ -451,8 +454,9 @@ impl SentinelGroup {
     /// port: every running sentinel reports the same primary (whose `ROLE`
     /// says master) with no failover in progress; every other running data
     /// node replicates from it with `master_link_status:up`; and every
-    /// running sentinel, out of TILT mode, lists each of those replicas as
-    /// healthy and each of the other running sentinels. A paused sentinel
+    /// running sentinel, out of TILT mode, has an answer to its last PING
+    /// of the primary and lists each of those replicas as healthy and each
+    /// of the other running sentinels. A paused sentinel
     /// counts as not running here, as in every wait of this type: with one
     /// paused, this waits until the others have finished a failover.
     pub fn wait_until_ready(&self, timeout: Duration) -> Result<u16, Error> {
@@ -547,6 +551,16 @@ impl SentinelGroup {
             return not_yet(format!(
                 "{who} flags primary {primary} {:?}",
                 master.field("flags")
+            ));
+        }
+        // A sentinel that has just switched to a new primary counts it as
+        // down unless its first PING is answered within down-after: until
+        // then a busy machine can see a second failover, to whichever
+        // replica is left (a stale primary that came back, say).
+        let pending = master.field("last-ping-sent");
+        if pending != Some("0") {
+            return not_yet(format!(
+                "{who} has a PING to primary {primary} unanswered for {pending:?} ms"
             ));
         }
         let known = sentinel.ask(&["SENTINEL", "replicas", &self.service])?;

@@ -3,4 +3,5 @@
 //! dependency tree again (on a 2-core machine, minutes and gigabytes).
 
 mod cluster;
+mod ports;
 mod sentinel;

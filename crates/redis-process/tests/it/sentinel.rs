@@ -123,7 +123,10 @@ fn a_killed_primary_is_replaced_and_returns_as_a_stale_primary() {
     );
 
     // Without persistence the old primary comes back empty, and as a primary
-    // until Sentinel demotes it.
+    // until Sentinel demotes it. Not before every sentinel has heard from
+    // the new primary: one that has not counts it as down, and may fail
+    // over again to the empty node.
+    assert_eq!(group.wait_until_ready(DEADLINE).unwrap(), new);
     let node = group.node(old).unwrap();
     node.resume().unwrap();
     assert_eq!(role(node), "master");
@@ -150,6 +153,8 @@ fn a_primary_killed_after_a_snapshot_returns_with_its_keys() {
         .unwrap()
         .command(&["SET", "k", "new"])
         .unwrap();
+    // Not before every sentinel has heard from the new primary (see above).
+    assert_eq!(group.wait_until_ready(DEADLINE).unwrap(), new);
 
     let node = group.node(old).unwrap();
     node.resume().unwrap();

@@ -113,6 +113,9 @@ async fn a_demoted_primary_that_comes_back_is_never_used_for_acquiring() {
             .kill_primary_keep_snapshot()
             .expect("kill with a snapshot");
         let new = group.wait_for_new_primary(old, HANG).expect("a promotion");
+        // Every sentinel has heard from the new primary: none fails over
+        // again to the old one once it is back.
+        assert_eq!(group.wait_until_ready(HANG).expect("settled"), new);
         group
             .node(old)
             .expect("the old node")
