@@ -189,6 +189,7 @@ mod machine;
 mod metrics;
 mod partitions;
 mod runner;
+mod semaphore;
 mod store;
 mod term;
 mod testing;
@@ -205,6 +206,7 @@ pub use leadership::Leadership;
 pub use metrics::describe_metrics;
 pub use partitions::{PartitionObserver, PartitionSet, PartitionSetBuilder};
 pub use runner::{shutdown_signal, Runner, TickOutcome};
+pub use semaphore::{Semaphore, MAX_PERMITS};
 pub use store::{Store, StoreBuilder};
 pub use term::{LeaderInfo, LostReason};
 
@@ -253,4 +255,6 @@ mod book {
     struct PartitionSets;
     #[doc = include_str!("../../../docs/src/scheduling.md")]
     struct Scheduling;
+    #[doc = include_str!("../../../docs/src/semaphores.md")]
+    struct Semaphores;
 }

@@ -442,20 +442,75 @@ impl ElectionBuilder {
     pub async fn build(mut self) -> Result<Election> {
         validate_name("election name", &self.name)?;
         let (timing, id) = self.settings.validate(&self.name)?;
-        let prefix = self.settings.prefix.clone();
-        let at = Address::new(&prefix, &self.name);
+        let store = self.connect(timing).await?;
+        let name = self.name.clone();
+        self.on(&store, name, timing, id).await
+    }
+
+    /// Validate the settings and connect, as [`ElectionBuilder::build`]
+    /// does, for a semaphore of `permits` permits named as this builder's
+    /// election: `permits` elections, `NAME/permit-0` to
+    /// `NAME/permit-{permits-1}`, with this builder's settings and one
+    /// instance id. Fails with [`Error::Config`] for 0 permits or more than
+    /// [`crate::MAX_PERMITS`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// let store = tenure::MemoryStore::new();
+    /// let exports = tenure::Election::builder("exports").memory(&store).semaphore(3).await?;
+    /// assert_eq!(exports.permits(), 3);
+    /// let none = tenure::Election::builder("exports").memory(&store).semaphore(0).await;
+    /// assert!(matches!(none, Err(tenure::Error::Config(_))));
+    /// # Ok(()) }
+    /// ```
+    pub async fn semaphore(mut self, permits: usize) -> Result<crate::Semaphore> {
+        validate_name("semaphore name", &self.name)?;
+        if permits == 0 || permits > crate::MAX_PERMITS {
+            return Err(Error::Config(format!(
+                "a semaphore has 1 to {} permits, not {permits}",
+                crate::MAX_PERMITS
+            )));
+        }
+        let names: Vec<String> = (0..permits)
+            .map(|index| crate::semaphore::permit_name(&self.name, index))
+            .collect();
+        for name in &names {
+            validate_name("permit's election name", name)?;
+        }
+        let (timing, id) = self.settings.validate(&self.name)?;
+        let store = self.connect(timing).await?;
+        let mut elections = Vec::with_capacity(permits);
+        for name in names {
+            elections.push(self.on(&store, name, timing, id.clone()).await?);
+        }
+        Ok(crate::Semaphore::new(self.name, elections))
+    }
+
+    /// The store this builder was given, connected.
+    async fn connect(&mut self, timing: Timing) -> Result<Store> {
         let Some(spec) = self.store.take() else {
             return Err(Error::Config(
                 "no store given: call .redis(url) or .memory(&store)".into(),
             ));
         };
-        let store = spec.connect(&self.settings, timing.call_timeout).await?;
+        spec.connect(&self.settings, timing.call_timeout).await
+    }
+
+    /// The election `name` on `store`, with this builder's settings.
+    async fn on(
+        &self,
+        store: &Store,
+        name: String,
+        timing: Timing,
+        id: String,
+    ) -> Result<Election> {
+        let at = Address::new(&self.settings.prefix, &name);
         let needs = StoreSpec::needs(&self.settings, false, timing.ttl);
         let backend = store.election(at, needs).await?;
         metrics::describe();
         Ok(Election {
             inner: Arc::new(Inner {
-                name: self.name,
+                name,
                 id,
                 timing,
                 backend,

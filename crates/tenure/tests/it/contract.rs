@@ -134,6 +134,7 @@ contract!(
     partition_sets_share_the_partitions_and_take_over_a_crash,
     a_tick_completed_before_a_crash_is_not_rerun_within_the_period,
     only_the_term_holding_the_lease_records_a_run,
+    a_semaphore_never_has_more_holders_than_permits,
 );
 
 // Through PgBouncer in transaction mode, every promise but a hand-over
@@ -151,8 +152,70 @@ contract!(
     leader_and_watch_report_each_term,
     partition_sets_share_the_partitions_and_take_over_a_crash,
     a_tick_completed_before_a_crash_is_not_rerun_within_the_period,
-    only_the_term_holding_the_lease_records_a_run
+    only_the_term_holding_the_lease_records_a_run,
+    a_semaphore_never_has_more_holders_than_permits
 );
+
+/// Five instances, three permits: three hold one, renewing, while two
+/// wait; a resigned permit goes to one waiter, with a larger token.
+async fn a_semaphore_never_has_more_holders_than_permits(target: &Target) {
+    let mut semaphores = Vec::new();
+    for i in 0..5 {
+        semaphores.push(target.semaphore("permits", &format!("s{i}"), TTL, 3).await);
+    }
+    let (won, mut winners) = tokio::sync::mpsc::unbounded_channel();
+    let tasks: Vec<_> = semaphores
+        .iter()
+        .cloned()
+        .map(|semaphore| {
+            let won = won.clone();
+            tokio::spawn(async move {
+                let term = semaphore.acquire().await.expect("acquire");
+                let _ = won.send(term.clone());
+                term.lost().await
+            })
+        })
+        .collect();
+    let mut terms = Vec::new();
+    for _ in 0..3 {
+        let term = timeout(HANG, winners.recv()).await.expect("a permit");
+        terms.push(term.expect("the channel is open"));
+    }
+    let ids = |terms: &[tenure::Leadership]| -> BTreeSet<String> {
+        terms.iter().map(|t| t.id().to_string()).collect()
+    };
+    let permits = |terms: &[tenure::Leadership]| -> BTreeSet<String> {
+        terms.iter().map(|t| t.election().to_string()).collect()
+    };
+    assert_eq!(ids(&terms).len(), 3, "three instances");
+    assert_eq!(permits(&terms).len(), 3, "one permit each");
+    // Past a ttl of renewals the three still hold, and nobody else won.
+    for term in &terms {
+        support::topo::renewed(term).await;
+        support::topo::renewed(term).await;
+        support::topo::renewed(term).await;
+    }
+    assert!(winners.try_recv().is_err(), "a fourth holder");
+    let holders = semaphores[0].holders().await.expect("holders");
+    let listed: BTreeSet<String> = holders.iter().flatten().map(|h| h.id.clone()).collect();
+    assert_eq!(listed, ids(&terms), "{holders:?}");
+
+    let released = terms.remove(0);
+    released.resign().await.expect("resigned");
+    let next = timeout(HANG, winners.recv())
+        .await
+        .expect("a waiter takes the permit")
+        .expect("the channel is open");
+    assert_eq!(next.election(), released.election());
+    assert!(next.token() > released.token());
+    assert!(!ids(&terms).contains(next.id()), "a waiter, not a holder");
+    terms.push(next);
+    assert_eq!(permits(&terms).len(), 3);
+    assert!(winners.try_recv().is_err(), "one waiter took it");
+    for task in tasks {
+        task.abort();
+    }
+}
 
 async fn exactly_one_of_many_candidates_wins(target: &Target) {
     let mut candidates = Vec::new();

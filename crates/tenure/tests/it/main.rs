@@ -17,6 +17,7 @@ mod partitions_memory;
 mod postgres;
 mod safety;
 mod schedule;
+mod semaphore_memory;
 mod sentinel;
 #[cfg(feature = "sqlite")]
 mod sqlite;

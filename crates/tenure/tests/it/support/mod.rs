@@ -7,7 +7,9 @@ use std::time::Duration;
 pub use redis_process::RedisServer;
 
 pub mod topo;
-use tenure::{Election, Leadership, MemoryStore, PartitionSet, PartitionSetBuilder, Store};
+use tenure::{
+    Election, Leadership, MemoryStore, PartitionSet, PartitionSetBuilder, Semaphore, Store,
+};
 use tenure_test_support::overlap::{self, Among};
 pub use tenure_test_support::Crashable;
 
@@ -67,6 +69,27 @@ impl Target {
             .build()
             .await
             .unwrap_or_else(|err| panic!("building election {name} for {id}: {err}"))
+    }
+
+    /// A semaphore of `permits` on it with the given ttl and id.
+    pub async fn semaphore(
+        &self,
+        name: &str,
+        id: &str,
+        ttl: Duration,
+        permits: usize,
+    ) -> Semaphore {
+        let builder = Election::builder(name);
+        let builder = match self {
+            Target::Url(url) => builder.redis(url),
+            Target::Memory(memory) => builder.memory(&memory.view()),
+        };
+        builder
+            .ttl(ttl)
+            .id(id)
+            .semaphore(permits)
+            .await
+            .unwrap_or_else(|err| panic!("building semaphore {name} for {id}: {err}"))
     }
 
     /// A partition set's builder on it.
