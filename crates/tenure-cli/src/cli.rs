@@ -245,6 +245,13 @@ pub struct RunArgs {
     #[arg(long, env = "TENURE_AT_MOST_EVERY", value_parser = parse_period, allow_hyphen_values = true, requires = "once")]
     pub at_most_every: Option<Duration>,
 
+    /// Let up to N instances run CMD at once: a semaphore of N permits
+    /// named after the election. CMD's TENURE_ELECTION names its permit
+    /// (ELECTION/permit-I), whose tokens TENURE_TOKEN counts. Every
+    /// instance must give the same N.
+    #[arg(long, env = "TENURE_SLOTS", value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "at_most_every")]
+    pub slots: Option<u32>,
+
     /// Put CMD in a cgroup v2 of its own, so `cgroup.kill` stops its whole
     /// tree at once: `auto` where the cgroup is writable (root, or systemd's
     /// Delegate=yes), `require` to refuse to run without one, `off`.

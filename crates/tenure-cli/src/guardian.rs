@@ -159,7 +159,7 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
     let Some(end) = read.iter().position(|byte| *byte == b'\n') else {
         return NOT_STARTED;
     };
-    let Some((kill_at, token)) = parse_start(&String::from_utf8_lossy(&read[..end])) else {
+    let Some(start) = parse_start(&String::from_utf8_lossy(&read[..end])) else {
         return NOT_STARTED;
     };
     let rest = std::io::Cursor::new(read[end + 1..].to_vec());
@@ -167,7 +167,7 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
         messages: BufReader::new(rest.chain(reader)).lines(),
         writer,
     };
-    let kill_at = instant_of(kill_at);
+    let kill_at = instant_of(start.kill_at);
     if Instant::now() >= kill_at {
         let _ = channel
             .writer
@@ -175,7 +175,7 @@ async fn guard(channel: &str, command: &[OsString], cgroup: Option<(Cgroup, bool
             .await;
         return KILLED;
     }
-    let (child, cgroup) = match start_cmd(command, token, entered).await {
+    let (child, cgroup) = match start_cmd(command, &start, entered).await {
         Ok(started) => started,
         Err(code) => return code,
     };
@@ -211,20 +211,23 @@ fn enter_cgroup(cgroup: Option<(Cgroup, bool)>) -> Result<Option<Cgroup>, i32> {
     Ok(entered)
 }
 
-/// Start CMD with its term's `token`, then leave the cgroup `entered` (CMD
-/// stays in it). CMD and its cgroup; the exit status if either step failed.
+/// Start CMD with its term's token and election, then leave the cgroup
+/// `entered` (CMD stays in it). CMD and its cgroup; the exit status if
+/// either step failed.
 async fn start_cmd(
     command: &[OsString],
-    token: u64,
+    start: &Start,
     entered: Option<Cgroup>,
 ) -> Result<(Child, Option<Cgroup>), i32> {
     let Some((program, args)) = command.split_first() else {
         return Err(2);
     };
-    let spawned = Command::new(program)
-        .args(args)
-        .env("TENURE_TOKEN", token.to_string())
-        .spawn();
+    let mut cmd = Command::new(program);
+    cmd.args(args).env("TENURE_TOKEN", start.token.to_string());
+    if let Some(election) = &start.election {
+        cmd.env("TENURE_ELECTION", election);
+    }
+    let spawned = cmd.spawn();
     if let Some(group) = &entered {
         if let Err(err) = group.leave() {
             // Still inside, a kill of the cgroup would take this process
@@ -343,10 +346,32 @@ async fn watch(
     }
 }
 
-/// `start NS TOKEN` → (NS, TOKEN).
-fn parse_start(line: &str) -> Option<(u64, u64)> {
-    let (at, token) = line.strip_prefix("start ")?.trim().split_once(' ')?;
-    Some((at.parse().ok()?, token.parse().ok()?))
+/// The message that begins a term.
+#[derive(Debug, PartialEq, Eq)]
+struct Start {
+    /// The first kill instant (CLOCK_MONOTONIC ns).
+    kill_at: u64,
+    /// The term's fencing token, CMD's `TENURE_TOKEN`.
+    token: u64,
+    /// The term's election, CMD's `TENURE_ELECTION` (absent from a `tenure`
+    /// of before `--slots`: the variable it was started with stays).
+    election: Option<String>,
+}
+
+/// `start NS TOKEN [ELECTION]`.
+fn parse_start(line: &str) -> Option<Start> {
+    let mut words = line.strip_prefix("start ")?.split_whitespace();
+    let kill_at = words.next()?.parse().ok()?;
+    let token = words.next()?.parse().ok()?;
+    let election = words.next().map(str::to_owned);
+    if words.next().is_some() {
+        return None;
+    }
+    Some(Start {
+        kill_at,
+        token,
+        election,
+    })
 }
 
 /// `kill-at NS` → NS.
@@ -367,9 +392,19 @@ mod tests {
 
     #[test]
     fn a_term_starts_only_with_a_kill_instant_and_a_token() {
-        assert_eq!(parse_start("start 123456789 42"), Some((123_456_789, 42)));
+        let start = |election: Option<&str>| Start {
+            kill_at: 123_456_789,
+            token: 42,
+            election: election.map(str::to_owned),
+        };
+        assert_eq!(parse_start("start 123456789 42"), Some(start(None)));
+        assert_eq!(
+            parse_start("start 123456789 42 exports/permit-2"),
+            Some(start(Some("exports/permit-2")))
+        );
         assert_eq!(parse_start("start 123456789"), None);
         assert_eq!(parse_start("start x 42"), None);
+        assert_eq!(parse_start("start 123456789 42 a b"), None);
         assert_eq!(parse_start("kill-at 123456789"), None);
     }
 }

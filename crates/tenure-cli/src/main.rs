@@ -16,6 +16,7 @@
 
 mod api;
 mod cli;
+mod contest;
 mod demo;
 mod exit;
 mod guardian;

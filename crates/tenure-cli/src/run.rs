@@ -17,6 +17,8 @@ use std::time::Duration;
 
 use metrics::{counter, gauge};
 use tenure::{Election, Leadership, LostReason, NextTerm};
+
+use crate::contest::Contest;
 use tokio::time::{sleep, sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -63,7 +65,8 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         Some(addr) => Some((addr, http::install_recorder()?)),
         None => None,
     };
-    let election = build_election(&args).await?;
+    let contest = build_contest(&args).await?;
+    let election = contest.first();
     let cgroup = CmdCgroup::create(args.cgroup)?;
     let cgroup = cgroup.as_ref().map(|c| &c.0);
     if let Some((addr, handle)) = recorder {
@@ -78,12 +81,12 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
     let shutdown = cancel_on_shutdown();
     let kill_slack = KILL_SLACK.min(election.margin());
     let limits = StopLimits {
-        stop_lead: stop_lead(&election, args.kill_grace, kill_slack),
+        stop_lead: stop_lead(election, args.kill_grace, kill_slack),
         kill_grace: args.kill_grace,
         kill_slack,
         extend_every: election.renew_every() / 4,
     };
-    let name = election.name().to_string();
+    let name = args.election.clone();
     let mut backoff = RestartBackoff::new(election.ttl(), election.renew_every());
     let env = [
         ("TENURE_ELECTION", name.clone()),
@@ -97,16 +100,18 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             .await
             .map_err(cannot_start)?;
         tracing::info!(election = %name, guardian = standby.pid(), "the next term's guardian is ready; campaigning");
-        let term = match campaign(&args, &election, &name, &shutdown).await? {
+        let term = match campaign(&args, &contest, &name, &shutdown).await? {
             Campaigned::Term(term) => term,
             Campaigned::Exit(code) => return Ok(code),
         };
         health.set(Phase::Leading { term: term.clone() });
+        // With --slots, the election of the permit won.
+        let election = contest.of(&term);
         let began = Instant::now();
         let led = lead(
             (&args.command, &env, cgroup),
             standby,
-            &election,
+            (&name, election),
             &term,
             args.at_most_every,
             limits,
@@ -117,7 +122,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
         health.set(Phase::Campaigning);
         let ended = TermEnd {
             name: &name,
-            election: &election,
+            election,
             once: args.once,
             began,
             shutdown: &shutdown,
@@ -157,55 +162,60 @@ enum Campaigned {
 /// shutdown meanwhile gives back any lease the campaign won.
 async fn campaign(
     args: &RunArgs,
-    election: &Election,
+    contest: &Contest,
     name: &str,
     shutdown: &CancellationToken,
 ) -> Result<Campaigned, Failure> {
     if args.no_wait {
-        return campaign_no_wait(args, election, name, shutdown).await;
+        return campaign_no_wait(args, contest, name, shutdown).await;
     }
+    let what = match contest {
+        Contest::Election(_) => format!("elected in election {name:?}"),
+        Contest::Slots(_) => format!("given a permit of {name:?}"),
+    };
     if let Some(wait) = args.wait_timeout {
         return Ok(tokio::select! {
-            term = election.campaign_timeout(wait) => match term? {
+            term = contest.campaign_timeout(wait) => match term? {
                 Some(term) => Campaigned::Term(term),
                 None => {
-                    let leader = match election.leader().await.ok().flatten() {
-                        Some(l) => format!("{} (token {}) leads", l.id, l.token),
-                        None => "no lease was granted".to_string(),
-                    };
+                    let holders = contest
+                        .holders()
+                        .await
+                        .unwrap_or_else(|| "no lease was granted".to_string());
                     complain!(
-                        "tenure: not elected in election {name:?} within {} ({leader}); \
-                         giving up (--wait-timeout)",
+                        "tenure: not {what} within {} ({holders}); giving up (--wait-timeout)",
                         humantime::format_duration(wait)
                     );
                     Campaigned::Exit(exit::SOMEONE_ELSE_LEADS)
                 }
             },
             _ = shutdown.cancelled() => {
-                let _ = election.release_if_held().await;
+                contest.release_if_held().await;
                 Campaigned::Exit(exit::OK)
             }
         });
     }
     Ok(tokio::select! {
-        term = election.campaign() => Campaigned::Term(term?),
+        term = contest.campaign() => Campaigned::Term(term?),
         _ = shutdown.cancelled() => {
-            let _ = election.release_if_held().await;
+            contest.release_if_held().await;
             Campaigned::Exit(exit::OK)
         }
     })
 }
 
-/// `--no-wait`: one attempt; when nobody leads, wait out the store's
-/// start-up hold-off (giving up as soon as another instance leads).
+/// `--no-wait`: one attempt; when nobody holds a term, wait out the
+/// store's start-up hold-off (giving up as soon as others hold every term
+/// there is: the election, or every permit).
 async fn campaign_no_wait(
     args: &RunArgs,
-    election: &Election,
+    contest: &Contest,
     name: &str,
     shutdown: &CancellationToken,
 ) -> Result<Campaigned, Failure> {
-    let mut term = election.try_campaign().await?;
-    if term.is_none() && election.leader().await.ok().flatten().is_none() {
+    let election = contest.first();
+    let mut term = contest.try_campaign().await?;
+    if term.is_none() && contest.holders().await.is_none() {
         // Nobody leads: the store is new, restarted or failed over
         // less than the largest ttl ago, and grants no lease until
         // then. That is a wait, not a competitor: wait it out (it
@@ -214,15 +224,15 @@ async fn campaign_no_wait(
         let hold_off = args.term.max_ttl.unwrap_or(election.ttl()) + election.ttl();
         tracing::info!(election = %name, wait = ?hold_off, "the store grants no lease yet; waiting out its start-up hold-off (--no-wait)");
         term = tokio::select! {
-            term = election.campaign_timeout(hold_off) => term?,
-            () = another_leads(election) => {
+            term = contest.campaign_timeout(hold_off) => term?,
+            () = contest.taken_by_others() => {
                 // The abandoned campaign cannot have won while
-                // another instance led; release_if_held makes sure.
-                let _ = election.release_if_held().await;
+                // others held every term; release_if_held makes sure.
+                contest.release_if_held().await;
                 None
             }
             _ = shutdown.cancelled() => {
-                let _ = election.release_if_held().await;
+                contest.release_if_held().await;
                 return Ok(Campaigned::Exit(exit::OK));
             }
         };
@@ -230,13 +240,14 @@ async fn campaign_no_wait(
     match term {
         Some(term) => Ok(Campaigned::Term(term)),
         None => {
-            match election.leader().await.ok().flatten() {
-                Some(l) => complain!(
-                    "tenure: {} (token {}) leads election {name:?}; not waiting (--no-wait)",
-                    l.id,
-                    l.token
-                ),
-                None => complain!(
+            match (contest, contest.holders().await) {
+                (Contest::Election(_), Some(holders)) => {
+                    complain!("tenure: {holders} election {name:?}; not waiting (--no-wait)")
+                }
+                (Contest::Slots(_), Some(holders)) => {
+                    complain!("tenure: {holders} in {name:?}; not waiting (--no-wait)")
+                }
+                (_, None) => complain!(
                     "tenure: election {name:?} granted no lease within its start-up \
                      hold-off; not waiting (--no-wait)"
                 ),
@@ -397,13 +408,15 @@ impl RestartBackoff {
 async fn lead(
     (command, env, cgroup): (&[OsString], &[(&str, String)], Option<&JobCgroup>),
     standby: Standby,
-    election: &Election,
+    (name, election): (&str, &Election),
     term: &Leadership,
     at_most_every: Option<Duration>,
     limits: StopLimits,
     shutdown: &CancellationToken,
 ) -> Result<Outcome, Failure> {
-    let name = election.name().to_string();
+    // Metrics carry `--election`'s name; with --slots, the log names the
+    // permit's election too.
+    let name = name.to_string();
     if let Some(period) = at_most_every {
         // The library's last-run marker, on whatever store the election uses.
         if let Some(age) = election.since_last_run().await?.filter(|age| *age < period) {
@@ -415,25 +428,18 @@ async fn lead(
             return Ok(Outcome::Skipped);
         }
     }
-    let started = match standby
-        .start(term.token(), limits.kill_at(term), term.lock_fd())
-        .await
-    {
+    let started = match standby.start(term, limits.kill_at(term)).await {
         Ok(job) => Ok(job),
         Err(err) => {
             tracing::warn!(error = %err, "the waiting guardian is gone; starting another");
             match Standby::spawn(command, env, cgroup).await {
-                Ok(standby) => {
-                    standby
-                        .start(term.token(), limits.kill_at(term), term.lock_fd())
-                        .await
-                }
+                Ok(standby) => standby.start(term, limits.kill_at(term)).await,
                 Err(err) => Err(err),
             }
         }
     };
     let mut job = started.map_err(cannot_start)?;
-    tracing::info!(election = %name, token = term.token(), group = job.group(), "started command as leader");
+    tracing::info!(election = %name, term_election = %term.election(), token = term.token(), group = job.group(), "started command as leader");
     gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
     counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
     let outcome = supervise(term, &mut job, limits, shutdown).await;
@@ -500,21 +506,6 @@ impl Drop for CmdCgroup {
     }
 }
 
-/// Resolves once an instance other than this one is seen leading
-/// `election`.
-async fn another_leads(election: &Election) {
-    use futures_util::StreamExt;
-    let mut changes = Box::pin(election.watch());
-    while let Some(change) = changes.next().await {
-        if let Ok(Some(leader)) = change {
-            if leader.id != election.id() {
-                return;
-            }
-        }
-    }
-    std::future::pending::<()>().await;
-}
-
 fn cannot_start(err: std::io::Error) -> Failure {
     Failure::new(
         exit::INTERNAL,
@@ -556,13 +547,18 @@ pub(crate) fn shutdown_signals() -> impl std::future::Future<Output = ()> + Send
     }
 }
 
-async fn build_election(args: &RunArgs) -> Result<Election, Failure> {
+/// The election of `--election`, or with `--slots N` a semaphore of N
+/// permits under that name.
+async fn build_contest(args: &RunArgs) -> Result<Contest, Failure> {
     let builder = Election::builder(&args.election)
         .open(args.redis.store())
         .prefix(&args.redis.prefix)
         .allow_eviction(args.redis.allow_eviction);
     let builder = args.term.apply(builder);
-    Ok(builder.build().await?)
+    Ok(match args.slots {
+        Some(slots) => Contest::Slots(builder.semaphore(slots as usize).await?),
+        None => Contest::Election(builder.build().await?),
+    })
 }
 
 /// How long before the deadline CMD's stop must begin when renewals fail:

@@ -45,8 +45,10 @@
 //! **The channel** is an abstract Unix socket, private to one guardian:
 //! tenure listens, the guardian connects, and tenure accepts only a peer
 //! whose PID is the guardian's. Each message is one line. tenure sends
-//! `start NS TOKEN` once, when the term begins (the first kill instant and
-//! the fencing token CMD gets as `TENURE_TOKEN`), then `kill-at NS` for
+//! `start NS TOKEN ELECTION` once, when the term begins (the first kill
+//! instant, the fencing token CMD gets as `TENURE_TOKEN`, and the term's
+//! election, which CMD gets as `TENURE_ELECTION`: with `--slots`, the
+//! permit's), then `kill-at NS` for
 //! every later kill instant. NS is an instant of `CLOCK_MONOTONIC` in
 //! nanoseconds, the clock tokio's `Instant` and the kernel's timers both
 //! use, the same for every process on the host. The guardian writes back
@@ -66,6 +68,7 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::time::{clock_gettime, ClockId};
 use nix::unistd::Pid;
+use tenure::Leadership;
 use tenure_procs::cgroup::Cgroup;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::process::{Child, Command};
@@ -199,22 +202,21 @@ impl Standby {
         self.pid.as_raw()
     }
 
-    /// Begin the term: the guardian starts CMD with `TENURE_TOKEN=token`
-    /// and kills it at `kill_at` unless [`Job::extend`] moves that later.
+    /// Begin `term`: the guardian starts CMD with `TENURE_TOKEN` and
+    /// `TENURE_ELECTION` of the term (with `--slots`, the permit's
+    /// election) and kills it at `kill_at` unless [`Job::extend`] moves
+    /// that later.
     /// An error means the guardian is gone (it never got a whole `start`,
     /// so CMD did not run); start another one.
     ///
     /// # Cancel safety
     /// Not cancel safe: a guardian may have been told to start, and only
     /// the returned [`Job`] can stop it.
-    pub async fn start(
-        mut self,
-        token: u64,
-        kill_at: Instant,
-        lock: Option<std::os::fd::OwnedFd>,
-    ) -> std::io::Result<Job> {
+    pub async fn start(mut self, term: &Leadership, kill_at: Instant) -> std::io::Result<Job> {
         let kill_at = monotonic_ns(kill_at)?;
-        let line = format!("start {kill_at} {token}\n");
+        // Election names hold no white space (the library refuses them).
+        let line = format!("start {kill_at} {} {}\n", term.token(), term.election());
+        let lock = term.lock_fd();
         // A fresh socket's buffer takes the line at once, unless the
         // guardian is gone.
         if let Err(err) = send_start(&mut self.channel, line.as_bytes(), lock).await {

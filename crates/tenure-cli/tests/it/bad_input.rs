@@ -378,6 +378,21 @@ const CASES: &[Case] = &[
     ),
     case(
         2,
+        r"invalid value '0' for '--slots <SLOTS>': 0 is not in 1..=1000",
+        &[
+            "run",
+            "--store",
+            "{closed}",
+            "--election",
+            "e",
+            "--slots",
+            "0",
+            "--",
+            "true",
+        ],
+    ),
+    case(
+        2,
         r"invalid value 'bogus' for '--cgroup",
         &[
             "run",

@@ -15,6 +15,7 @@ mod postgres;
 mod run;
 mod secrets;
 mod serve;
+mod slots;
 mod sqlite;
 mod store_checks;
 mod support;
