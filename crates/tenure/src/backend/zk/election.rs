@@ -217,18 +217,32 @@ impl ZkStore {
         Ok(seen)
     }
 
-    /// Delete the lease and the witness of the term `token`, each only if
-    /// it is still that term's.
+    /// Delete the lease and the witness of the term `token` of `client`'s
+    /// session, each only if it is still that term's and that session's.
+    ///
+    /// The token alone does not say whose they are: tokens come from the
+    /// clock, so two candidates that read the same counter in the same
+    /// millisecond compute the same one, and only one `multi` commits. A
+    /// loser whose answer was lost (a cancelled campaign, a timeout) keeps
+    /// its pending term for the sweep; clearing by token, that sweep
+    /// deleted the winner's lease and witness a ttl later, and a third
+    /// candidate was elected while the winner still led.
     pub(super) async fn clear(&self, client: &zk::Client, paths: &Paths, token: u64) -> Result<()> {
+        let session = client.session_id().0;
         let found = self.call_opt(&paths.lease, client.get_data(&paths.lease));
         if let Some((data, stat)) = found.await? {
             let holder = decode_lease(&paths.lease, &data, stat.ephemeral_owner)?;
-            if holder.token == token {
+            if holder.token == token && stat.ephemeral_owner == session {
                 self.delete(client, &paths.lease, Some(stat.version))
                     .await?;
             }
         }
-        self.delete(client, &paths.witness(token), None).await?;
+        let witness = paths.witness(token);
+        if let Some((_, stat)) = self.call_opt(&witness, client.get_data(&witness)).await? {
+            if stat.ephemeral_owner == session {
+                self.delete(client, &witness, Some(stat.version)).await?;
+            }
+        }
         self.forget_term(&paths.lease, token);
         Ok(())
     }

@@ -86,6 +86,9 @@ mod sweep;
 mod target;
 mod watch;
 
+#[cfg(test)]
+mod tests;
+
 /// The session timeout asked for the session that serves operations with
 /// no ttl of their own (inspect, listing, the last-run marker) while no
 /// session of a ttl is open.
