@@ -8,7 +8,8 @@ pub use redis_process::RedisServer;
 
 pub mod topo;
 use tenure::{
-    Election, Leadership, MemoryStore, PartitionSet, PartitionSetBuilder, Semaphore, Store,
+    Election, ElectionBuilder, Leadership, MemoryStore, PartitionSet, PartitionSetBuilder,
+    Semaphore, Store,
 };
 use tenure_test_support::overlap::{self, Among};
 pub use tenure_test_support::Crashable;
@@ -56,16 +57,19 @@ impl Target {
         matches!(self, Target::Url(url) if url.starts_with("sqlite:"))
     }
 
-    /// An election on it with the given ttl and id.
-    pub async fn election(&self, name: &str, id: &str, ttl: Duration) -> Election {
+    /// An election's builder on it with the given ttl and id.
+    fn builder(&self, name: &str, id: &str, ttl: Duration) -> ElectionBuilder {
         let builder = Election::builder(name);
         let builder = match self {
             Target::Url(url) => builder.redis(url),
             Target::Memory(memory) => builder.memory(&memory.view()),
         };
-        builder
-            .ttl(ttl)
-            .id(id)
+        builder.ttl(ttl).id(id)
+    }
+
+    /// An election on it with the given ttl and id.
+    pub async fn election(&self, name: &str, id: &str, ttl: Duration) -> Election {
+        self.builder(name, id, ttl)
             .build()
             .await
             .unwrap_or_else(|err| panic!("building election {name} for {id}: {err}"))
@@ -79,14 +83,7 @@ impl Target {
         ttl: Duration,
         permits: usize,
     ) -> Semaphore {
-        let builder = Election::builder(name);
-        let builder = match self {
-            Target::Url(url) => builder.redis(url),
-            Target::Memory(memory) => builder.memory(&memory.view()),
-        };
-        builder
-            .ttl(ttl)
-            .id(id)
+        self.builder(name, id, ttl)
             .semaphore(permits)
             .await
             .unwrap_or_else(|err| panic!("building semaphore {name} for {id}: {err}"))
