@@ -183,6 +183,8 @@ pub(crate) enum Command {
         election: String,
         token: u64,
         keep: Duration,
+        /// The scheduled slot claimed (ms since the Unix epoch), if any.
+        slot: Option<u64>,
         reply: oneshot::Sender<Result<bool>>,
     },
 }
@@ -427,11 +429,55 @@ impl Leadership {
     /// # Cancel safety
     /// Cancel safe: once sent, the record is made (or refused) all the same.
     pub async fn record_run(&self, keep: Duration) -> Result<bool> {
+        self.record(keep, None).await
+    }
+
+    /// Claim the scheduled slot `slot` for this term: record in the store,
+    /// as [`Leadership::record_run`] does, that the run of the slot at
+    /// that instant has started. Returns `false` when refused: this term no
+    /// longer holds the lease, or a slot at or after `slot` was claimed
+    /// already (by this term or any other). So each slot is claimed at most
+    /// once, in order, across failovers: run the slot's work only after a
+    /// `true`. [`crate::Election::last_slot`] reads the last slot claimed.
+    ///
+    /// This is the marker [`crate::Runner::cron`] and `tenure run --cron`
+    /// keep. Slots are compared to the millisecond; earlier ones are
+    /// refused from then on.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::{Duration, SystemTime};
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("report").memory(&store).build().await?;
+    /// let term = election.campaign().await?;
+    /// let two_am = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
+    /// let keep = Duration::from_secs(2 * 24 * 3600);
+    /// assert!(term.claim_slot(two_am, keep).await?);
+    /// assert!(!term.claim_slot(two_am, keep).await?, "a slot is claimed once");
+    /// assert_eq!(election.last_slot().await?, Some(two_am));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: once sent, the claim is made (or refused) all the
+    /// same; a claim cancelled before its answer may have been made, so
+    /// read [`crate::Election::last_slot`] before trying again.
+    pub async fn claim_slot(&self, slot: std::time::SystemTime, keep: Duration) -> Result<bool> {
+        let Some(ms) = crate::runner::slot_ms(slot) else {
+            return Err(crate::Error::Config(format!(
+                "a slot must be after 1970 and before the year 584,556,019: {slot:?}"
+            )));
+        };
+        self.record(keep, Some(ms)).await
+    }
+
+    async fn record(&self, keep: Duration, slot: Option<u64>) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
         let command = Command::RecordRun {
             election: self.shared.election.clone(),
             token: self.shared.token,
             keep,
+            slot,
             reply,
         };
         if self.commands.send(command).await.is_err() {

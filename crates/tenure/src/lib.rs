@@ -205,7 +205,9 @@ pub use fence::{FencedKey, FencedWrite};
 pub use leadership::Leadership;
 pub use metrics::describe_metrics;
 pub use partitions::{PartitionObserver, PartitionSet, PartitionSetBuilder};
-pub use runner::{shutdown_signal, Runner, TickOutcome};
+pub use runner::{
+    shutdown_signal, CatchUp, Runner, Schedule, Slots, TickOutcome, DEFAULT_STARTING_DEADLINE,
+};
 pub use semaphore::{Semaphore, MAX_PERMITS};
 pub use store::{Store, StoreBuilder};
 pub use term::{LeaderInfo, LostReason};

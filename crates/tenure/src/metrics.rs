@@ -13,6 +13,14 @@
 //! | `leader_election_phantom_members`           | gauge     | `group`          |
 //! | `leader_election_master_status`             | gauge     | `name`           |
 //! | `leader_election_partitions_held`           | gauge     | `name`           |
+//! | `leader_election_schedule_slots_total`      | counter   | `name`, `outcome`|
+//! | `leader_election_schedule_last_success_timestamp_seconds` | gauge | `name` |
+//!
+//! The schedule's series are a [`Runner::cron`](crate::Runner::cron)'s:
+//! its slots by `outcome` (`ran`, `failed`, `missed`, `overrun`; see
+//! [`Schedule`](crate::Schedule)), and the Unix time at which this
+//! instance last completed a slot's run successfully (alert on
+//! `time() - max(...)` growing past the schedule's period plus slack).
 //!
 //! `leader_election_master_status` is Kubernetes client-go's name for
 //! `leader_election_is_leader` (1 while leading, else 0), recorded as well
@@ -80,6 +88,22 @@ pub(crate) fn renewal_failed(name: &str) {
     let _ = name;
 }
 
+/// `count` slots of the schedule of election `name` ended as `outcome`.
+pub(crate) fn slots(name: &str, outcome: &'static str, count: u64) {
+    #[cfg(feature = "metrics")]
+    record::slots(name, outcome, count);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, outcome, count);
+}
+
+/// A slot's run of election `name`'s schedule succeeded, at `at`.
+pub(crate) fn slot_succeeded(name: &str, at: std::time::SystemTime) {
+    #[cfg(feature = "metrics")]
+    record::slot_succeeded(name, at);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, at);
+}
+
 pub(crate) fn group_elected(group: &str, held: usize) {
     #[cfg(feature = "metrics")]
     record::group_elected(group, held);
@@ -142,6 +166,14 @@ mod record {
             "leader_election_partitions_held",
             "Partitions of the set this member holds now"
         );
+        describe_counter!(
+            "leader_election_schedule_slots_total",
+            "Slots of a calendar schedule, by outcome: ran, failed, missed, overrun"
+        );
+        describe_gauge!(
+            "leader_election_schedule_last_success_timestamp_seconds",
+            "Unix time at which this instance last completed a scheduled run successfully"
+        );
         describe_histogram!(
             "leader_election_renew_duration_seconds",
             Unit::Seconds,
@@ -161,6 +193,19 @@ mod record {
         gauge!("leader_election_master_status", "name" => name.to_string()).set(0.0);
         counter!("leader_election_lost_total", "name" => name.to_string(), "reason" => reason.label())
             .increment(1);
+    }
+
+    pub(super) fn slots(name: &str, outcome: &'static str, count: u64) {
+        counter!("leader_election_schedule_slots_total", "name" => name.to_string(), "outcome" => outcome)
+            .increment(count);
+    }
+
+    pub(super) fn slot_succeeded(name: &str, at: std::time::SystemTime) {
+        let seconds = at
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64());
+        gauge!("leader_election_schedule_last_success_timestamp_seconds", "name" => name.to_string())
+            .set(seconds);
     }
 
     pub(super) fn group_elected(group: &str, held: usize) {

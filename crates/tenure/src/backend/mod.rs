@@ -71,7 +71,7 @@ use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 use crate::{Error, Result};
 pub(crate) use address::{validate_name, Address};
-pub(crate) use op::{Hints, Notices, Op, Reply, RENEW_MANY};
+pub(crate) use op::{Hints, Notices, Op, Reply, RunRecord, RENEW_MANY};
 #[cfg(all(feature = "sqlite", target_os = "linux"))]
 pub(crate) use options::SqliteBugs;
 pub(crate) use options::{Connect, EtcdBugs, Needs, StoreBugs, TlsFiles};
@@ -433,11 +433,13 @@ pub(crate) async fn record_run(
     id: &str,
     token: u64,
     keep: std::time::Duration,
+    slot: Option<u64>,
 ) -> Result<bool> {
     let op = Op::RecordRun {
         at,
         id,
         token,
+        slot,
         // A keep of zero would delete the marker at once on Redis; one past
         // what Redis accepts (a signed 64-bit expiry) would leave it with
         // none. "Once ever" is a hundred years.
@@ -511,7 +513,7 @@ impl Backend {
         self.store.one(op).await?.into_inspect()
     }
 
-    pub async fn last_run(&self) -> Result<Option<std::time::Duration>> {
+    pub async fn last_run(&self) -> Result<Option<RunRecord>> {
         let op = Op::LastRun { at: self.at() };
         self.store.one(op).await?.into_last_run()
     }
@@ -521,8 +523,9 @@ impl Backend {
         id: &str,
         token: u64,
         keep: std::time::Duration,
+        slot: Option<u64>,
     ) -> Result<bool> {
-        record_run(&self.store, self.at(), id, token, keep).await
+        record_run(&self.store, self.at(), id, token, keep, slot).await
     }
 
     /// Drop the current connection for a new one (after a timeout).

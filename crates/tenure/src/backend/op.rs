@@ -76,20 +76,35 @@ pub(crate) enum Op<'a> {
     Inspect {
         at: Address<'a>,
     },
-    /// How long ago the election's last successful run was recorded, by
-    /// the store's own clock (`None`: none is remembered).
+    /// How long ago the election's last run was recorded, by the store's
+    /// own clock, and the last scheduled slot claimed (`None`: no run is
+    /// remembered).
     LastRun {
         at: Address<'a>,
     },
-    /// Record a successful run now, only if the lease is held by exactly
-    /// the term (id, token); remembered for at least `keep_ms`. A record
-    /// of any other term (a stale one included) is refused: `false`.
+    /// Record a run now, only if the lease is held by exactly the term
+    /// (id, token); remembered for at least `keep_ms`. A record of any
+    /// other term (a stale one included) is refused: `false`. With a
+    /// `slot` (a scheduled instant, ms since the Unix epoch), it is also a
+    /// claim of that slot, refused unless it is later than the slot the
+    /// record holds: each slot is claimed once, in order, whoever leads. A
+    /// record without a slot keeps the slot already recorded.
     RecordRun {
         at: Address<'a>,
         id: &'a str,
         token: u64,
         keep_ms: u64,
+        slot: Option<u64>,
     },
+}
+
+/// An election's last-run marker as the store keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunRecord {
+    /// How long ago the run was recorded, by the store's clock.
+    pub age: std::time::Duration,
+    /// The last scheduled slot claimed (ms since the Unix epoch), if any.
+    pub slot: Option<u64>,
 }
 
 /// The reply to one [`Op`].
@@ -105,7 +120,7 @@ pub(crate) enum Reply {
     RenewMany(Vec<Result<RenewReply>>),
     Resign(bool),
     Inspect(Option<Holder>),
-    LastRun(Option<std::time::Duration>),
+    LastRun(Option<RunRecord>),
     RecordRun(bool),
 }
 
@@ -156,9 +171,9 @@ impl Reply {
         }
     }
 
-    pub fn into_last_run(self) -> Result<Option<std::time::Duration>> {
+    pub fn into_last_run(self) -> Result<Option<RunRecord>> {
         match self {
-            Reply::LastRun(age) => Ok(age),
+            Reply::LastRun(record) => Ok(record),
             other => Err(other.mismatch()),
         }
     }

@@ -118,7 +118,11 @@ async fn serve(
             return ControlFlow::Break(());
         }
         Some(Command::RecordRun {
-            token, keep, reply, ..
+            token,
+            keep,
+            slot,
+            reply,
+            ..
         }) => {
             if keeper.index_of(Some(TERM), token).is_none() {
                 let _ = reply.send(Ok(false));
@@ -129,7 +133,7 @@ async fn serve(
             let election = election.clone();
             tokio::spawn(async move {
                 let inner = &election.inner;
-                let record = inner.backend.record_run(&inner.id, token, keep);
+                let record = inner.backend.record_run(&inner.id, token, keep, slot);
                 let _ = reply.send(inner.call(inner.timing.call_timeout, record).await);
             });
         }

@@ -427,9 +427,39 @@ impl Election {
     /// Cancel safe: it only reads.
     pub async fn since_last_run(&self) -> Result<Option<Duration>> {
         let inner = &self.inner;
-        inner
+        let record = inner
             .call(inner.timing.call_timeout, inner.backend.last_run())
-            .await
+            .await?;
+        Ok(record.map(|record| record.age))
+    }
+
+    /// The last scheduled slot claimed ([`Leadership::claim_slot`], by any
+    /// instance), as the store remembers it; `None` when none was (or the
+    /// record was kept for less than has passed since).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::{Duration, SystemTime};
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("report").memory(&store).build().await?;
+    /// assert_eq!(election.last_slot().await?, None);
+    /// let term = election.campaign().await?;
+    /// let slot = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
+    /// term.claim_slot(slot, Duration::from_secs(3600)).await?;
+    /// assert_eq!(election.last_slot().await?, Some(slot));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn last_slot(&self) -> Result<Option<std::time::SystemTime>> {
+        let inner = &self.inner;
+        let record = inner
+            .call(inner.timing.call_timeout, inner.backend.last_run())
+            .await?;
+        Ok(record
+            .and_then(|record| record.slot)
+            .map(crate::runner::slot_time))
     }
 
     /// The safety margin.

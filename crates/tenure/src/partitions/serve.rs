@@ -39,8 +39,10 @@ impl PartitionSet {
             return;
         };
         let reply = match command {
-            Command::RecordRun { keep, reply, .. } => {
-                self.record_run(index, token, keep, reply);
+            Command::RecordRun {
+                keep, slot, reply, ..
+            } => {
+                self.record_run(index, token, keep, slot, reply);
                 return;
             }
             Command::Resign { reason, reply, .. } => {
@@ -64,6 +66,7 @@ impl PartitionSet {
         index: usize,
         token: u64,
         keep: Duration,
+        slot: Option<u64>,
         reply: oneshot::Sender<crate::Result<bool>>,
     ) {
         // Beside the keeper, so that renewals never wait for it;
@@ -74,7 +77,7 @@ impl PartitionSet {
         let limit = self.timing.call_timeout;
         tokio::spawn(async move {
             let at = Address::new(&prefix, &name);
-            let record = crate::backend::record_run(&store, at, &id, token, keep);
+            let record = crate::backend::record_run(&store, at, &id, token, keep, slot);
             let recorded = match timeout(limit, record).await {
                 Ok(recorded) => recorded,
                 Err(_) => Err(Error::Timeout(limit)),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{TermEnd, TickFn};
+use super::{TermEnd, TickFn, TickFuture};
 use crate::{Election, Leadership};
 
 #[cfg(doc)]
@@ -89,10 +89,12 @@ pub(super) async fn lead_every(
             // a run recorded by a term this instance lost, too).
             continue;
         }
-        let failure = match run_tick(election, term, tick, shutdown.as_mut(), period, grace).await {
-            Ok(failure) => failure,
-            Err(end) => return end,
-        };
+        let run = tick(term.clone());
+        let failure =
+            match run_tick(election, term, run, shutdown.as_mut(), Some(period), grace).await {
+                Ok(failure) => failure,
+                Err(end) => return end,
+            };
         if let Some(failure) = failure {
             tracing::warn!(election = %election.name(), error = %failure, retry = ?retry, "tick failed; not recorded as a run, trying again");
             due = Some(later(retry));
@@ -139,7 +141,7 @@ async fn next_wait(
 
 /// Sleep `wait`, unless the term is lost or shutdown is requested first
 /// (`Err`).
-async fn sleep_in_term(
+pub(super) async fn sleep_in_term(
     term: &Leadership,
     mut shutdown: Pin<&mut impl Future<Output = ()>>,
     wait: Duration,
@@ -153,16 +155,17 @@ async fn sleep_in_term(
 }
 
 /// Run one tick: its failure, if it failed (`Ok(None)` for a success), or
-/// `Err` if the term is lost or shutdown is requested meanwhile.
-async fn run_tick(
+/// `Err` if the term is lost or shutdown is requested meanwhile. A tick
+/// that completes within the shutdown grace is recorded as a run kept for
+/// `record`, if given.
+pub(super) async fn run_tick(
     election: &Election,
     term: &Leadership,
-    tick: &mut TickFn,
+    run: TickFuture,
     mut shutdown: Pin<&mut impl Future<Output = ()>>,
-    period: Duration,
+    record: Option<Duration>,
     grace: Duration,
 ) -> Result<Option<String>, TermEnd> {
-    let run = tick(term.clone());
     tokio::pin!(run);
     tokio::select! {
         biased;
@@ -181,8 +184,8 @@ async fn run_tick(
                     None
                 }
             };
-            if let Some(None) = finished {
-                record(election, term, period).await;
+            if let (Some(None), Some(period)) = (finished, record) {
+                self::record(election, term, period).await;
             }
             Err(TermEnd::Shutdown)
         }

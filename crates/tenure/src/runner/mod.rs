@@ -20,9 +20,13 @@ use std::time::Duration;
 
 use crate::{Election, LeaderInfo, Leadership, LostReason, Result};
 
+mod cron;
 mod every;
+mod schedule;
 
 pub use every::TickOutcome;
+pub(crate) use schedule::{slot_ms, slot_time};
+pub use schedule::{CatchUp, Schedule, Slots, DEFAULT_STARTING_DEADLINE};
 
 type WorkFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 type WorkFn = Box<dyn FnMut(Leadership) -> WorkFuture + Send>;
@@ -34,6 +38,7 @@ type Callback<T> = Option<Box<dyn FnMut(&T) + Send>>;
 enum Work {
     Idle,
     Every(Duration, TickFn),
+    Cron(Box<Schedule>, cron::CronFn),
     Lead(WorkFn),
 }
 
@@ -247,6 +252,65 @@ impl Runner {
         self
     }
 
+    /// Run `tick` on the leader once per slot of a calendar `schedule`
+    /// (a cron expression in a time zone): **each slot runs at most
+    /// once, across failovers**. Before running a slot, the leader claims
+    /// it in the store ([`Leadership::claim_slot`]); a new leader runs
+    /// neither a slot claimed before, nor slots that passed with no leader
+    /// unless the latest is within the schedule's starting deadline (it
+    /// runs late); skipped slots are logged and counted. A run that
+    /// overruns later slots skips them. A tick gets the term and the
+    /// slot's instant; an `Err` it returns is logged and counted, and the
+    /// slot is not run again. Daylight saving time: see [`Schedule`].
+    ///
+    /// Unlike [`Runner::every`], which counts a period from the last run
+    /// and drifts off the clock, slots stay on the calendar: the 02:00
+    /// report runs at 02:00, once, on one replica.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() -> tenure::Result<()> {
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::{Duration, SystemTime};
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("report").memory(&store).build().await?;
+    /// let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_170); // 01:59:30 UTC
+    /// // In a service: Schedule::cron("0 2 * * *")?.time_zone("Europe/Berlin")?, on the host's clock.
+    /// let schedule = tenure::Schedule::cron("0 2 * * *")?.on_tokio_clock(start);
+    /// let ran = Arc::new(Mutex::new(Vec::new()));
+    /// let log = ran.clone();
+    /// election
+    ///     .runner()
+    ///     .cron(schedule, move |term, slot| {
+    ///         let log = log.clone();
+    ///         async move {
+    ///             // mail the report for `slot`, fenced by term.token()
+    ///             log.lock().unwrap().push(slot);
+    ///             Ok::<(), std::io::Error>(())
+    ///         }
+    ///     })
+    ///     .run_until(tokio::time::sleep(Duration::from_secs(2 * 24 * 3600)))
+    ///     .await?;
+    /// let two_am = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
+    /// let day = Duration::from_secs(24 * 3600);
+    /// assert_eq!(*ran.lock().unwrap(), [two_am, two_am + day]);
+    /// # Ok(()) }
+    /// ```
+    pub fn cron<F, Fut>(mut self, schedule: Schedule, mut tick: F) -> Self
+    where
+        F: FnMut(Leadership, std::time::SystemTime) -> Fut + Send + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: TickOutcome,
+    {
+        self.work = Work::Cron(
+            Box::new(schedule),
+            Box::new(move |term, slot| {
+                let run = tick(term, slot);
+                Box::pin(async move { run.await.failure() })
+            }),
+        );
+        self
+    }
+
     /// While leader, run `work` once per term. It is dropped the moment
     /// leadership is lost; on shutdown `term.lost()` fires with
     /// [`LostReason::Shutdown`] and the work gets the grace period to return.
@@ -414,6 +478,9 @@ async fn lead_term(
         },
         Work::Every(period, tick) => {
             every::lead_every(election, term, *period, tick, shutdown, grace).await
+        }
+        Work::Cron(schedule, tick) => {
+            cron::lead_cron(election, term, schedule, tick, shutdown, grace).await
         }
         Work::Lead(start) => lead_once(term, start, shutdown, grace).await,
     }

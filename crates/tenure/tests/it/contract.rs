@@ -13,7 +13,7 @@
 
 use crate::support;
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::support::{campaign, Crashable, CrashableInstance, Target, HANG};
 use futures_util::StreamExt;
@@ -135,6 +135,8 @@ contract!(
     a_tick_completed_before_a_crash_is_not_rerun_within_the_period,
     only_the_term_holding_the_lease_records_a_run,
     a_semaphore_never_has_more_holders_than_permits,
+    a_slot_is_claimed_once_and_in_order,
+    a_cron_slot_runs_at_most_once_across_a_crash,
 );
 
 // Through PgBouncer in transaction mode, every promise but a hand-over
@@ -153,7 +155,9 @@ contract!(
     partition_sets_share_the_partitions_and_take_over_a_crash,
     a_tick_completed_before_a_crash_is_not_rerun_within_the_period,
     only_the_term_holding_the_lease_records_a_run,
-    a_semaphore_never_has_more_holders_than_permits
+    a_semaphore_never_has_more_holders_than_permits,
+    a_slot_is_claimed_once_and_in_order,
+    a_cron_slot_runs_at_most_once_across_a_crash
 );
 
 /// Five instances, three permits: three hold one, renewing, while two
@@ -550,6 +554,111 @@ async fn only_the_term_holding_the_lease_records_a_run(target: &Target) {
         store.elections("tenure").await.expect("listed"),
         Vec::<String>::new()
     );
+}
+
+/// Scheduled slots are claimed in the store: each once, in order, and
+/// only by the term holding the lease, across terms.
+async fn a_slot_is_claimed_once_and_in_order(target: &Target) {
+    let keep = Duration::from_secs(60);
+    let at = |seconds: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200 + seconds);
+    let a = target.election("slots", "a", TTL).await;
+    let b = target.election("slots", "b", TTL).await;
+    assert_eq!(a.last_slot().await.expect("readable"), None);
+    let first = campaign(&a).await;
+    assert!(first.claim_slot(at(60), keep).await.expect("answered"));
+    assert!(
+        !first.claim_slot(at(60), keep).await.expect("answered"),
+        "a slot is claimed once"
+    );
+    assert!(
+        !first.claim_slot(at(0), keep).await.expect("answered"),
+        "an earlier slot is refused"
+    );
+    // A plain record of a run keeps the slot.
+    assert!(first.record_run(keep).await.expect("answered"));
+    assert_eq!(b.last_slot().await.expect("readable"), Some(at(60)));
+    let stale = first.clone();
+    first.resign().await.expect("resign");
+    let second = campaign(&b).await;
+    assert!(
+        !second.claim_slot(at(60), keep).await.expect("answered"),
+        "the next term cannot claim it again"
+    );
+    assert!(
+        !stale.claim_slot(at(120), keep).await.expect("answered"),
+        "a stale term claims nothing"
+    );
+    assert!(second.claim_slot(at(120), keep).await.expect("answered"));
+    let a_millisecond_later = at(120) + Duration::from_millis(1);
+    assert!(second
+        .claim_slot(a_millisecond_later, keep)
+        .await
+        .expect("answered"));
+    assert_eq!(
+        a.last_slot().await.expect("readable"),
+        Some(a_millisecond_later)
+    );
+    assert!(a.since_last_run().await.expect("readable").is_some());
+}
+
+/// A leader runs a slot, then crashes in the middle of the next slot's
+/// run, and the next leader takes over before the following slot: it
+/// never runs that slot again (had the crashed leader recorded its runs
+/// only once they completed, as `Runner::every` does, the store would name
+/// the first slot, and the second, within the starting deadline, would
+/// run again late), and goes on with later ones.
+async fn a_cron_slot_runs_at_most_once_across_a_crash(target: &Target) {
+    type Runs = std::sync::Arc<std::sync::Mutex<Vec<(SystemTime, &'static str)>>>;
+    let runs: Runs = Default::default();
+    // A slot every four seconds: the survivor takes over within about a
+    // ttl (2 s) of the crash, before the next slot.
+    let schedule = || {
+        tenure::Schedule::cron("*/4 * * * * *")
+            .expect("an expression")
+            .starting_deadline(Duration::from_secs(30))
+    };
+    let runner = |election: tenure::Election,
+                  by: &'static str,
+                  started: tokio::sync::mpsc::UnboundedSender<()>| {
+        let runs = runs.clone();
+        election.runner().cron(schedule(), move |_term, slot| {
+            let mut runs = runs.lock().expect("not poisoned");
+            runs.push((slot, by));
+            let _ = started.send(());
+            // The victim's second run lasts past its crash.
+            let second = by == "victim" && runs.len() == 2;
+            tokio::time::sleep(Duration::from_secs(if second { 10 } else { 1 }))
+        })
+    };
+    let mut victim = support::Crashable::start();
+    let (victim_started, mut victim_runs) = tokio::sync::mpsc::unbounded_channel();
+    let victim_election = victim.block_on(target.election("cron", "victim", TTL));
+    let victim_runner = runner(victim_election.clone(), "victim", victim_started);
+    victim.spawn(victim_runner.run_until(std::future::pending()));
+    let survivor = target.election("cron", "survivor", TTL).await;
+    support::topo::until_led(&survivor).await;
+    let (survivor_started, mut survivor_runs) = tokio::sync::mpsc::unbounded_channel();
+    let running = tokio::spawn(
+        runner(survivor.clone(), "survivor", survivor_started).run_until(std::future::pending()),
+    );
+    // The victim crashes as soon as its second run has started.
+    next_tick(&mut victim_runs).await;
+    next_tick(&mut victim_runs).await;
+    victim.crash();
+    drop(victim_election);
+    next_tick(&mut survivor_runs).await;
+    next_tick(&mut survivor_runs).await;
+    running.abort();
+    let runs = runs.lock().expect("not poisoned").clone();
+    assert_eq!((runs[0].1, runs[1].1), ("victim", "victim"), "{runs:?}");
+    assert!(
+        runs[2..]
+            .iter()
+            .all(|(slot, by)| *by == "survivor" && *slot > runs[1].0),
+        "the survivor ran the slot the victim had claimed: {runs:?}"
+    );
+    let slots: BTreeSet<SystemTime> = runs.iter().map(|(slot, _)| *slot).collect();
+    assert_eq!(slots.len(), runs.len(), "a slot ran twice: {runs:?}");
 }
 
 async fn next_tick<T>(ticks: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {

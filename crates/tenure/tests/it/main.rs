@@ -7,6 +7,7 @@
 mod cluster;
 #[cfg(feature = "etcd")]
 mod contract;
+mod cron_memory;
 mod election_redis;
 mod errors;
 #[cfg(feature = "etcd")]

@@ -413,3 +413,35 @@ async fn a_second_copy_of_the_tables_is_refused_and_dropped_functions_come_back(
         "{text}"
     );
 }
+
+/// Tables made before calendar schedules (no `slot` column, the old
+/// `tenure_record_run`) get what this version needs when it connects, and
+/// the marker they held stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_made_before_slots_gain_them_and_keep_the_last_run() {
+    let server = support::postgres();
+    let url = server.url();
+    let a = election(&url, "upgrade", "a", false).await;
+    let term = campaign(&a).await;
+    assert!(term
+        .record_run(Duration::from_secs(3600))
+        .await
+        .expect("recorded"));
+    term.resign().await.expect("resign");
+    server
+        .sql(
+            "DROP FUNCTION tenure_record_run(text, text, text, bigint, bigint, bigint); \
+             DROP FUNCTION tenure_run_marker(text, text); \
+             ALTER TABLE tenure_runs DROP COLUMN slot",
+        )
+        .expect("the tables of the version before");
+    let b = election(&url, "upgrade", "b", false).await;
+    assert!(b.since_last_run().await.expect("readable").is_some());
+    let term = campaign(&b).await;
+    let slot = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
+    assert!(term
+        .claim_slot(slot, Duration::from_secs(3600))
+        .await
+        .expect("claimed"));
+    assert_eq!(a.last_slot().await.expect("readable"), Some(slot));
+}

@@ -399,6 +399,18 @@ async fn foreign_auxiliary_keys_are_reported_and_never_written() {
     assert!(matches!(err, Error::ForeignData { .. }), "{err}");
     let value: String = conn.hget("tenure:{aux}:last-run", "value").await.unwrap();
     assert_eq!(value, "v");
+
+    // A marker whose slot is not a number.
+    let _: () = conn.del("tenure:{aux}:last-run").await.unwrap();
+    let _: () = conn
+        .hset_multiple(
+            "tenure:{aux}:last-run",
+            &[("token", "1"), ("value", "5"), ("slot", "soon")],
+        )
+        .await
+        .unwrap();
+    let err = e.last_slot().await.expect_err("foreign slot");
+    assert!(matches!(err, Error::ForeignData { .. }), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 use super::codec::{decode, first_kv, tagged, wall_ms, MAGIC};
 use super::layout::{last_run_key, lease_key};
 use super::{Address, EtcdStore};
+use crate::backend::RunRecord;
 use crate::{Error, Result};
 
 /// How far apart the hosts' clocks may be for a last-run marker's age by
@@ -18,12 +19,12 @@ const CLOCK_SLACK: Duration = Duration::from_secs(1);
 impl EtcdStore {
     /// The age of the last-run marker (see the module docs), `None` when
     /// there is none or its lease has run out.
-    pub(super) async fn last_run(&self, at: Address<'_>) -> Result<Option<Duration>> {
+    pub(super) async fn last_run(&self, at: Address<'_>) -> Result<Option<RunRecord>> {
         let key = last_run_key(at)?;
         let Some(kv) = self.get(&key).await? else {
             return Ok(None);
         };
-        let recorded_ms = decode_marker(&key, &kv)?;
+        let marker = decode_marker(&key, &kv)?;
         let answer = self.time_to_live(kv.lease()).await?;
         let (Ok(left), Ok(granted)) = (
             u64::try_from(answer.ttl()),
@@ -38,23 +39,27 @@ impl EtcdStore {
         // The recorder's clock says how old it is across that, less
         // CLOCK_SLACK for hosts whose clocks disagree: never older than it
         // is while they agree that closely.
-        let by_clock = recorded_ms.map_or(Duration::ZERO, |at| {
+        let by_clock = marker.recorded_ms.map_or(Duration::ZERO, |at| {
             Duration::from_millis(wall_ms().saturating_sub(at)).saturating_sub(CLOCK_SLACK)
         });
-        Ok(Some(
-            by_lease.max(by_clock).min(Duration::from_secs(granted)),
-        ))
+        Ok(Some(RunRecord {
+            age: by_lease.max(by_clock).min(Duration::from_secs(granted)),
+            slot: marker.slot,
+        }))
     }
 
     /// Put the last-run marker on a new lease of `keep_ms` (rounded up to
     /// whole seconds), in a transaction that checks the election's key is
-    /// still term (`id`, `token`)'s; the previous marker's lease is revoked.
+    /// still term (`id`, `token`)'s and the marker is the one read (so a
+    /// slot is claimed only after the one recorded); the previous
+    /// marker's lease is revoked.
     pub(super) async fn record_run(
         &self,
         at: Address<'_>,
         id: &str,
         token: u64,
         keep_ms: u64,
+        slot: Option<u64>,
     ) -> Result<bool> {
         let key = lease_key(at)?;
         let marker = last_run_key(at)?;
@@ -69,18 +74,36 @@ impl EtcdStore {
             return Ok(false);
         }
         let revision = kv.mod_revision();
+        // The marker as it is now: its slot is kept (or must be passed),
+        // and the write goes ahead only if it has not changed since.
+        let previous = self.get(&marker).await?;
+        let kept_slot = match &previous {
+            Some(kv) => decode_marker(&marker, kv)?.slot,
+            None => None,
+        };
+        if let (Some(new), Some(old)) = (slot, kept_slot) {
+            if new <= old {
+                return Ok(false);
+            }
+        }
+        let marker_unchanged = match &previous {
+            Some(kv) => Compare::mod_revision(marker.clone(), CompareOp::Equal, kv.mod_revision()),
+            None => Compare::version(marker.clone(), CompareOp::Equal, 0),
+        };
         let seconds = i64::try_from(keep_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         // A cluster whose minimum lease ttl is longer grants more: the
         // marker is then kept longer, and its age still counts right.
         let granted = self.lease_grant(seconds).await?;
         let lease = granted.id();
-        let value = format!("{MAGIC}\nlast-run\n{token}\n{id}\n{}", wall_ms());
+        let mut value = format!("{MAGIC}\nlast-run\n{token}\n{id}\n{}", wall_ms());
+        if let Some(slot) = slot.or(kept_slot) {
+            value.push_str(&format!("\n{slot}"));
+        }
         let txn = Txn::new()
-            .when([Compare::mod_revision(
-                key.clone(),
-                CompareOp::Equal,
-                revision,
-            )])
+            .when([
+                Compare::mod_revision(key.clone(), CompareOp::Equal, revision),
+                marker_unchanged,
+            ])
             .and_then([
                 TxnOp::get(marker.clone(), None),
                 TxnOp::put(
@@ -115,17 +138,30 @@ impl EtcdStore {
     }
 }
 
+/// A last-run marker as read.
+struct Marker {
+    /// The recorder's clock (ms) at the record, if it says (markers
+    /// written before it did, do not).
+    recorded_ms: Option<u64>,
+    /// The last slot claimed, if any.
+    slot: Option<u64>,
+}
+
 /// Check that `kv` is a last-run marker tenure wrote (on a lease), and
-/// return the recorder's clock (ms) at the record, if it says (markers
-/// written before it did, do not).
-fn decode_marker(key: &str, kv: &KeyValue) -> Result<Option<u64>> {
+/// read it.
+fn decode_marker(key: &str, kv: &KeyValue) -> Result<Marker> {
     let mut lines = tagged(key, kv, "last-run")?;
     let (_token, _owner) = (lines.next(), lines.next());
-    match lines.next() {
-        None => Ok(None),
-        Some(at) => at.parse().map(Some).map_err(|_| Error::ForeignData {
-            key: key.to_string(),
-            detail: "a record time that is not a number".into(),
-        }),
-    }
+    let mut number = |what: &str| -> Result<Option<u64>> {
+        match lines.next() {
+            None => Ok(None),
+            Some(line) => line.parse().map(Some).map_err(|_| Error::ForeignData {
+                key: key.to_string(),
+                detail: format!("{what} that is not a number"),
+            }),
+        }
+    };
+    let recorded_ms = number("a record time")?;
+    let slot = number("a slot")?;
+    Ok(Marker { recorded_ms, slot })
 }

@@ -305,8 +305,9 @@ impl EtcdStore {
                     id,
                     token,
                     keep_ms,
+                    slot,
                 } => self
-                    .record_run(at, id, token, keep_ms)
+                    .record_run(at, id, token, keep_ms, slot)
                     .await
                     .map(Reply::RecordRun),
             }

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::faults::Fault;
 #[cfg(doc)]
 use super::MemoryStore;
-use crate::backend::op::{Notices, Op, Reply};
+use crate::backend::op::{Notices, Op, Reply, RunRecord};
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
 
@@ -58,6 +58,7 @@ pub(super) struct Run {
     at: Instant,
     token: u64,
     expires: Instant,
+    slot: Option<u64>,
 }
 
 /// How many requests an election's members made of a [`MemoryStore`]:
@@ -213,41 +214,47 @@ impl StoreState {
                 self.runs
                     .get(at.name)
                     .filter(|run| run.expires > now)
-                    .map(|run| now.saturating_duration_since(run.at)),
+                    .map(|run| RunRecord {
+                        age: now.saturating_duration_since(run.at),
+                        slot: run.slot,
+                    }),
             ),
             Op::RecordRun {
                 at,
                 id,
                 token,
                 keep_ms,
-            } => Reply::RecordRun(self.record_run(at.name, id, token, keep_ms, now)),
+                slot,
+            } => Reply::RecordRun(self.record_run(at.name, id, token, keep_ms, slot, now)),
         }
     }
 
-    /// As `record_run.lua`: only the term holding the lease records, and
-    /// never over a newer term's record.
+    /// As `record_run.lua`: only the term holding the lease records, never
+    /// over a newer term's record, and a slot only after the one recorded.
     fn record_run(
         &mut self,
         election: &str,
         id: &str,
         token: u64,
         keep_ms: u64,
+        slot: Option<u64>,
         now: Instant,
     ) -> bool {
         let holds = self
             .live_lease(election, now)
             .is_some_and(|lease| lease.owner == id && lease.token == token);
-        let newer = self
-            .runs
-            .get(election)
-            .is_some_and(|run| run.expires > now && run.token > token);
-        if !holds || newer {
+        let kept = self.runs.get(election).filter(|run| run.expires > now);
+        let newer = kept.is_some_and(|run| run.token > token);
+        let kept_slot = kept.and_then(|run| run.slot);
+        let slot_taken = matches!((slot, kept_slot), (Some(new), Some(old)) if new <= old);
+        if !holds || newer || slot_taken {
             return false;
         }
         let run = Run {
             at: now,
             token,
             expires: now + Duration::from_millis(keep_ms),
+            slot: slot.or(kept_slot),
         };
         self.runs.insert(election.to_string(), run);
         true

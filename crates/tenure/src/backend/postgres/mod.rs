@@ -47,7 +47,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row};
 
 use super::address::Address;
-use super::op::{Hints, Op, Reply};
+use super::op::{Hints, Op, Reply, RunRecord};
 use super::options::{PostgresBugs, TlsFiles};
 use crate::error::{copy_error, one_line};
 use crate::machine::{AcquireReply, RenewReply};
@@ -740,31 +740,44 @@ impl PostgresStore {
             }
             Op::LastRun { at } => {
                 let row = client
-                    .query_typed_one(
-                        "SELECT tenure_last_run($1, $2)",
+                    .query_typed_opt(
+                        "SELECT age_ms, slot FROM tenure_run_marker($1, $2)",
                         &[(&at.prefix, Type::TEXT), (&at.name, Type::TEXT)],
                     )
                     .await
                     .map_err(err)?;
-                let age: Option<i64> = row.try_get(0).map_err(err)?;
-                Ok(Reply::LastRun(age.map(millis)))
+                let record = match row {
+                    None => None,
+                    Some(row) => {
+                        let age: i64 = row.try_get(0).map_err(err)?;
+                        let slot: Option<i64> = row.try_get(1).map_err(err)?;
+                        Some(RunRecord {
+                            age: millis(age),
+                            slot: slot.map(|slot| u64::try_from(slot).unwrap_or(0)),
+                        })
+                    }
+                };
+                Ok(Reply::LastRun(record))
             }
             Op::RecordRun {
                 at,
                 id,
                 token,
                 keep_ms,
+                slot,
             } => {
                 let (token, keep) = (int(token), int(keep_ms));
+                let slot = slot.map(int);
                 let row = client
                     .query_typed_one(
-                        "SELECT tenure_record_run($1, $2, $3, $4, $5)",
+                        "SELECT tenure_record_run($1, $2, $3, $4, $5, $6)",
                         &[
                             (&at.prefix, Type::TEXT),
                             (&at.name, Type::TEXT),
                             (&id, Type::TEXT),
                             (&token, Type::INT8),
                             (&keep, Type::INT8),
+                            (&slot, Type::INT8),
                         ],
                     )
                     .await
@@ -857,7 +870,9 @@ async fn install(target: &Target, client: &Client) -> Result<()> {
     let complete = client
         .query_typed_one(
             "SELECT to_regprocedure('tenure_acquire(text,text,text,text,bigint,bigint,boolean)') \
-             IS NOT NULL AND to_regprocedure('tenure_served(text,bigint)') IS NOT NULL",
+             IS NOT NULL AND to_regprocedure('tenure_served(text,bigint)') IS NOT NULL \
+             AND to_regprocedure('tenure_record_run(text,text,text,bigint,bigint,bigint)') \
+             IS NOT NULL",
             &[],
         )
         .await

@@ -78,8 +78,11 @@ CREATE TABLE IF NOT EXISTS tenure_runs (
   token bigint NOT NULL,
   at_ms bigint NOT NULL,
   keep_until_ms bigint NOT NULL,
+  slot bigint,
   PRIMARY KEY (prefix, name)
 );
+-- The last scheduled slot claimed; missing in tables made before slots.
+ALTER TABLE tenure_runs ADD COLUMN IF NOT EXISTS slot bigint;
 
 -- The server's clock, in ms.
 CREATE OR REPLACE FUNCTION tenure_now() RETURNS bigint
@@ -401,19 +404,21 @@ BEGIN
 END
 $$;
 
--- How long ago the last run was recorded (ms), by the server's clock.
-CREATE OR REPLACE FUNCTION tenure_last_run(p_prefix text, p_name text)
-RETURNS bigint
+-- How long ago the last run was recorded (ms), by the server's clock,
+-- and the last scheduled slot claimed (ms since the Unix epoch, or null).
+CREATE OR REPLACE FUNCTION tenure_run_marker(p_prefix text, p_name text)
+RETURNS TABLE (age_ms bigint, slot bigint)
 LANGUAGE sql VOLATILE AS $$
-  SELECT greatest(n.now_ms - t.at_ms, 0)
+  SELECT greatest(n.now_ms - t.at_ms, 0), t.slot
     FROM tenure_runs AS t, (SELECT tenure_now() AS now_ms) AS n
     WHERE t.prefix = p_prefix AND t.name = p_name AND t.keep_until_ms > n.now_ms
 $$;
 
 -- Record a run now, only by the term holding the lease, never over a
--- newer term's record.
+-- newer term's record; with a slot (not null), only if it is later than
+-- the slot recorded. A record without a slot keeps the recorded one.
 CREATE OR REPLACE FUNCTION tenure_record_run(
-  p_prefix text, p_name text, p_id text, p_token bigint, p_keep bigint)
+  p_prefix text, p_name text, p_id text, p_token bigint, p_keep bigint, p_slot bigint)
 RETURNS boolean
 LANGUAGE plpgsql VOLATILE SET plan_cache_mode = force_custom_plan AS $$
 #variable_conflict use_column
@@ -421,6 +426,7 @@ DECLARE
   now_ms bigint;
   held boolean;
   newer boolean;
+  kept_slot bigint;
 BEGIN
   PERFORM 1 FROM tenure_leases AS t
     WHERE t.prefix = p_prefix AND t.name = p_name FOR SHARE;
@@ -428,16 +434,19 @@ BEGIN
   SELECT true INTO held FROM tenure_leases AS t
     WHERE t.prefix = p_prefix AND t.name = p_name AND t.owner = p_id AND t.token = p_token
       AND t.expires_ms > now_ms;
-  SELECT t.token > p_token INTO newer FROM tenure_runs AS t
+  SELECT t.token > p_token, t.slot INTO newer, kept_slot FROM tenure_runs AS t
     WHERE t.prefix = p_prefix AND t.name = p_name AND t.keep_until_ms > now_ms FOR UPDATE;
-  IF held IS NOT TRUE OR newer IS TRUE THEN
+  IF held IS NOT TRUE OR newer IS TRUE OR p_slot <= kept_slot THEN
     RETURN false;
   END IF;
-  INSERT INTO tenure_runs AS t (prefix, name, token, at_ms, keep_until_ms)
-    VALUES (p_prefix, p_name, p_token, now_ms, now_ms + p_keep)
+  INSERT INTO tenure_runs AS t (prefix, name, token, at_ms, keep_until_ms, slot)
+    VALUES (p_prefix, p_name, p_token, now_ms, now_ms + p_keep, coalesce(p_slot, kept_slot))
     ON CONFLICT (prefix, name) DO UPDATE SET token = excluded.token, at_ms = excluded.at_ms,
-      keep_until_ms = excluded.keep_until_ms;
-  RETURN true;
+      keep_until_ms = excluded.keep_until_ms, slot = excluded.slot
+      -- A row another call inserted meanwhile (none was found above).
+      WHERE p_slot IS NULL OR t.slot IS NULL OR t.slot < p_slot
+        OR t.keep_until_ms <= now_ms;
+  RETURN FOUND;
 END
 $$;
 

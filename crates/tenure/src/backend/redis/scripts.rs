@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 
+use crate::backend::RunRecord;
 use crate::machine::{AcquireReply, RenewReply};
 use crate::term::Holder;
 use crate::{Error, Result};
@@ -197,13 +198,20 @@ pub(crate) fn parse_members(reply: Value, url: &str) -> Result<(Vec<String>, u64
 }
 
 /// Parse the reply of `last_run.lua`: the age of the last run, if any.
-pub(crate) fn parse_last_run(reply: Value, url: &str) -> Result<Option<Duration>> {
+pub(crate) fn parse_last_run(reply: Value, url: &str) -> Result<Option<RunRecord>> {
     let r = ReplyReader { url };
     let items = r.array(reply, 0)?;
-    match items.first() {
-        None => Ok(None),
-        Some(age) => Ok(Some(Duration::from_millis(r.uint(age)?))),
-    }
+    let Some(age) = items.first() else {
+        return Ok(None);
+    };
+    let slot = match items.get(2) {
+        Some(Value::Int(-1)) | None => None,
+        Some(slot) => Some(r.uint(slot)?),
+    };
+    Ok(Some(RunRecord {
+        age: Duration::from_millis(r.uint(age)?),
+        slot,
+    }))
 }
 
 /// Parse the reply of `inspect.lua`.

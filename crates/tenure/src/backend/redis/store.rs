@@ -174,10 +174,12 @@ impl RedisStore {
                 id,
                 token,
                 keep_ms,
+                slot,
             } => {
                 let keys = Keys::of(at);
                 let mut cmd = evalsha(&self.scripts.record_run, &[&keys.lease, &keys.last_run]);
                 cmd.arg(id).arg(token).arg(keep_ms);
+                cmd.arg(slot.map_or_else(String::new, |slot| slot.to_string()));
                 cmd
             }
         }

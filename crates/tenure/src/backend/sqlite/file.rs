@@ -16,11 +16,16 @@ use crate::{Error, Result};
 
 /// The schema tenure writes in `tenure_meta`: anything else there is not
 /// tenure's.
-const SCHEMA: &str = "tenure 2";
+const SCHEMA: &str = "tenure 3";
 
 /// The schema of files written before sessions (see `ops.rs`), migrated
-/// when opened: two columns added, a table and two indexes made.
+/// when opened: two columns added, a table and two indexes made; then as
+/// [`SCHEMA_2`].
 const SCHEMA_1: &str = "tenure 1";
+
+/// The schema of files written before scheduled slots, migrated when
+/// opened: the last-run marker gains the last slot claimed.
+const SCHEMA_2: &str = "tenure 2";
 
 /// Every table tenure owns, created if missing. Expiries are on the boot
 /// clock of the boot named beside them (see `clock.rs`).
@@ -50,6 +55,7 @@ CREATE TABLE IF NOT EXISTS tenure_members (
 CREATE TABLE IF NOT EXISTS tenure_runs (
     prefix TEXT NOT NULL, name TEXT NOT NULL, token INTEGER NOT NULL,
     at_ms INTEGER NOT NULL, keep_until_ms INTEGER NOT NULL,
+    slot INTEGER,
     PRIMARY KEY (prefix, name)) STRICT;
 CREATE TABLE IF NOT EXISTS tenure_sessions (
     prefix TEXT NOT NULL, session INTEGER NOT NULL, owner TEXT NOT NULL,
@@ -73,6 +79,12 @@ const MIGRATE_1: &str = "
 ALTER TABLE tenure_leases ADD COLUMN session INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE tenure_witnesses ADD COLUMN session INTEGER NOT NULL DEFAULT 0;
 ";
+
+/// The migration from [`SCHEMA_2`]: the last slot claimed, added unless a
+/// file made by an earlier version got the table from [`TABLES`] with it.
+/// Processes of the older version that have the file open go on safely:
+/// their records keep the column as it is.
+const MIGRATE_2: &str = "ALTER TABLE tenure_runs ADD COLUMN slot INTEGER;";
 
 /// One read of every column tenure uses: a table of that name that is
 /// not tenure's fails it.
@@ -102,7 +114,7 @@ const COLUMNS: &[(&str, &str)] = &[
     ),
     (
         "tenure_runs",
-        "SELECT prefix, name, token, at_ms, keep_until_ms FROM tenure_runs LIMIT 0",
+        "SELECT prefix, name, token, at_ms, keep_until_ms, slot FROM tenure_runs LIMIT 0",
     ),
 ];
 
@@ -236,23 +248,36 @@ fn tables(conn: &mut Connection, url: &str, path: &Path, now: &Now) -> Result<()
             err => Err(err),
         })
         .map_err(|err| foreign(path, &err))?;
-    match schema.as_deref() {
-        Some(SCHEMA) => {}
+    let migrations: &[&str] = match schema.as_deref() {
         Some(SCHEMA_1) => {
             // Processes of the older version that have the file open go
             // on safely: they never bind a lease to a session, and read a
             // bound lease's far expiry as its own (they wait longer); a
             // lease they take over keeps its `session`, which the session's
             // owner never touches since the owner differs (see `ops.rs`).
-            tx.execute_batch(MIGRATE_1)
-                .map_err(|err| foreign(path, &err))?;
-            tx.execute(
-                "UPDATE tenure_meta SET value = ?1 WHERE key = 'schema'",
-                rusqlite::params![SCHEMA],
-            )
-            .map_err(|err| foreign(path, &err))?;
-            tracing::info!(url = %url, from = SCHEMA_1, to = SCHEMA, "migrated the SQLite file's schema");
+            &[MIGRATE_1, MIGRATE_2]
         }
+        Some(SCHEMA_2) => &[MIGRATE_2],
+        _ => &[],
+    };
+    if let (Some(from), false) = (schema.as_deref(), migrations.is_empty()) {
+        for &migration in migrations {
+            let has_slot = tx.prepare("SELECT slot FROM tenure_runs LIMIT 0").is_ok();
+            if migration == MIGRATE_2 && has_slot {
+                continue;
+            }
+            tx.execute_batch(migration)
+                .map_err(|err| foreign(path, &err))?;
+        }
+        tx.execute(
+            "UPDATE tenure_meta SET value = ?1 WHERE key = 'schema'",
+            rusqlite::params![SCHEMA],
+        )
+        .map_err(|err| foreign(path, &err))?;
+        tracing::info!(url = %url, from, to = SCHEMA, "migrated the SQLite file's schema");
+    }
+    match schema.as_deref() {
+        Some(SCHEMA | SCHEMA_1 | SCHEMA_2) => {}
         Some(other) => {
             return Err(Error::ForeignData {
                 key: format!("{} (table tenure_meta)", path.display()),

@@ -443,6 +443,7 @@ enum OwnedOp {
         id: String,
         token: u64,
         keep_ms: u64,
+        slot: Option<u64>,
     },
 }
 
@@ -514,11 +515,13 @@ impl From<&Op<'_>> for OwnedOp {
                 id,
                 token,
                 keep_ms,
+                slot,
             } => OwnedOp::RecordRun {
                 at: own(at),
                 id: id.to_string(),
                 token,
                 keep_ms,
+                slot,
             },
         }
     }
@@ -599,11 +602,13 @@ impl OwnedOp {
                 id,
                 token,
                 keep_ms,
+                slot,
             } => Op::RecordRun {
                 at: address(at),
                 id,
                 token: *token,
                 keep_ms: *keep_ms,
+                slot: *slot,
             },
         }
     }
@@ -1096,7 +1101,7 @@ mod tests {
                 |r| r.get(0),
             )
             .expect("a schema");
-        assert_eq!(schema, "tenure 2");
+        assert_eq!(schema, "tenure 3");
         let found = one(
             &store,
             Op::Inspect {
@@ -1105,6 +1110,51 @@ mod tests {
         );
         assert!(
             matches!(&found, Reply::Inspect(Some(holder)) if holder.id == "old" && holder.token == 7),
+            "{found:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file of the schema before scheduled slots is migrated when
+    /// opened: its last-run marker stays, and gains the slot column.
+    #[test]
+    fn a_file_of_the_second_schema_gains_slots() {
+        let Fixture { dir, store, raw } = Fixture::new();
+        drop(store);
+        raw.execute_batch(
+            "ALTER TABLE tenure_runs DROP COLUMN slot;
+             UPDATE tenure_meta SET value = 'tenure 2' WHERE key = 'schema';
+             INSERT INTO tenure_runs VALUES ('t', 'e', 7, 0, 9000000000000000);",
+        )
+        .expect("a file of schema 2");
+        let url = format!("sqlite://{}", dir.join("t.db").display());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let store = runtime
+            .block_on(SqliteStore::connect(
+                &url,
+                Duration::from_secs(60),
+                Default::default(),
+            ))
+            .expect("the file opens");
+        let schema: String = raw
+            .query_row(
+                "SELECT value FROM tenure_meta WHERE key = 'schema'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("a schema");
+        assert_eq!(schema, "tenure 3");
+        let found = one(
+            &store,
+            Op::LastRun {
+                at: Address::new("t", "e"),
+            },
+        );
+        assert!(
+            matches!(&found, Reply::LastRun(Some(run)) if run.slot.is_none()),
             "{found:?}"
         );
         let _ = std::fs::remove_dir_all(&dir);

@@ -16,7 +16,7 @@ use rusqlite::{params, OptionalExtension, Transaction};
 
 use super::clock::Now;
 use super::horizon::Mark;
-use crate::backend::op::{Op, Reply};
+use crate::backend::op::{Op, Reply, RunRecord};
 use crate::backend::Address;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 use crate::term::Holder;
@@ -412,7 +412,8 @@ pub(super) fn apply(
             id,
             token,
             keep_ms,
-        } => Reply::RecordRun(record_run(tx, at, id, token, keep_ms, now)?),
+            slot,
+        } => Reply::RecordRun(record_run(tx, at, id, token, keep_ms, slot, now)?),
     };
     Ok((reply, seen))
 }
@@ -1103,53 +1104,63 @@ fn heartbeat(
     })
 }
 
-fn last_run(tx: &Transaction<'_>, at: Address<'_>, now: &Now) -> Result<Option<Duration>> {
-    let run: Option<(i64, i64)> = tx
+fn last_run(tx: &Transaction<'_>, at: Address<'_>, now: &Now) -> Result<Option<RunRecord>> {
+    let run: Option<(i64, i64, Option<i64>)> = tx
         .prepare_cached(
-            "SELECT at_ms, keep_until_ms FROM tenure_runs WHERE prefix = ?1 AND name = ?2",
+            "SELECT at_ms, keep_until_ms, slot FROM tenure_runs WHERE prefix = ?1 AND name = ?2",
         )?
-        .query_row(params![at.prefix, at.name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![at.prefix, at.name], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
     Ok(run
-        .filter(|(_, keep_until)| *keep_until > now.wall_ms)
-        .map(|(at_ms, _)| Duration::from_millis(uint(now.wall_ms.saturating_sub(at_ms)))))
+        .filter(|(_, keep_until, _)| *keep_until > now.wall_ms)
+        .map(|(at_ms, _, slot)| RunRecord {
+            age: Duration::from_millis(uint(now.wall_ms.saturating_sub(at_ms))),
+            slot: slot.map(uint),
+        }))
 }
 
-/// As `last_run.lua`: only the term holding the lease records, and never
-/// over a newer term's record.
+/// As `record_run.lua`: only the term holding the lease records, never
+/// over a newer term's record, and a slot only after the one recorded.
 fn record_run(
     tx: &Transaction<'_>,
     at: Address<'_>,
     id: &str,
     token: u64,
     keep_ms: u64,
+    slot: Option<u64>,
     now: &Now,
 ) -> Result<bool> {
     let holds = lease(tx, at)?.is_some_and(|l| l.live(now) && l.owner == id && l.token == token);
-    let newer: bool = tx
+    let kept: Option<(bool, Option<i64>)> = tx
         .prepare_cached(
-            "SELECT token > ?3 FROM tenure_runs WHERE prefix = ?1 AND name = ?2 \
+            "SELECT token > ?3, slot FROM tenure_runs WHERE prefix = ?1 AND name = ?2 \
              AND keep_until_ms > ?4",
         )?
         .query_row(params![at.prefix, at.name, int(token), now.wall_ms], |r| {
-            r.get(0)
+            Ok((r.get(0)?, r.get(1)?))
         })
-        .optional()?
-        .unwrap_or(false);
-    if !holds || newer {
+        .optional()?;
+    let newer = kept.is_some_and(|(newer, _)| newer);
+    let kept_slot = kept.and_then(|(_, slot)| slot).map(uint);
+    let slot_taken = matches!((slot, kept_slot), (Some(new), Some(old)) if new <= old);
+    if !holds || newer || slot_taken {
         return Ok(false);
     }
     tx.prepare_cached(
-        "INSERT INTO tenure_runs (prefix, name, token, at_ms, keep_until_ms) \
-         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (prefix, name) DO UPDATE SET \
-         token = excluded.token, at_ms = excluded.at_ms, keep_until_ms = excluded.keep_until_ms",
+        "INSERT INTO tenure_runs (prefix, name, token, at_ms, keep_until_ms, slot) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (prefix, name) DO UPDATE SET \
+         token = excluded.token, at_ms = excluded.at_ms, \
+         keep_until_ms = excluded.keep_until_ms, slot = excluded.slot",
     )?
     .execute(params![
         at.prefix,
         at.name,
         int(token),
         now.wall_ms,
-        now.wall_ms.saturating_add(int(keep_ms))
+        now.wall_ms.saturating_add(int(keep_ms)),
+        slot.or(kept_slot).map(int),
     ])?;
     Ok(true)
 }

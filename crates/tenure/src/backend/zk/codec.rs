@@ -132,21 +132,32 @@ pub(super) fn encode_counter(token: u64) -> Vec<u8> {
 }
 
 /// A last-run marker: how long it is kept (ms), and the recording term.
-pub(super) fn encode_marker(keep_ms: u64, id: &str, token: u64) -> Vec<u8> {
-    format!("{MAGIC}\nlast-run\n{keep_ms}\n{id}\n{token}").into_bytes()
+pub(super) fn encode_marker(keep_ms: u64, id: &str, token: u64, slot: Option<u64>) -> Vec<u8> {
+    let mut text = format!("{MAGIC}\nlast-run\n{keep_ms}\n{id}\n{token}");
+    if let Some(slot) = slot {
+        text.push_str(&format!("\n{slot}"));
+    }
+    text.into_bytes()
 }
 
-/// The keep time a marker names.
-pub(super) fn decode_marker(path: &str, data: &[u8]) -> Result<Duration> {
+/// The keep time a marker names, and the last slot claimed, if any.
+pub(super) fn decode_marker(path: &str, data: &[u8]) -> Result<(Duration, Option<u64>)> {
     let text = std::str::from_utf8(data).map_err(|_| foreign(path, "not UTF-8"))?;
     let lines: Vec<&str> = text.lines().collect();
-    match lines.as_slice() {
-        [MAGIC, "last-run", keep, _id, _token] => keep
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| foreign(path, "a keep time that is not a number")),
-        _ => Err(foreign(path, "it is not a tenure last-run marker")),
-    }
+    let (keep, slot) = match lines.as_slice() {
+        [MAGIC, "last-run", keep, _id, _token] => (keep, None),
+        [MAGIC, "last-run", keep, _id, _token, slot] => (keep, Some(slot)),
+        _ => return Err(foreign(path, "it is not a tenure last-run marker")),
+    };
+    let keep = keep
+        .parse()
+        .map(Duration::from_millis)
+        .map_err(|_| foreign(path, "a keep time that is not a number"))?;
+    let slot = slot
+        .map(|slot| slot.parse())
+        .transpose()
+        .map_err(|_| foreign(path, "a slot that is not a number"))?;
+    Ok((keep, slot))
 }
 
 #[cfg(test)]
@@ -175,8 +186,11 @@ mod tests {
         );
         assert_eq!(decode_counter("/c", b"").expect("empty"), 0);
         assert!(decode_counter("/c", b"12").is_err());
-        let keep = decode_marker("/m", &encode_marker(60_000, "h", 3)).expect("marker");
-        assert_eq!(keep, Duration::from_secs(60));
+        let marker = decode_marker("/m", &encode_marker(60_000, "h", 3, None)).expect("marker");
+        assert_eq!(marker, (Duration::from_secs(60), None));
+        let marker = decode_marker("/m", &encode_marker(1, "h", 3, Some(9))).expect("marker");
+        assert_eq!(marker, (Duration::from_millis(1), Some(9)));
+        assert!(decode_marker("/m", b"tenure/1\nlast-run\n1\nh\n3\nx").is_err());
         assert!(new_token(5) > 5 && new_token(u64::MAX) == u64::MAX);
     }
 

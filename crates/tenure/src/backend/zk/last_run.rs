@@ -9,12 +9,13 @@ use zookeeper_client as zk;
 
 use super::codec::{decode_lease, decode_marker, encode_marker};
 use super::{Address, ZkStore};
+use crate::backend::RunRecord;
 use crate::{Error, Result};
 
 impl ZkStore {
     /// How long ago the marker was recorded (`None`: none, or older than
     /// it was kept for).
-    pub(super) async fn last_run(&self, at: Address<'_>) -> Result<Option<Duration>> {
+    pub(super) async fn last_run(&self, at: Address<'_>) -> Result<Option<RunRecord>> {
         let paths = self.paths(at)?;
         let client = self.session(0).await?;
         let marker = paths.last_run();
@@ -26,9 +27,9 @@ impl ZkStore {
         let Some((data, stat)) = self.call_opt(&marker, client.get_data(&marker)).await? else {
             return Ok(None);
         };
-        let keep = decode_marker(&marker, &data)?;
+        let (keep, slot) = decode_marker(&marker, &data)?;
         let age = Duration::from_millis(u64::try_from(now - stat.mtime).unwrap_or(0));
-        Ok((age <= keep).then_some(age))
+        Ok((age <= keep).then_some(RunRecord { age, slot }))
     }
 
     /// The ensemble's clock (ms since the epoch), from a write.
@@ -51,15 +52,17 @@ impl ZkStore {
         }
     }
 
-    /// Record a run now, only if the term (`id`, `token`) holds the lease:
-    /// the marker is written in one `multi` with checks of the lease's
-    /// version and of the term's witness.
+    /// Record a run now, only if the term (`id`, `token`) holds the lease
+    /// (and, with a slot, only after the slot recorded): the marker is
+    /// written in one `multi` with checks of the lease's version, of the
+    /// term's witness and of the marker's version as read.
     pub(super) async fn record_run(
         &self,
         at: Address<'_>,
         id: &str,
         token: u64,
         keep_ms: u64,
+        slot: Option<u64>,
     ) -> Result<bool> {
         let paths = self.paths(at)?;
         let client = self.session(0).await?;
@@ -72,16 +75,25 @@ impl ZkStore {
             return Ok(false);
         }
         let marker = paths.last_run();
-        let value = encode_marker(keep_ms, id, token);
-        let exists = self.exists(&client, &marker).await?;
+        let previous = self.call_opt(&marker, client.get_data(&marker)).await?;
+        let kept_slot = match &previous {
+            Some((data, _)) => decode_marker(&marker, data)?.1,
+            None => None,
+        };
+        if let (Some(new), Some(old)) = (slot, kept_slot) {
+            if new <= old {
+                return Ok(false);
+            }
+        }
+        let value = encode_marker(keep_ms, id, token, slot.or(kept_slot));
         let mut multi = client.new_multi_writer();
         let options = zk::CreateMode::Persistent.with_acls(self.acls());
         multi
             .add_check_version(&paths.lease, stat.version)
             .and_then(|()| multi.add_check_version(&paths.witness(token), -1))
-            .and_then(|()| match exists {
-                true => multi.add_set_data(&marker, &value, None),
-                false => multi.add_create(&marker, &value, &options),
+            .and_then(|()| match &previous {
+                Some((_, was)) => multi.add_set_data(&marker, &value, Some(was.version)),
+                None => multi.add_create(&marker, &value, &options),
             })
             .map_err(|err| self.classify(&marker, err))?;
         self.requests
@@ -89,10 +101,12 @@ impl ZkStore {
         match tokio::time::timeout(self.call_timeout, multi.commit()).await {
             Err(_) => Err(Error::Timeout(self.call_timeout)),
             Ok(Ok(_)) => Ok(true),
-            Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) if index < 2 => {
-                let _ = source;
-                Ok(false)
-            }
+            Ok(Err(zk::MultiWriteError::OperationFailed { index, source })) => match source {
+                // The term is over, or another record came first.
+                _ if index < 2 => Ok(false),
+                zk::Error::BadVersion | zk::Error::NodeExists => Ok(false),
+                source => Err(self.classify(&marker, source)),
+            },
             Ok(Err(err)) => Err(self.classify(&marker, err.into())),
         }
     }

@@ -320,10 +320,6 @@ impl ZkStore {
         self.call(path, client.mkdir(path, &options)).await
     }
 
-    async fn exists(&self, client: &zk::Client, path: &str) -> Result<bool> {
-        Ok(self.call(path, client.check_stat(path)).await?.is_some())
-    }
-
     /// Check that `ttl` is a session timeout the ensemble grants, that the
     /// election's znodes can be made, and that what is there is tenure's.
     pub async fn check(&self, at: Address<'_>, ttl: Duration) -> Result<()> {
@@ -392,8 +388,9 @@ impl ZkStore {
                     id,
                     token,
                     keep_ms,
+                    slot,
                 } => self
-                    .record_run(at, id, token, keep_ms)
+                    .record_run(at, id, token, keep_ms, slot)
                     .await
                     .map(Reply::RecordRun),
             }

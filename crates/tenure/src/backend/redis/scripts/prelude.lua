@@ -65,7 +65,8 @@ end
 
 
 -- Read a last-run marker (the fenced hash of tenure::FencedKey: fields
--- token, and value = the server's clock in ms when the run was recorded):
+-- token, and value = the server's clock in ms when the run was recorded;
+-- and slot, the last scheduled slot claimed, in ms, once one was):
 -- nil when there is none, or nil and an error reply when the key holds
 -- anything else.
 local function read_marker(key)
@@ -75,10 +76,13 @@ local function read_marker(key)
   elseif key_type ~= 'hash' then
     return nil, foreign(key, 'holds a ' .. key_type .. ', not a last-run marker')
   end
-  local f = call('HMGET', key, 'token', 'value')
-  local marker = {token = tonumber(f[1]), at = tonumber(f[2])}
-  if not marker.token or not marker.at or call('HLEN', key) ~= 2 then
-    return nil, foreign(key, 'is not a last-run marker (a hash of a token and the ms of the run)')
+  local f = call('HMGET', key, 'token', 'value', 'slot')
+  local marker = {token = tonumber(f[1]), at = tonumber(f[2]), slot = tonumber(f[3])}
+  local fields = 2
+  if f[3] then fields = 3 end
+  if not marker.token or not marker.at or (f[3] and not marker.slot)
+      or call('HLEN', key) ~= fields then
+    return nil, foreign(key, 'is not a last-run marker (a hash of a token, the ms of the run and maybe a slot)')
   end
   return marker
 end
