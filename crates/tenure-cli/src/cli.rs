@@ -252,6 +252,22 @@ pub struct RunArgs {
     #[arg(long, env = "TENURE_SLOTS", value_parser = clap::value_parser!(u32).range(1..=1000), conflicts_with = "at_most_every")]
     pub slots: Option<u32>,
 
+    /// Run CMD on the leader once per slot of this cron expression (five
+    /// fields, or six with seconds first; @daily and the like): each slot
+    /// at most once across failovers, CMD's TENURE_SLOT naming it. This
+    /// instance keeps running; CMD's exit status is logged per run.
+    #[arg(long, env = "TENURE_CRON", value_parser = parse_cron, conflicts_with_all = ["once", "no_wait", "slots"])]
+    pub cron: Option<String>,
+
+    /// With --cron: the IANA time zone the expression is read in.
+    #[arg(long, env = "TENURE_TZ", default_value = "UTC", requires = "cron")]
+    pub tz: String,
+
+    /// With --cron: how late a missed slot may still run (the latest one
+    /// that passed with no leader); later, it is skipped and logged.
+    #[arg(long, env = "TENURE_STARTING_DEADLINE", default_value = "60s", value_parser = parse_duration, allow_hyphen_values = true, requires = "cron")]
+    pub starting_deadline: Duration,
+
     /// Put CMD in a cgroup v2 of its own, so `cgroup.kill` stops its whole
     /// tree at once: `auto` where the cgroup is writable (root, or systemd's
     /// Delegate=yes), `require` to refuse to run without one, `off`.
@@ -512,6 +528,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("must be greater than zero".into());
     }
     Ok(duration)
+}
+
+/// `run --cron`: an expression the library's schedule reads.
+pub fn parse_cron(text: &str) -> Result<String, String> {
+    match tenure::Schedule::cron(text) {
+        Ok(_) => Ok(text.to_string()),
+        Err(tenure::Error::Config(why)) => Err(why),
+        Err(err) => Err(err.to_string()),
+    }
 }
 
 /// `run --at-most-every`: the store keeps the last-run record at most a

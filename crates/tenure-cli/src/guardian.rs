@@ -227,6 +227,9 @@ async fn start_cmd(
     if let Some(election) = &start.election {
         cmd.env("TENURE_ELECTION", election);
     }
+    if let Some(slot) = &start.slot {
+        cmd.env("TENURE_SLOT", slot);
+    }
     let spawned = cmd.spawn();
     if let Some(group) = &entered {
         if let Err(err) = group.leave() {
@@ -356,14 +359,18 @@ struct Start {
     /// The term's election, CMD's `TENURE_ELECTION` (absent from a `tenure`
     /// of before `--slots`: the variable it was started with stays).
     election: Option<String>,
+    /// With `--cron`, the slot this run is for, CMD's `TENURE_SLOT`
+    /// (RFC 3339, UTC).
+    slot: Option<String>,
 }
 
-/// `start NS TOKEN [ELECTION]`.
+/// `start NS TOKEN [ELECTION [SLOT]]`.
 fn parse_start(line: &str) -> Option<Start> {
     let mut words = line.strip_prefix("start ")?.split_whitespace();
     let kill_at = words.next()?.parse().ok()?;
     let token = words.next()?.parse().ok()?;
     let election = words.next().map(str::to_owned);
+    let slot = words.next().map(str::to_owned);
     if words.next().is_some() {
         return None;
     }
@@ -371,6 +378,7 @@ fn parse_start(line: &str) -> Option<Start> {
         kill_at,
         token,
         election,
+        slot,
     })
 }
 
@@ -396,6 +404,7 @@ mod tests {
             kill_at: 123_456_789,
             token: 42,
             election: election.map(str::to_owned),
+            slot: None,
         };
         assert_eq!(parse_start("start 123456789 42"), Some(start(None)));
         assert_eq!(
@@ -404,7 +413,14 @@ mod tests {
         );
         assert_eq!(parse_start("start 123456789"), None);
         assert_eq!(parse_start("start x 42"), None);
-        assert_eq!(parse_start("start 123456789 42 a b"), None);
+        assert_eq!(
+            parse_start("start 123456789 42 a 2026-12-03T02:00:00Z"),
+            Some(Start {
+                slot: Some("2026-12-03T02:00:00Z".into()),
+                ..start(Some("a"))
+            })
+        );
+        assert_eq!(parse_start("start 123456789 42 a b c"), None);
         assert_eq!(parse_start("kill-at 123456789"), None);
     }
 }

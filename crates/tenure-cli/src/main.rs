@@ -17,6 +17,7 @@
 mod api;
 mod cli;
 mod contest;
+mod cron;
 mod demo;
 mod exit;
 mod guardian;

@@ -43,7 +43,7 @@ const SUCCESSOR_WAIT: Duration = Duration::from_millis(100);
 const SUCCESSOR_GRACE: Duration = Duration::from_millis(20);
 
 /// How one leadership term of CMD ended.
-enum Outcome {
+pub(crate) enum Outcome {
     /// CMD exited by itself with this code.
     Exited(i32),
     /// Leadership ended (or was about to); CMD was stopped.
@@ -63,6 +63,14 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
     let health = Health::default();
     let recorder = match args.metrics_addr {
         Some(addr) => Some((addr, http::install_recorder()?)),
+        None => None,
+    };
+    let schedule = match &args.cron {
+        Some(expression) => Some(
+            tenure::Schedule::cron(expression)
+                .and_then(|schedule| schedule.time_zone(&args.tz))?
+                .starting_deadline(args.starting_deadline),
+        ),
         None => None,
     };
     let contest = build_contest(&args).await?;
@@ -113,7 +121,7 @@ pub async fn run(args: RunArgs) -> Result<i32, Failure> {
             standby,
             (&name, election),
             &term,
-            args.at_most_every,
+            (args.at_most_every, schedule.as_ref()),
             limits,
             &shutdown,
         )
@@ -403,20 +411,36 @@ impl RestartBackoff {
     }
 }
 
+/// CMD, its environment and its cgroup: what starts each run.
+pub(crate) type Cmd<'a> = (
+    &'a [OsString],
+    &'a [(&'a str, String)],
+    Option<&'a JobCgroup>,
+);
+
 /// One term: run CMD (unless `--at-most-every` says skip) and supervise it
-/// until it ends. On return CMD's whole tree is gone; the caller resigns.
+/// until it ends; with `--cron`, once per slot the term claims. On return
+/// CMD's whole tree is gone; the caller resigns.
 async fn lead(
-    (command, env, cgroup): (&[OsString], &[(&str, String)], Option<&JobCgroup>),
+    cmd: Cmd<'_>,
     standby: Standby,
     (name, election): (&str, &Election),
     term: &Leadership,
-    at_most_every: Option<Duration>,
+    (at_most_every, schedule): (Option<Duration>, Option<&tenure::Schedule>),
     limits: StopLimits,
     shutdown: &CancellationToken,
 ) -> Result<Outcome, Failure> {
-    // Metrics carry `--election`'s name; with --slots, the log names the
-    // permit's election too.
-    let name = name.to_string();
+    if let Some(schedule) = schedule {
+        let leader = crate::cron::Leader {
+            cmd,
+            name,
+            election,
+            term,
+            limits,
+            shutdown,
+        };
+        return leader.run(standby, schedule).await;
+    }
     if let Some(period) = at_most_every {
         // The library's last-run marker, on whatever store the election uses.
         if let Some(age) = election.since_last_run().await?.filter(|age| *age < period) {
@@ -428,23 +452,7 @@ async fn lead(
             return Ok(Outcome::Skipped);
         }
     }
-    let started = match standby.start(term, limits.kill_at(term)).await {
-        Ok(job) => Ok(job),
-        Err(err) => {
-            tracing::warn!(error = %err, "the waiting guardian is gone; starting another");
-            match Standby::spawn(command, env, cgroup).await {
-                Ok(standby) => standby.start(term, limits.kill_at(term)).await,
-                Err(err) => Err(err),
-            }
-        }
-    };
-    let mut job = started.map_err(cannot_start)?;
-    tracing::info!(election = %name, term_election = %term.election(), token = term.token(), group = job.group(), "started command as leader");
-    gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
-    counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
-    let outcome = supervise(term, &mut job, limits, shutdown).await;
-    job.ensure_gone().await;
-    let outcome = outcome?;
+    let outcome = run_cmd(cmd, standby, name, term, limits, shutdown, None).await?;
     if let (Outcome::Exited(0), Some(period)) = (&outcome, at_most_every) {
         // Best effort: without the record, the next cron run repeats the job.
         match term.record_run(period).await {
@@ -458,6 +466,41 @@ async fn lead(
         }
     }
     Ok(outcome)
+}
+
+/// Start CMD for `term` (with `--cron`, for `slot`) through the waiting
+/// guardian, and supervise it until it ends; on return its whole tree is
+/// gone.
+pub(crate) async fn run_cmd(
+    (command, env, cgroup): Cmd<'_>,
+    standby: Standby,
+    name: &str,
+    term: &Leadership,
+    limits: StopLimits,
+    shutdown: &CancellationToken,
+    slot: Option<std::time::SystemTime>,
+) -> Result<Outcome, Failure> {
+    // Metrics carry `--election`'s name; with --slots, the log names the
+    // permit's election too.
+    let name = name.to_string();
+    let started = match standby.start(term, limits.kill_at(term), slot).await {
+        Ok(job) => Ok(job),
+        Err(err) => {
+            tracing::warn!(error = %err, "the waiting guardian is gone; starting another");
+            match Standby::spawn(command, env, cgroup).await {
+                Ok(standby) => standby.start(term, limits.kill_at(term), slot).await,
+                Err(err) => Err(err),
+            }
+        }
+    };
+    let mut job = started.map_err(cannot_start)?;
+    tracing::info!(election = %name, term_election = %term.election(), token = term.token(), group = job.group(), "started command as leader");
+    gauge!("tenure_child_running", "election" => name.clone()).set(1.0);
+    counter!("tenure_child_starts_total", "election" => name.clone()).increment(1);
+    let outcome = supervise(term, &mut job, limits, shutdown).await;
+    job.ensure_gone().await;
+    gauge!("tenure_child_running", "election" => name).set(0.0);
+    outcome
 }
 
 /// The cgroup of this `tenure run`'s commands, removed when it ends.
@@ -506,7 +549,7 @@ impl Drop for CmdCgroup {
     }
 }
 
-fn cannot_start(err: std::io::Error) -> Failure {
+pub(crate) fn cannot_start(err: std::io::Error) -> Failure {
     Failure::new(
         exit::INTERNAL,
         format!("cannot start the command's guardian: {err}"),
@@ -574,7 +617,7 @@ fn stop_lead(election: &Election, kill_grace: Duration, kill_slack: Duration) ->
 
 /// When and how fast CMD must be stopped.
 #[derive(Debug, Clone, Copy)]
-struct StopLimits {
+pub(crate) struct StopLimits {
     /// Begin stopping when no more than this is left before the deadline.
     stop_lead: Duration,
     /// SIGTERM-to-SIGKILL time of a normal stop.

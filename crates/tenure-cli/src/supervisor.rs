@@ -204,18 +204,27 @@ impl Standby {
 
     /// Begin `term`: the guardian starts CMD with `TENURE_TOKEN` and
     /// `TENURE_ELECTION` of the term (with `--slots`, the permit's
-    /// election) and kills it at `kill_at` unless [`Job::extend`] moves
-    /// that later.
+    /// election), and `TENURE_SLOT` with `--cron`, and kills it at
+    /// `kill_at` unless [`Job::extend`] moves that later.
     /// An error means the guardian is gone (it never got a whole `start`,
     /// so CMD did not run); start another one.
     ///
     /// # Cancel safety
     /// Not cancel safe: a guardian may have been told to start, and only
     /// the returned [`Job`] can stop it.
-    pub async fn start(mut self, term: &Leadership, kill_at: Instant) -> std::io::Result<Job> {
+    pub async fn start(
+        mut self,
+        term: &Leadership,
+        kill_at: Instant,
+        slot: Option<std::time::SystemTime>,
+    ) -> std::io::Result<Job> {
         let kill_at = monotonic_ns(kill_at)?;
         // Election names hold no white space (the library refuses them).
-        let line = format!("start {kill_at} {} {}\n", term.token(), term.election());
+        let mut line = format!("start {kill_at} {} {}", term.token(), term.election());
+        if let Some(slot) = slot {
+            line.push_str(&format!(" {}", humantime::format_rfc3339_seconds(slot)));
+        }
+        line.push('\n');
         let lock = term.lock_fd();
         // A fresh socket's buffer takes the line at once, unless the
         // guardian is gone.

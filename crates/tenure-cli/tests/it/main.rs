@@ -7,6 +7,7 @@ mod cgroup;
 mod connect_errors;
 mod consensus;
 mod conventions;
+mod cron;
 mod demo;
 mod etcd;
 mod input;

@@ -122,7 +122,7 @@ pub(super) async fn lead_cron(
                 let claim = tokio::select! {
                     biased;
                     reason = term.lost() => return TermEnd::Lost(reason),
-                    claim = term.claim_slot(slot, schedule.keep(slot)) => claim,
+                    claim = term.claim_slot(slot, schedule.keep_for(slot)) => claim,
                 };
                 match claim {
                     Ok(true) => slot,
@@ -181,40 +181,77 @@ async fn position(
     mut shutdown: Pin<&mut impl Future<Output = ()>>,
     unsure: Option<SystemTime>,
 ) -> Result<Option<Next>, TermEnd> {
-    let name = election.name();
-    let read = tokio::select! {
+    let read = async {
+        if let Some(tried) = unsure {
+            if election.last_slot().await? == Some(tried) {
+                tracing::info!(election = %election.name(), slot = %Instant(schedule, tried), "the claim that could not be confirmed was made");
+                return Ok(Next::Run(tried));
+            }
+        }
+        Ok(election
+            .next_slot(schedule)
+            .await?
+            .map_or(Next::None, Next::Claim))
+    };
+    let read: crate::Result<Next> = tokio::select! {
         biased;
         reason = term.lost() => return Err(TermEnd::Lost(reason)),
         _ = shutdown.as_mut() => return Err(TermEnd::Shutdown),
-        read = election.last_slot() => read,
+        read = read => read,
     };
-    let last = match read {
-        Ok(last) => last,
+    match read {
+        Ok(next) => Ok(Some(next)),
         Err(err) => {
-            tracing::warn!(election = %name, error = %err, "cannot read the last slot claimed; no slot runs until it can be read");
-            return Ok(None);
-        }
-    };
-    if let (Some(last), Some(tried)) = (last, unsure) {
-        if last == tried {
-            tracing::info!(election = %name, slot = %Instant(schedule, tried), "the claim that could not be confirmed was made");
-            return Ok(Some(Next::Run(tried)));
+            tracing::warn!(election = %election.name(), error = %err, "cannot read the last slot claimed; no slot runs until it can be read");
+            Ok(None)
         }
     }
-    if last.is_none() {
-        tracing::info!(election = %name, schedule = %schedule.expression(), time_zone = %schedule.time_zone_name(), "no slot of this schedule was ever claimed; it starts with the next");
+}
+
+impl Election {
+    /// The slot of `schedule` a leader of this election runs next, from
+    /// the last slot claimed in the store ([`Leadership::claim_slot`]), by
+    /// [`Schedule::catch_up`]: the latest slot that passed unclaimed, if it
+    /// is within the starting deadline (to run late), else the first slot
+    /// after now; `None` when the schedule has no more. Slots that passed
+    /// unclaimed and are skipped are logged in one line and counted
+    /// (`leader_election_schedule_slots_total{outcome="missed"}`).
+    ///
+    /// [`Runner::cron`] and `tenure run --cron` ask this once per term,
+    /// then claim the slot when it falls due; a loop of one's own does
+    /// the same.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::{Duration, SystemTime};
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("report").memory(&store).build().await?;
+    /// let two_am = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
+    /// let daily = tenure::Schedule::cron("0 2 * * *")?.on_tokio_clock(two_am - Duration::from_secs(60));
+    /// assert_eq!(election.next_slot(&daily).await?, Some(two_am));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn next_slot(&self, schedule: &Schedule) -> crate::Result<Option<SystemTime>> {
+        let name = self.name();
+        let last = self.last_slot().await?;
+        match last {
+            None => {
+                tracing::info!(election = %name, schedule = %schedule.expression(), time_zone = %schedule.time_zone_name(), "no slot of this schedule was ever claimed; it starts with the next")
+            }
+            Some(last) => {
+                tracing::info!(election = %name, last = %Instant(schedule, last), "the last slot claimed (its run started, and is never repeated)")
+            }
+        }
+        let plan = schedule.catch_up(last, schedule.now());
+        if let Some(missed) = plan.missed {
+            tracing::warn!(election = %name, deadline = ?schedule.deadline(), "{} passed with no leader to claim them and will not run: the latest was past the starting deadline, or a later one runs late", Span(schedule, missed));
+            crate::metrics::slots(name, "missed", missed.count);
+        }
+        Ok(plan.run_late.or_else(|| schedule.next_after(plan.after)))
     }
-    let plan = schedule.catch_up(last, schedule.now());
-    if let Some(missed) = plan.missed {
-        tracing::warn!(election = %name, deadline = ?schedule.deadline(), "{} passed with no leader to claim them and will not run: the latest was past the starting deadline, or a later one runs late", Span(schedule, missed));
-        crate::metrics::slots(name, "missed", missed.count);
-    }
-    Ok(Some(match plan.run_late {
-        Some(late) => Next::Claim(late),
-        None => schedule
-            .next_after(plan.after)
-            .map_or(Next::None, Next::Claim),
-    }))
 }
 
 /// Sleep until the wall clock reaches `slot`, reading it again at least

@@ -334,9 +334,19 @@ impl Schedule {
         }
     }
 
-    /// How long a claim of `slot` is kept in the store: past the next
-    /// slot's starting deadline, so that a leader then still sees it.
-    pub(super) fn keep(&self, slot: SystemTime) -> Duration {
+    /// How long a claim of `slot` ([`crate::Leadership::claim_slot`]) is
+    /// kept in the store: twice the gap to the next slot plus the
+    /// starting deadline, at least an hour, so that the next leader still
+    /// sees it.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// let hourly = tenure::Schedule::cron("0 * * * *")?;
+    /// let two_am = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
+    /// assert_eq!(hourly.keep_for(two_am), Duration::from_secs(2 * 3600 + 60));
+    /// # Ok::<(), tenure::Error>(())
+    /// ```
+    pub fn keep_for(&self, slot: SystemTime) -> Duration {
         let gap = self
             .next_after(slot)
             .and_then(|next| next.duration_since(slot).ok())
