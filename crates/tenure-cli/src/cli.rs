@@ -256,7 +256,7 @@ pub struct RunArgs {
     /// fields, or six with seconds first; @daily and the like): each slot
     /// at most once across failovers, CMD's TENURE_SLOT naming it. This
     /// instance keeps running; CMD's exit status is logged per run.
-    #[arg(long, env = "TENURE_CRON", value_parser = parse_cron, conflicts_with_all = ["once", "no_wait", "slots"])]
+    #[arg(long, env = "TENURE_CRON", value_parser = parse_cron, conflicts_with_all = ["once", "no_wait", "slots", "at_most_every"])]
     pub cron: Option<String>,
 
     /// With --cron: the IANA time zone the expression is read in.

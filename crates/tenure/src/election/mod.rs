@@ -457,9 +457,16 @@ impl Election {
         let record = inner
             .call(inner.timing.call_timeout, inner.backend.last_run())
             .await?;
-        Ok(record
-            .and_then(|record| record.slot)
-            .map(crate::runner::slot_time))
+        let Some(ms) = record.and_then(|record| record.slot) else {
+            return Ok(None);
+        };
+        match crate::runner::slot_time(ms) {
+            Some(slot) => Ok(Some(slot)),
+            None => Err(crate::Error::ForeignData {
+                key: format!("the last-run marker of election {:?}", inner.name),
+                detail: format!("a slot past what this host's clock can hold ({ms} ms)"),
+            }),
+        }
     }
 
     /// The safety margin.

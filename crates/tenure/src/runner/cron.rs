@@ -100,8 +100,12 @@ pub(super) async fn lead_cron(
         let next = match after {
             Some(after) => schedule.next_after(after).map_or(Next::None, Next::Claim),
             None => {
-                match position(election, term, schedule, shutdown.as_mut(), unsure.take()).await {
-                    Ok(Some(next)) => next,
+                match position(election, term, schedule, shutdown.as_mut(), unsure).await {
+                    Ok(Some(next)) => {
+                        // Read: the unconfirmed claim is settled either way.
+                        unsure = None;
+                        next
+                    }
                     Ok(None) => {
                         // The store could not be read: wait, and ask again.
                         if let Err(end) = sleep_in_term(term, shutdown.as_mut(), retry).await {

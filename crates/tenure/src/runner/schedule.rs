@@ -29,8 +29,10 @@ pub(crate) fn slot_ms(slot: SystemTime) -> Option<u64> {
 }
 
 /// The instant a slot kept in the store names.
-pub(crate) fn slot_time(ms: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+/// The instant a slot kept in the store names (`None` if this platform's
+/// clock cannot hold it: foreign data).
+pub(crate) fn slot_time(ms: u64) -> Option<SystemTime> {
+    SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
 /// How far a [`Schedule`] counts missed or overrun slots; past it, a count
@@ -113,6 +115,17 @@ impl Schedule {
         let cron = croner::Cron::from_str(expression).map_err(|err| {
             Error::Config(format!("{expression:?} is not a cron expression: {err}"))
         })?;
+        if cron
+            .find_next_occurrence(
+                &jiff::Zoned::now().with_time_zone(jiff::tz::TimeZone::UTC),
+                false,
+            )
+            .is_err()
+        {
+            return Err(Error::Config(format!(
+                "{expression:?} is a cron expression no date matches"
+            )));
+        }
         Ok(Schedule {
             expression: expression.to_string(),
             cron,
@@ -307,6 +320,7 @@ impl Schedule {
                 after: now,
             };
         };
+        let last = self.as_own_slot(last);
         let Some(passed) = self.slots_between(last, now) else {
             return CatchUp {
                 missed: None,
@@ -334,26 +348,50 @@ impl Schedule {
         }
     }
 
+    /// The slot of this schedule a claim of `claimed` stands for: itself,
+    /// if it is one of this schedule's slots; else the nearest of them, if
+    /// that comes after it. A claim that is not a slot of this schedule was
+    /// made by an instance reading the expression differently (another
+    /// expression or time zone, or older time zone data on that host): the
+    /// same calendar slot may then fall at another instant here, and must
+    /// not run a second time.
+    fn as_own_slot(&self, claimed: SystemTime) -> SystemTime {
+        let next = self.next_after(claimed);
+        let own = claimed
+            .checked_sub(Duration::from_secs(1))
+            .and_then(|before| self.next_after(before));
+        if own == Some(claimed) {
+            return claimed;
+        }
+        let Some(next) = next else { return claimed };
+        let after = next.duration_since(claimed).unwrap_or_default();
+        let before = self
+            .last_at_or_before(claimed)
+            .and_then(|prev| claimed.duration_since(prev).ok())
+            .unwrap_or(Duration::MAX);
+        if after < before {
+            next
+        } else {
+            claimed
+        }
+    }
+
     /// How long a claim of `slot` ([`crate::Leadership::claim_slot`]) is
-    /// kept in the store: twice the gap to the next slot plus the
-    /// starting deadline, at least an hour, so that the next leader still
-    /// sees it.
+    /// kept in the store: a hundred years, the longest any record is kept,
+    /// so that a leader after any outage still knows the last slot claimed
+    /// (which slots it missed, and which it must not run again). One small
+    /// record per election.
     ///
     /// ```
     /// use std::time::{Duration, SystemTime};
     /// let hourly = tenure::Schedule::cron("0 * * * *")?;
     /// let two_am = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
-    /// assert_eq!(hourly.keep_for(two_am), Duration::from_secs(2 * 3600 + 60));
+    /// assert_eq!(hourly.keep_for(two_am), Duration::from_secs(100 * 365 * 24 * 3600));
     /// # Ok::<(), tenure::Error>(())
     /// ```
     pub fn keep_for(&self, slot: SystemTime) -> Duration {
-        let gap = self
-            .next_after(slot)
-            .and_then(|next| next.duration_since(slot).ok())
-            .unwrap_or(Duration::MAX);
-        gap.saturating_mul(2)
-            .saturating_add(self.starting_deadline)
-            .max(Duration::from_secs(3600))
+        let _ = slot;
+        Duration::from_millis(crate::backend::MAX_KEEP_MS)
     }
 }
 

@@ -751,9 +751,17 @@ impl PostgresStore {
                     Some(row) => {
                         let age: i64 = row.try_get(0).map_err(err)?;
                         let slot: Option<i64> = row.try_get(1).map_err(err)?;
+                        let slot = slot
+                            .map(|slot| {
+                                u64::try_from(slot).map_err(|_| Error::ForeignData {
+                                    key: format!("tenure_runs row {}/{}", at.prefix, at.name),
+                                    detail: format!("a slot before 1970 ({slot} ms)"),
+                                })
+                            })
+                            .transpose()?;
                         Some(RunRecord {
                             age: millis(age),
-                            slot: slot.map(|slot| u64::try_from(slot).unwrap_or(0)),
+                            slot,
                         })
                     }
                 };
@@ -872,7 +880,7 @@ async fn install(target: &Target, client: &Client) -> Result<()> {
             "SELECT to_regprocedure('tenure_acquire(text,text,text,text,bigint,bigint,boolean)') \
              IS NOT NULL AND to_regprocedure('tenure_served(text,bigint)') IS NOT NULL \
              AND to_regprocedure('tenure_record_run(text,text,text,bigint,bigint,bigint)') \
-             IS NOT NULL",
+             IS NOT NULL AND to_regprocedure('tenure_run_marker(text,text)') IS NOT NULL",
             &[],
         )
         .await

@@ -1049,6 +1049,31 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Open the file at `url` (`raw` is a plain connection to it) on a
+    /// runtime of its own, and check that it is then of the current schema.
+    fn migrated(url: &str, raw: &Connection) -> (tokio::runtime::Runtime, SqliteStore) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let store = runtime
+            .block_on(SqliteStore::connect(
+                url,
+                Duration::from_secs(60),
+                Default::default(),
+            ))
+            .expect("the file opens");
+        let schema: String = raw
+            .query_row(
+                "SELECT value FROM tenure_meta WHERE key = 'schema'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("a schema");
+        assert_eq!(schema, "tenure 3");
+        (runtime, store)
+    }
+
     /// A file of the schema before sessions is migrated when opened, its
     /// leases kept.
     #[test]
@@ -1083,25 +1108,7 @@ mod tests {
         )
         .expect("a lease");
         let url = format!("sqlite://{}", path.display());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let store = runtime
-            .block_on(SqliteStore::connect(
-                &url,
-                Duration::from_secs(60),
-                Default::default(),
-            ))
-            .expect("the file opens");
-        let schema: String = raw
-            .query_row(
-                "SELECT value FROM tenure_meta WHERE key = 'schema'",
-                [],
-                |r| r.get(0),
-            )
-            .expect("a schema");
-        assert_eq!(schema, "tenure 3");
+        let (_runtime, store) = migrated(&url, &raw);
         let found = one(
             &store,
             Op::Inspect {
@@ -1128,25 +1135,7 @@ mod tests {
         )
         .expect("a file of schema 2");
         let url = format!("sqlite://{}", dir.join("t.db").display());
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let store = runtime
-            .block_on(SqliteStore::connect(
-                &url,
-                Duration::from_secs(60),
-                Default::default(),
-            ))
-            .expect("the file opens");
-        let schema: String = raw
-            .query_row(
-                "SELECT value FROM tenure_meta WHERE key = 'schema'",
-                [],
-                |r| r.get(0),
-            )
-            .expect("a schema");
-        assert_eq!(schema, "tenure 3");
+        let (_runtime, store) = migrated(&url, &raw);
         let found = one(
             &store,
             Op::LastRun {
