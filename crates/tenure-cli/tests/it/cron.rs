@@ -38,11 +38,18 @@ fn last_runner(scratch: &Scratch) -> Option<String> {
 fn reported(logs: &str) -> BTreeSet<SystemTime> {
     let instant = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\+00:00|Z)";
     let missed = regex::Regex::new(&format!(
-        r"\d+ slots? \({instant}(?: to {instant})?\) passed with no leader"
+        r"\d+(?: or more)? slots? \({instant}(?: to {instant})?\) passed with no leader"
+    ))
+    .expect("a pattern");
+    let overran = regex::Regex::new(&format!(
+        r"the run overran later slots, which are skipped .*first={instant} last={instant}"
     ))
     .expect("a pattern");
     let mut slots = BTreeSet::new();
-    for found in missed.captures_iter(logs) {
+    for found in missed
+        .captures_iter(logs)
+        .chain(overran.captures_iter(logs))
+    {
         let at = |i: usize| {
             found
                 .get(i)
@@ -121,4 +128,24 @@ fn three_instances_run_each_slot_once_across_a_kill_and_a_stop() {
         slot += Duration::from_secs(1);
     }
     assert!(!skipped.is_empty(), "the failovers skipped some slots");
+}
+
+/// The test above counts a slot as reported only if `reported` finds it:
+/// both kinds of skip, as the instances log them.
+#[test]
+fn both_kinds_of_skipped_slot_are_read_from_the_logs() {
+    let logs = "\
+2026-12-04T00:56:31.998941Z  WARN 2 slots (2026-12-04T00:56:29+00:00 to 2026-12-04T00:56:30+00:00) passed with no leader to claim them and will not run: the latest was past the starting deadline, or a later one runs late election=report deadline=60s
+2026-12-04T00:56:32.014149Z  WARN the run overran later slots, which are skipped election=report slot=2026-12-04T00:56:31Z skipped=1 first=2026-12-04T00:56:32Z last=2026-12-04T00:56:32Z
+";
+    let at = |s: &str| humantime::parse_rfc3339(s).expect("an instant");
+    let expected: BTreeSet<SystemTime> = [
+        "2026-12-04T00:56:29Z",
+        "2026-12-04T00:56:30Z",
+        "2026-12-04T00:56:32Z",
+    ]
+    .into_iter()
+    .map(at)
+    .collect();
+    assert_eq!(reported(logs), expected);
 }
