@@ -15,6 +15,18 @@
 //! | `leader_election_partitions_held`           | gauge     | `name`           |
 //! | `leader_election_schedule_slots_total`      | counter   | `name`, `outcome`|
 //! | `leader_election_schedule_last_success_timestamp_seconds` | gauge | `name` |
+//! | `leader_election_semaphore_permits`         | gauge     | `name`           |
+//! | `leader_election_semaphore_held`            | gauge     | `name`           |
+//! | `leader_election_semaphore_waiting`         | gauge     | `name`           |
+//!
+//! The semaphore's series are labelled with the semaphore's name (each
+//! permit's election has its own series too, named `NAME/permit-K`): how
+//! many permits it has, how many this process holds now, and how many
+//! [`Semaphore::acquire`](crate::Semaphore::acquire) calls of this process
+//! wait for one. Summed over the instances of a group, held and waiting
+//! say how full the semaphore is and how many wait; held below the
+//! permits while some wait, for longer than a ttl, means permits are
+//! free that nobody takes.
 //!
 //! The schedule's series are a [`Runner::cron`](crate::Runner::cron)'s:
 //! its slots by `outcome` (`ran`, `failed`, `missed`, `overrun`; see
@@ -104,6 +116,32 @@ pub(crate) fn slot_succeeded(name: &str, at: std::time::SystemTime) {
     let _ = (name, at);
 }
 
+/// Semaphore `name` has `permits` permits.
+pub(crate) fn semaphore_permits(name: &str, permits: usize) {
+    #[cfg(feature = "metrics")]
+    record::semaphore_permits(name, permits);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, permits);
+}
+
+/// This process holds one more permit of semaphore `name` (`change` 1) or
+/// one fewer (-1).
+pub(crate) fn semaphore_held(name: &str, change: i8) {
+    #[cfg(feature = "metrics")]
+    record::semaphore_held(name, change);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, change);
+}
+
+/// One more (`change` 1) or one fewer (-1) call of this process waits for
+/// a permit of semaphore `name`.
+pub(crate) fn semaphore_waiting(name: &str, change: i8) {
+    #[cfg(feature = "metrics")]
+    record::semaphore_waiting(name, change);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (name, change);
+}
+
 pub(crate) fn group_elected(group: &str, held: usize) {
     #[cfg(feature = "metrics")]
     record::group_elected(group, held);
@@ -174,6 +212,18 @@ mod record {
             "leader_election_schedule_last_success_timestamp_seconds",
             "Unix time at which this instance last completed a scheduled run successfully"
         );
+        describe_gauge!(
+            "leader_election_semaphore_permits",
+            "Permits of the semaphore"
+        );
+        describe_gauge!(
+            "leader_election_semaphore_held",
+            "Permits of the semaphore this process holds now"
+        );
+        describe_gauge!(
+            "leader_election_semaphore_waiting",
+            "Calls of this process waiting for a permit of the semaphore"
+        );
         describe_histogram!(
             "leader_election_renew_duration_seconds",
             Unit::Seconds,
@@ -206,6 +256,20 @@ mod record {
             .map_or(0.0, |since| since.as_secs_f64());
         gauge!("leader_election_schedule_last_success_timestamp_seconds", "name" => name.to_string())
             .set(seconds);
+    }
+
+    pub(super) fn semaphore_permits(name: &str, permits: usize) {
+        gauge!("leader_election_semaphore_permits", "name" => name.to_string()).set(permits as f64);
+    }
+
+    pub(super) fn semaphore_held(name: &str, change: i8) {
+        gauge!("leader_election_semaphore_held", "name" => name.to_string())
+            .increment(f64::from(change));
+    }
+
+    pub(super) fn semaphore_waiting(name: &str, change: i8) {
+        gauge!("leader_election_semaphore_waiting", "name" => name.to_string())
+            .increment(f64::from(change));
     }
 
     pub(super) fn group_elected(group: &str, held: usize) {

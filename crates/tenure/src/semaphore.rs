@@ -24,9 +24,11 @@
 //! A waiter follows each permit on its own (N campaigns); for hundreds
 //! of slots of work, partition sets ([`crate::PartitionSet`]) cost less.
 
+use std::sync::Arc;
+
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use crate::{Election, Error, LeaderInfo, Leadership, Result};
+use crate::{metrics, Election, Error, LeaderInfo, Leadership, Result};
 
 /// The most permits a semaphore may have: each waiter campaigns for every
 /// one of them.
@@ -59,7 +61,21 @@ pub struct Semaphore {
 
 impl Semaphore {
     pub(crate) fn new(name: String, permits: Vec<Election>) -> Semaphore {
+        metrics::semaphore_permits(&name, permits.len());
         Semaphore { name, permits }
+    }
+
+    /// Count `term`, a permit just won, as held until it ends.
+    fn count_held(&self, term: &Leadership) {
+        metrics::semaphore_held(&self.name, 1);
+        // Only the term's shared state: a clone of the handle would keep
+        // the lease.
+        let shared = Arc::clone(term.shared());
+        let name = self.name.clone();
+        tokio::spawn(async move {
+            shared.lost().await;
+            metrics::semaphore_held(&name, -1);
+        });
     }
 
     /// The semaphore's name.
@@ -139,6 +155,7 @@ impl Semaphore {
     /// after one ttl; [`Election::release_if_held`] on each of
     /// [`Semaphore::elections`] releases it sooner.
     pub async fn acquire(&self) -> Result<Leadership> {
+        let _waiting = Waiting::new(&self.name);
         let mut campaigns: FuturesUnordered<_> = self
             .permits
             .iter()
@@ -164,7 +181,9 @@ impl Semaphore {
                 }
             });
         futures_util::future::join_all(others).await;
-        first
+        let term = first?;
+        self.count_held(&term);
+        Ok(term)
     }
 
     /// One attempt at each permit in turn, starting at a random one: a
@@ -190,6 +209,7 @@ impl Semaphore {
         for offset in 0..self.permits.len() {
             let election = &self.permits[(start + offset) % self.permits.len()];
             if let Some(term) = election.try_campaign().await? {
+                self.count_held(&term);
                 return Ok(Some(term));
             }
         }
@@ -217,5 +237,23 @@ impl Semaphore {
             .await
             .into_iter()
             .collect()
+    }
+}
+
+/// An `acquire` call waiting for a permit, counted in the
+/// `leader_election_semaphore_waiting` gauge until it returns or is
+/// cancelled.
+struct Waiting<'a>(&'a str);
+
+impl<'a> Waiting<'a> {
+    fn new(name: &'a str) -> Self {
+        metrics::semaphore_waiting(name, 1);
+        Waiting(name)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        metrics::semaphore_waiting(self.0, -1);
     }
 }
