@@ -392,6 +392,11 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+
+    /// Show each NAME as a semaphore of N permits (as `tenure run --slots
+    /// N` keeps it): every permit, held or free, and how many are held.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000), requires = "names")]
+    pub slots: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -405,6 +410,11 @@ pub struct WatchArgs {
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// Watch NAME as a semaphore of N permits (as `tenure run --slots N`
+    /// keeps it): every change of holder of each permit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub slots: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -54,6 +54,15 @@ fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
+/// A semaphore in `status --slots N --json`: how many of its permits are
+/// held. Field names are a stable contract.
+#[derive(Debug, Serialize)]
+struct SemaphoreStatus {
+    name: String,
+    permits: usize,
+    held: usize,
+}
+
 /// A node whose elections could not be listed, in `status --json`.
 #[derive(Debug, Serialize)]
 struct UnreadNode {
@@ -67,10 +76,27 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     for name in &args.names {
         tenure::validate_name(&args.redis.prefix, name)?;
     }
+    let semaphores = semaphores(&args);
+    for permit in semaphores.iter().flat_map(|(_, permits)| permits) {
+        tenure::validate_name(&args.redis.prefix, permit)?;
+    }
     let store = args.redis.connect().await?;
-    let (names, unread) = election_names(&args, &store).await?;
+    let (names, unread) = election_names(&args, &store, &semaphores).await?;
     let rows = read_rows(&args, &store, names, &unread).await?;
-    print_status(&args, &rows, &unread);
+    let held = |permits: &[String]| {
+        rows.iter()
+            .filter(|row| row.leader.is_some() && permits.contains(&row.name))
+            .count()
+    };
+    let semaphores: Vec<SemaphoreStatus> = semaphores
+        .iter()
+        .map(|(name, permits)| SemaphoreStatus {
+            name: name.clone(),
+            permits: permits.len(),
+            held: held(permits),
+        })
+        .collect();
+    print_status(&args, &rows, &unread, &semaphores);
     let mut unreadable = 0;
     for row in &rows {
         if let Some(error) = &row.error {
@@ -89,14 +115,38 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     })
 }
 
-/// The elections to show: those named, or every election in the store
-/// (sorted), with the nodes whose elections could not be listed.
+/// With `--slots N`, each name given and its permits' elections, in
+/// order; else none.
+fn semaphores(args: &StatusArgs) -> Vec<(String, Vec<String>)> {
+    let Some(slots) = args.slots else {
+        return Vec::new();
+    };
+    args.names
+        .iter()
+        .map(|name| {
+            let permits = (0..slots as usize)
+                .map(|index| tenure::Semaphore::permit_election(name, index))
+                .collect();
+            (name.clone(), permits)
+        })
+        .collect()
+}
+
+/// The elections to show: the permits of the semaphores named, those
+/// named, or every election in the store (sorted), with the nodes whose
+/// elections could not be listed.
 async fn election_names(
     args: &StatusArgs,
     store: &tenure::Store,
+    semaphores: &[(String, Vec<String>)],
 ) -> Result<(Vec<String>, Vec<UnreadNode>), Failure> {
     let mut unread = Vec::new();
-    let names = if args.names.is_empty() {
+    let names = if !semaphores.is_empty() {
+        semaphores
+            .iter()
+            .flat_map(|(_, permits)| permits.iter().cloned())
+            .collect()
+    } else if args.names.is_empty() {
         let mut names = Vec::new();
         for (node, listed) in store.elections_by_node(&args.redis.prefix).await? {
             match listed {
@@ -149,7 +199,12 @@ async fn read_rows(
 
 /// Say which nodes were unreadable, then print the rows as a table or as
 /// JSON (`--json`).
-fn print_status(args: &StatusArgs, rows: &[ElectionStatus], unread: &[UnreadNode]) {
+fn print_status(
+    args: &StatusArgs,
+    rows: &[ElectionStatus],
+    unread: &[UnreadNode],
+    semaphores: &[SemaphoreStatus],
+) {
     for node in unread {
         complain!(
             "tenure: the elections on node {} are unreadable: {}",
@@ -158,8 +213,20 @@ fn print_status(args: &StatusArgs, rows: &[ElectionStatus], unread: &[UnreadNode
         );
     }
     if args.json {
-        let json = serde_json::json!({ "elections": rows, "unreadable_nodes": unread });
+        let mut json = serde_json::json!({ "elections": rows, "unreadable_nodes": unread });
+        if args.slots.is_some() {
+            json["semaphores"] = serde_json::json!(semaphores);
+        }
         crate::output::line(&json.to_string());
+    } else if !semaphores.is_empty() {
+        let mut text = table(rows);
+        for semaphore in semaphores {
+            text.push_str(&format!(
+                "{}: {} of {} permits held\n",
+                semaphore.name, semaphore.held, semaphore.permits
+            ));
+        }
+        crate::output::text(&text);
     } else if !unread.is_empty() {
         let mut text = table(rows);
         for node in unread {
@@ -232,13 +299,23 @@ fn table(rows: &[ElectionStatus]) -> String {
 pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
     tenure::validate_name(&args.redis.prefix, &args.name)?;
     // Watching only reads: an eviction policy is warned about, not refused.
-    let election = Election::builder(&args.name)
+    let builder = Election::builder(&args.name)
         .open(args.redis.store())
         .prefix(&args.redis.prefix)
-        .allow_eviction(true)
-        .build()
-        .await?;
-    let mut changes = Box::pin(election.watch());
+        .allow_eviction(true);
+    let elections = match args.slots {
+        None => vec![builder.build().await?],
+        Some(slots) => builder
+            .semaphore(slots as usize)
+            .await?
+            .elections()
+            .to_vec(),
+    };
+    // Every election's changes (a semaphore's permits), each with its name.
+    let mut changes = futures_util::stream::select_all(elections.iter().map(|election| {
+        let name = election.name().to_string();
+        Box::pin(election.watch().map(move |change| (name.clone(), change)))
+    }));
     let mut interrupted = Box::pin(tenure::shutdown_signal());
     let mut reader_gone = Box::pin(crate::output::stdout_closed());
     loop {
@@ -247,27 +324,31 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
             _ = &mut interrupted => return Ok(exit::OK),
             _ = &mut reader_gone => return Ok(exit::OK),
         };
-        let Some(change) = change else {
+        let Some((name, change)) = change else {
             return Ok(exit::OK);
         };
         let now = rfc3339(SystemTime::now());
         let text = match change {
-            Ok(leader) if args.json => serde_json::json!({
-                "time": now,
-                "election": args.name,
-                "leader": leader.as_ref().map(|l| &l.id),
-                "token": leader.as_ref().map(|l| l.token),
-            })
-            .to_string(),
+            Ok(leader) if args.json => {
+                let mut json = serde_json::json!({
+                    "time": now,
+                    "election": name,
+                    "leader": leader.as_ref().map(|l| &l.id),
+                    "token": leader.as_ref().map(|l| l.token),
+                });
+                if args.slots.is_some() {
+                    json["semaphore"] = serde_json::json!(args.name);
+                }
+                json.to_string()
+            }
             Ok(Some(leader)) => format!(
-                "{now}  {}  leader {}  token {}",
-                args.name,
+                "{now}  {name}  leader {}  token {}",
                 printable(&leader.id),
                 leader.token
             ),
-            Ok(None) => format!("{now}  {}  no leader", args.name),
+            Ok(None) => format!("{now}  {name}  no leader"),
             Err(err) => {
-                complain!("{now}  {}  cannot read the lease: {err}", args.name);
+                complain!("{now}  {name}  cannot read the lease: {err}");
                 continue;
             }
         };

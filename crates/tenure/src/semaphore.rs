@@ -104,6 +104,17 @@ impl Semaphore {
         self.permits.len()
     }
 
+    /// The election name of permit `index` of a semaphore named `name`:
+    /// what [`Semaphore::elections`] are called, for tools that read a
+    /// semaphore's permits without taking part (`tenure status --slots`).
+    ///
+    /// ```
+    /// assert_eq!(tenure::Semaphore::permit_election("exports", 2), "exports/permit-2");
+    /// ```
+    pub fn permit_election(name: &str, index: usize) -> String {
+        permit_name(name, index)
+    }
+
     /// The election of each permit, in order (`NAME/permit-0` first): to
     /// watch one, or read its last run.
     ///

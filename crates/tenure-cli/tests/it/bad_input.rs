@@ -206,6 +206,28 @@ const CASES: &[Case] = &[
         r"unexpected value 'yes' for '--json'",
         &["watch", "e", "--store", "{closed}", "--json=yes"],
     ),
+    // A semaphore's permits, shown or watched.
+    case(
+        2,
+        r"the following required arguments were not provided",
+        &["status", "--slots", "3", "--store", "{redis}"],
+    ),
+    case(
+        2,
+        r"invalid value '0' for '--slots <SLOTS>'",
+        &["watch", "e", "--slots", "0", "--store", "{redis}"],
+    ),
+    // 195 bytes: a valid name, but not its permits' names.
+    case(
+        2,
+        r"^tenure: invalid configuration: election name is 204 bytes long; at most 200 are allowed$",
+        &["status", "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn", "--slots", "11", "--store", "{redis}"],
+    ),
+    case(
+        2,
+        r"permit's election name is 204 bytes long",
+        &["watch", "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn", "--slots", "2", "--store", "{redis}"],
+    ),
     // `run`'s flags.
     case(
         2,

@@ -151,3 +151,117 @@ fn no_wait_with_every_slot_held_exits_75() {
         "{stderr}"
     );
 }
+
+/// `status --slots N` shows every permit of a semaphore, held or free, and
+/// how many are held; `watch --slots N` follows each permit's holder,
+/// through a hand-over to a waiter.
+#[test]
+fn status_and_watch_show_every_permit() {
+    use std::io::BufRead;
+    let server = redis();
+    let scratch = Scratch::new("slots-observe");
+    // Each watched change, parsed, as the watch prints it.
+    let mut watch = tenure()
+        .args(["watch", "exports", "--slots", "2", "--json", "--store"])
+        .arg(server.url())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tenure starts");
+    let out = std::io::BufReader::new(watch.stdout.take().expect("piped"));
+    let (lines, changes) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let parsed: serde_json::Value = serde_json::from_str(&line).expect("JSON");
+            if lines.send(parsed).is_err() {
+                return;
+            }
+        }
+    });
+    // The next change of `permit` (skipping others) whose leader is `who`.
+    let until = |permit: &str, who: Option<&str>| loop {
+        let change = changes
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a change within a minute");
+        assert_eq!(change["semaphore"], "exports", "{change}");
+        if change["election"] == permit && change["leader"].as_str() == who {
+            return change;
+        }
+    };
+    until("exports/permit-0", None);
+    until("exports/permit-1", None);
+
+    let extra = ["--slots", "2", "--ttl", "2s"];
+    let mut instances: Vec<Instance> = IDS[..3]
+        .iter()
+        .map(|id| Instance::start(&server.url(), "exports", id, &extra, SLOT_JOB, &scratch))
+        .collect();
+    eventually("two commands run", || running(&scratch).len() == 2);
+    let holders = running(&scratch);
+    let (permit, token) = last_term(&scratch, holders[0]);
+    let change = until(&permit, Some(holders[0]));
+    assert_eq!(change["token"], token);
+
+    // Three permits asked of a semaphore of two: the third is free.
+    let out = tenure_output(&[
+        "status",
+        "exports",
+        "--slots",
+        "3",
+        "--json",
+        "--store",
+        &server.url(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let shown: Vec<(&str, Option<&str>)> = status["elections"]
+        .as_array()
+        .expect("elections")
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap_or(""), e["leader"]["id"].as_str()))
+        .collect();
+    let mut expected = Vec::new();
+    for index in 0..3 {
+        let name = format!("exports/permit-{index}");
+        let holder = holders
+            .iter()
+            .copied()
+            .find(|id| last_term(&scratch, id).0 == name);
+        expected.push((name, holder));
+    }
+    let expected: Vec<(&str, Option<&str>)> =
+        expected.iter().map(|(n, h)| (n.as_str(), *h)).collect();
+    assert_eq!(shown, expected);
+    assert_eq!(
+        status["semaphores"],
+        serde_json::json!([{ "name": "exports", "permits": 3, "held": 2 }])
+    );
+    let out = tenure_output(&[
+        "status",
+        "exports",
+        "--slots",
+        "2",
+        "--store",
+        &server.url(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("ELECTION "), "{text}");
+    assert!(text.ends_with("\nexports: 2 of 2 permits held\n"), "{text}");
+
+    // A hand-over: the waiter takes the released permit, and the watch says so.
+    let waiter = IDS[..3]
+        .iter()
+        .copied()
+        .find(|id| !holders.contains(id))
+        .expect("a waiter");
+    let index = IDS.iter().position(|id| *id == holders[0]).expect("ours");
+    instances[index].signal(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(instances[index].wait(), 0, "{}", instances[index].log());
+    let change = until(&permit, Some(waiter));
+    assert!(change["token"].as_u64() > Some(token), "{change}");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watch.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    assert_eq!(watch.wait().ok().and_then(|s| s.code()), Some(0));
+}
