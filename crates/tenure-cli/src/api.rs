@@ -2,7 +2,8 @@
 //! contract: programs in any language depend on them.
 //!
 //! - `GET /v1/elections/NAME`: `{"election", "is_leader", "token", "leader",
-//!   "deadline_ms"}`, computed at the moment of the answer;
+//!   "deadline_ms"}`, computed at the moment of the answer (with `--slots`,
+//!   plus `"permit"` while this instance holds one);
 //! - `GET /v1/elections/NAME/events`: the same, as server-sent events, one
 //!   per change (a term begins, this instance's term is renewed, a term
 //!   ends, another holder is seen), ending after the event that ends the
@@ -282,17 +283,23 @@ pub struct State<'a> {
     pub token: Option<u64>,
     pub leader: Option<&'a str>,
     pub deadline_ms: Option<u64>,
+    /// With `--slots`: the permit (its election) this instance holds while
+    /// `is_leader`; left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permit: Option<&'a str>,
 }
 
 /// The state of `seat` as of now.
 pub fn state<'a>(seat: &'a Seat, view: &'a View) -> State<'a> {
-    let (leading, token, left) = match &view.term {
+    let (leading, token, left, permit) = match &view.term {
         Some(term) => {
             let left = seat.grant(term).as_millis() as u64;
             let leading = left > 0;
-            (leading, leading.then(|| term.token()), Some(left))
+            // A permit's election is the semaphore's name and more.
+            let permit = Some(term.election()).filter(|held| leading && *held != seat.name);
+            (leading, leading.then(|| term.token()), Some(left), permit)
         }
-        None => (false, None, None),
+        None => (false, None, None, None),
     };
     let leader = if leading {
         Some(seat.id.as_str())
@@ -305,6 +312,7 @@ pub fn state<'a>(seat: &'a Seat, view: &'a View) -> State<'a> {
         token,
         leader,
         deadline_ms: left,
+        permit,
     }
 }
 
@@ -501,7 +509,7 @@ mod tests {
         let opened = election.clone();
         let open: crate::seat::Open = Arc::new(move || {
             let election = opened.clone();
-            Box::pin(async move { Ok(election) })
+            Box::pin(async move { Ok(crate::contest::Contest::Election(election)) })
         });
         let seat = Seat::start("jobs", "me", max_deadline, open, &shutdown, &mut tasks);
         let mut view = seat.view.clone();

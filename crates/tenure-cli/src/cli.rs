@@ -377,6 +377,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TENURE_MAX_DEADLINE", default_value = "2s", value_parser = parse_max_deadline, allow_hyphen_values = true)]
     pub max_deadline: Duration,
 
+    /// Make every --election a semaphore of N permits (as `tenure run
+    /// --slots N`): up to N instances hold one at once, and each answer
+    /// names the permit this instance holds. Every instance must give the
+    /// same N.
+    #[arg(long, env = "TENURE_SLOTS", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub slots: Option<u32>,
+
     #[command(flatten)]
     pub term: TermArgs,
 }

@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::contest::Contest;
 use crate::exit::Failure;
 
 /// What a seat publishes: its own term, if any, and the holder it last saw.
@@ -191,11 +192,11 @@ impl Seat {
 /// Every seat of this process, by election name.
 pub type Seats = Arc<BTreeMap<String, Seat>>;
 
-/// How a seat gets its election: connect (once, shared by every seat) and
-/// build it. Called again after a transient failure.
+/// How a seat gets its election (or semaphore, with `--slots`): connect
+/// (once, shared by every seat) and build it. Called again after a
+/// transient failure.
 pub type Open = Arc<
-    dyn Fn()
-            -> std::pin::Pin<Box<dyn std::future::Future<Output = tenure::Result<Election>> + Send>>
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = tenure::Result<Contest>> + Send>>
         + Send
         + Sync,
 >;
@@ -239,15 +240,22 @@ async fn keep_seat(
         mut requests,
         grants,
     } = channels;
-    let Some(election) = open_election(&name, &open, &mut requests, &shutdown).await? else {
+    let Some(contest) = open_election(&name, &open, &mut requests, &shutdown).await? else {
         return Ok(());
     };
     publish.send_modify(|view| view.ready = true);
-    // Who holds the lease, for the `leader` field; it ends with the seat.
-    let follower = tokio::spawn(follow_holder(election.clone(), publish.clone()));
-    let _follower = AbortOnDrop(follower);
+    // Who holds the lease, for the `leader` field; it ends with the seat. A
+    // semaphore's N holders have no one name: `leader` is this instance
+    // while it holds a permit, else null.
+    let _follower = match &contest {
+        Contest::Election(election) => Some(AbortOnDrop(tokio::spawn(follow_holder(
+            election.clone(),
+            publish.clone(),
+        )))),
+        Contest::Slots(_) => None,
+    };
     loop {
-        let Some(term) = win(&election, &name, &mut requests, &shutdown).await? else {
+        let Some(term) = win(&contest, &mut requests, &shutdown).await? else {
             return Ok(());
         };
         let token = term.token();
@@ -256,7 +264,8 @@ async fn keep_seat(
             return Ok(());
         };
         end_term(&publish, token);
-        if rejoin == Rejoin::AfterTtl && !stand_aside(&election, &mut requests, &shutdown).await {
+        let ttl = contest.first().ttl();
+        if rejoin == Rejoin::AfterTtl && !stand_aside(ttl, &mut requests, &shutdown).await {
             return Ok(());
         }
     }
@@ -266,12 +275,11 @@ async fn keep_seat(
 /// leading); `None` on shutdown, after giving back any lease the abandoned
 /// campaign won.
 async fn win(
-    election: &Election,
-    name: &str,
+    contest: &Contest,
     requests: &mut mpsc::Receiver<ResignRequest>,
     shutdown: &CancellationToken,
 ) -> Result<Option<Leadership>, Failure> {
-    let mut campaign = Box::pin(election.campaign());
+    let mut campaign = Box::pin(contest.campaign());
     let term = loop {
         tokio::select! {
             term = &mut campaign => break Some(term?),
@@ -286,9 +294,7 @@ async fn win(
         // abandon it (it no longer counts as running), then give that
         // lease back rather than leave it to lapse.
         drop(campaign);
-        if let Err(err) = election.release_if_held().await {
-            tracing::warn!(election = %name, error = %err, "could not check for a lease won by the abandoned campaign");
-        }
+        contest.release_if_held().await;
         return Ok(None);
     };
     drop(campaign);
@@ -308,7 +314,7 @@ async fn lead(
 ) -> Option<Rejoin> {
     let token = term.token();
     open_grants(grants, token);
-    tracing::info!(election = %name, token, "leading");
+    tracing::info!(election = %name, token, permit = %term.election(), "leading");
     publish.send_modify(|view| {
         view.term = Some(term.clone());
         view.holder = Some((term.id().to_string(), token));
@@ -338,14 +344,14 @@ async fn lead(
     Some(rejoin)
 }
 
-/// Stand aside for one ttl, so another instance takes over; requests
+/// Stand aside for one `ttl`, so another instance takes over; requests
 /// meanwhile are answered, shutdown ends it (`false`).
 async fn stand_aside(
-    election: &Election,
+    ttl: Duration,
     requests: &mut mpsc::Receiver<ResignRequest>,
     shutdown: &CancellationToken,
 ) -> bool {
-    let stand_aside = tokio::time::sleep(election.ttl());
+    let stand_aside = tokio::time::sleep(ttl);
     tokio::pin!(stand_aside);
     loop {
         tokio::select! {
@@ -398,7 +404,7 @@ async fn open_election(
     open: &Open,
     requests: &mut mpsc::Receiver<ResignRequest>,
     shutdown: &CancellationToken,
-) -> Result<Option<Election>, Failure> {
+) -> Result<Option<Contest>, Failure> {
     let mut backoff = Duration::from_millis(100);
     loop {
         let attempt = open();
@@ -413,7 +419,7 @@ async fn open_election(
             }
         };
         match opened {
-            Ok(election) => return Ok(Some(election)),
+            Ok(contest) => return Ok(Some(contest)),
             Err(err) if err.is_transient() => {
                 tracing::warn!(election = %name, error = %err, retry_in = ?backoff, "cannot reach the store yet; answering as a follower meanwhile");
             }

@@ -30,6 +30,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
+use crate::contest::Contest;
 use crate::exit::{self, Failure};
 use crate::http;
 use crate::seat::{Open, Seat, Seats};
@@ -94,6 +95,12 @@ fn check_elections(args: &ServeArgs) -> Result<(), Failure> {
     for name in &args.elections {
         // The library's own check, before the port is bound.
         tenure::validate_name(&args.redis.prefix, name)?;
+        for index in 0..args.slots.unwrap_or(0) as usize {
+            tenure::validate_name(
+                &args.redis.prefix,
+                &tenure::Semaphore::permit_election(name, index),
+            )?;
+        }
         if name.ends_with("/events") || name.ends_with("/resign") {
             return Err(Failure::new(
                 exit::USAGE,
@@ -139,7 +146,7 @@ fn start_seats(
                     (settings.clone(), store.clone(), name.clone(), id.clone());
                 Box::pin(async move {
                     let store = store.get_or_try_init(|| settings.redis.connect()).await?;
-                    build_election(&settings, store, &name, &id).await
+                    build_contest(&settings, store, &name, &id).await
                 })
             })
         };
@@ -215,16 +222,21 @@ fn auth_token(args: &ServeArgs) -> Result<Option<String>, Failure> {
     Ok(Some(token))
 }
 
-async fn build_election(
+/// The election `name`, or with `--slots N` the semaphore of that name.
+async fn build_contest(
     args: &ServeArgs,
     store: &tenure::Store,
     name: &str,
     id: &str,
-) -> tenure::Result<Election> {
+) -> tenure::Result<Contest> {
     let builder = Election::builder(name)
         .store(store)
         .prefix(&args.redis.prefix)
         .allow_eviction(args.redis.allow_eviction);
     // One id for every election of this process (given or made here).
-    args.term.apply(builder).id(id).build().await
+    let builder = args.term.apply(builder).id(id);
+    Ok(match args.slots {
+        None => Contest::Election(builder.build().await?),
+        Some(permits) => Contest::Slots(builder.semaphore(permits as usize).await?),
+    })
 }

@@ -225,6 +225,16 @@ const CASES: &[Case] = &[
     ),
     case(
         2,
+        r"^tenure: invalid configuration: election name is 204 bytes long; at most 200 are allowed$",
+        &["serve", "--election", "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn", "--slots", "2", "--store", "{redis}"],
+    ),
+    case(
+        2,
+        r"invalid value '1001' for '--slots <SLOTS>'",
+        &["serve", "--election", "e", "--slots", "1001", "--store", "{redis}"],
+    ),
+    case(
+        2,
         r"permit's election name is 204 bytes long",
         &["watch", "nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn", "--slots", "2", "--store", "{redis}"],
     ),

@@ -1138,3 +1138,72 @@ fn the_openapi_description_matches_what_serve_answers() {
         "operations described vs. asked"
     );
 }
+
+/// `serve --slots 2`: of three instances, two hold a permit each, each
+/// answer naming its own; a resign hands that permit to the third, with a
+/// larger token. The answers fit the OpenAPI description.
+#[test]
+fn serve_with_slots_hands_out_each_permit_to_one_instance() {
+    let spec = openapi();
+    let redis = redis();
+    let scratch = Scratch::new("serve-slots");
+    let extra = ["--slots", "2", "--ttl", "3s"];
+    let serves: Vec<Serve> = ["a", "b", "c"]
+        .iter()
+        .map(|id| Serve::start(&redis.url(), &["exports"], id, &extra, &scratch))
+        .collect();
+    let holding = || -> Vec<(&Serve, Value)> {
+        serves
+            .iter()
+            .map(|serve| (serve, serve.state("exports")))
+            .filter(|(_, state)| state["is_leader"] == true)
+            .collect()
+    };
+    let mut holders = Vec::new();
+    eventually("two instances to hold a permit", || {
+        holders = holding();
+        holders.len() == 2
+    });
+    let fits = |state: &Value| {
+        check_answer(
+            &spec,
+            "/v1/elections/{name}",
+            "get",
+            200,
+            "application/json",
+            std::slice::from_ref(state),
+        )
+    };
+    let mut permits = Vec::new();
+    for (serve, state) in &holders {
+        fits(state);
+        assert_eq!(state["election"], "exports", "{state}");
+        assert_eq!(state["leader"], serve.id.as_str(), "{state}");
+        assert!(state["deadline_ms"].as_u64() > Some(0), "{state}");
+        permits.push(state["permit"].as_str().expect("a permit").to_string());
+        assert_eq!(http_get(&serve.addr, "/readyz?leader=exports").0, 200);
+    }
+    permits.sort();
+    assert_eq!(permits, ["exports/permit-0", "exports/permit-1"]);
+    let waiter = serves
+        .iter()
+        .find(|serve| holders.iter().all(|(holder, _)| holder.id != serve.id))
+        .expect("a waiter");
+    let waiting = waiter.state("exports");
+    fits(&waiting);
+    assert_eq!(
+        waiting,
+        serde_json::json!({"election": "exports", "is_leader": false, "token": null, "leader": null, "deadline_ms": null})
+    );
+
+    let (resigned, state) = &holders[0];
+    let (status, response) = http(&resigned.addr, "POST", "/v1/elections/exports/resign", &[]);
+    assert_eq!(status, 200, "{response}");
+    assert!(!resigned.leads("exports"), "a resigned permit ends at once");
+    eventually("the waiter to take the permit", || waiter.leads("exports"));
+    let taken = waiter.state("exports");
+    fits(&taken);
+    assert_eq!(taken["permit"], state["permit"], "{taken}");
+    assert!(token(&taken) > token(state), "{taken} after {state}");
+    assert_eq!(holding().len(), 2);
+}
