@@ -131,7 +131,7 @@ impl Semaphore {
     }
 
     /// Wait until this instance holds a permit, and return it: the term of
-    /// that permit's election.
+    /// that permit's election, held when it is returned.
     ///
     /// Campaigns for every permit at once and keeps the first won; the
     /// other campaigns are abandoned, and a lease one of them won
@@ -167,6 +167,22 @@ impl Semaphore {
     /// [`Semaphore::elections`] releases it sooner.
     pub async fn acquire(&self) -> Result<Leadership> {
         let _waiting = Waiting::new(&self.name);
+        loop {
+            let term = self.acquire_once().await?;
+            // Winding up the other campaigns took store calls, during
+            // which the permit won may have ended (its lease lost, its
+            // deadline passed): a permit handed out is one held now.
+            if term.is_leader() {
+                self.count_held(&term);
+                return Ok(term);
+            }
+            tracing::debug!(election = %term.election(), token = term.token(), "the permit won ended while the other campaigns were wound up; campaigning again");
+        }
+    }
+
+    /// Campaign for every permit; the first won, once the other campaigns
+    /// are wound up.
+    async fn acquire_once(&self) -> Result<Leadership> {
         let mut campaigns: FuturesUnordered<_> = self
             .permits
             .iter()
@@ -192,9 +208,7 @@ impl Semaphore {
                 }
             });
         futures_util::future::join_all(others).await;
-        let term = first?;
-        self.count_held(&term);
-        Ok(term)
+        first
     }
 
     /// One attempt at each permit in turn, starting at a random one: a

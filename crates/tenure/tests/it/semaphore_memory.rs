@@ -217,3 +217,46 @@ fn permit_of(term: &Leadership) -> usize {
         .and_then(|p| p.parse().ok())
         .expect("a permit's election")
 }
+
+/// `acquire` returns a permit its caller holds. A permit won while the
+/// other permits' campaigns are wound up (store calls) can end meanwhile;
+/// then `acquire` goes on campaigning rather than return a term that
+/// already ended (found by the simulation: a permit handed out after a
+/// later term of it had begun).
+#[tokio::test(start_paused = true)]
+async fn acquire_never_returns_a_permit_that_ended_while_the_others_were_released() {
+    let store = MemoryStore::new();
+    let view = store.view();
+    let ttl = Duration::from_secs(1);
+    let exports = Election::builder("exports")
+        .memory(&view)
+        .id("a")
+        .ttl(ttl)
+        .semaphore(2)
+        .await
+        .expect("a semaphore");
+    // Replies just inside the call timeout (a third of the ttl): winding
+    // up the other permit's campaign takes a call or two, while the lease
+    // of the permit won is lost (evicted) the moment it is written, which
+    // its first renewal finds.
+    view.set_fault(Fault::Slow(ttl * 3 / 10));
+    let evicted = tokio::spawn({
+        let store = store.clone();
+        async move {
+            while store.holder("exports/permit-0").is_none() {
+                sleep(Duration::from_millis(1)).await;
+            }
+            store.revoke("exports/permit-0");
+            sleep(ttl * 3).await;
+            view.set_fault(Fault::None);
+        }
+    });
+    let permit = exports.acquire().await.expect("a permit");
+    assert!(
+        permit.is_leader(),
+        "acquire returned {} token {}, whose term had ended",
+        permit.election(),
+        permit.token()
+    );
+    evicted.await.expect("no panic");
+}
