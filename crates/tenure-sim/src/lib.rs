@@ -9,6 +9,7 @@
 //! Then, for [`Config::steps`] steps, a seeded RNG advances the clock a
 //! little and picks what happens next: an action of one instance
 //! (`campaign`, `try_campaign`, `campaign_timeout`, cancelling a campaign,
+//! a semaphore's `acquire` and `try_acquire`,
 //! starting or shutting down a runner,
 //! dropping a term's handle, `resign` from a current or a stale handle,
 //! `confirm`, a fenced write through [`FencedKey`], `leader()`,
@@ -16,8 +17,11 @@
 //! (see [`FAULTS`]). After every step, and every few milliseconds of
 //! simulated time in between, the invariants are checked:
 //!
-//! - no two handles of one election (or partition) have `is_leader()` true
-//!   at the same simulated instant;
+//! - no two handles of one election (or partition, or permit) have
+//!   `is_leader()` true at the same simulated instant;
+//! - no more handles than the semaphore has permits have `is_leader()`
+//!   true at the same instant ([`Config::holders`] instances share a
+//!   semaphore of [`Config::permits`]);
 //! - each new term's token is above every earlier term's of its election;
 //! - the fenced resource never accepts a token lower than one it accepted,
 //!   and never refuses a write made while the writer's `is_leader()` was
@@ -25,7 +29,8 @@
 //! - `is_leader()` never turns true again once `lost()` has fired;
 //! - a resign from a stale handle leaves the instance's later term alone;
 //! - liveness: once every fault has stopped, some instance leads the
-//!   election, and every partition is led, within a bound (see
+//!   election, every partition is led, and as many permits are held as
+//!   there are holders (up to the permits), within a bound (see
 //!   [`liveness_bound`]).
 //!
 //! The first violation stops the schedule and is returned with its seed and
@@ -48,7 +53,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::{
     Announcements, Election, Fault, FencedKey, FencedWrite, Leadership, MemoryStore, PartitionSet,
-    Snapshot,
+    Semaphore, Snapshot,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -60,6 +65,8 @@ pub use resource::Resource;
 const ELECTION: &str = "sim";
 /// The partition set's group.
 const GROUP: &str = "group";
+/// The semaphore's name: its permits are the elections `sem/permit-K`.
+const SEMAPHORE: &str = "sem";
 /// The ttls the election instances choose from (they differ, as the
 /// start-up hold-off must cover the largest; every instance is told it
 /// with `max_ttl`, as the crate docs require).
@@ -147,6 +154,10 @@ pub struct Config {
     pub runner_every: bool,
     /// Members of the partition set (0: none).
     pub members: usize,
+    /// Instances sharing one semaphore ([`tenure::Semaphore`]; 0: none).
+    pub holders: usize,
+    /// The semaphore's permits.
+    pub permits: usize,
     /// Partitions of the set.
     pub partitions: usize,
     /// A bug to switch back on (failing-mode tests), or none.
@@ -169,6 +180,8 @@ impl Default for Config {
             runner_every: false,
             members: 3,
             partitions: 4,
+            holders: 3,
+            permits: 2,
             bug: None,
             trace: 40,
             mixed_member_ttls: false,
@@ -438,6 +451,8 @@ struct Shared {
     last_token: BTreeMap<String, u64>,
     violation: Option<String>,
     stats: Stats,
+    /// The semaphore's permits ([`Config::permits`]).
+    permits: usize,
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -526,13 +541,27 @@ impl Shared {
         // chaos checker and the library's tests share, as there are no
         // spans here to compare (a term is seen leading only at the
         // instants it is checked, every few simulated milliseconds).
+        let permit = format!("{SEMAPHORE}/permit-");
+        let holders: Vec<String> = leaders
+            .iter()
+            .filter(|(election, _)| election.starts_with(&permit))
+            .flat_map(|(election, who)| who.iter().map(move |who| format!("{who} of {election}")))
+            .collect();
+        let too_many = (holders.len() > self.permits).then(|| {
+            format!(
+                "{} holders of semaphore {SEMAPHORE} ({} permits) at once: {}",
+                holders.len(),
+                self.permits,
+                holders.join(", ")
+            )
+        });
         let overlap = leaders
             .into_iter()
             .find(|(_, who)| who.len() > 1)
             .map(|(election, who)| {
                 format!("two leaders of {election} at once: {}", who.join(", "))
             });
-        if let Some(what) = again.or(overlap) {
+        if let Some(what) = again.or(too_many).or(overlap) {
             self.violate(what);
         }
     }
@@ -541,7 +570,11 @@ impl Shared {
 /// An instance campaigning in the election, or running a `Runner` in it.
 struct Instance {
     id: String,
+    /// The election; for a semaphore's holder, its first permit's (for
+    /// `leader()` and `watch()`).
     election: Election,
+    /// A holder's semaphore, in which it campaigns instead.
+    semaphore: Option<Semaphore>,
     view: MemoryStore,
     campaign: Option<JoinHandle<()>>,
     /// For a runner instance: its running `Runner`, and how to stop it.
@@ -598,6 +631,7 @@ impl Sim {
     fn new(seed: u64, config: Config) -> Self {
         let shared = Shared {
             trace_len: config.trace,
+            permits: config.permits,
             live: config.trace > 0 && std::env::var_os("SIM_TRACE_LIVE").is_some(),
             ..Shared::default()
         };
@@ -662,11 +696,47 @@ impl Sim {
             self.instances.push(Instance {
                 id,
                 election,
+                semaphore: None,
                 view,
                 campaign: None,
                 runner: None,
                 stopping: None,
                 is_runner,
+            });
+        }
+        for k in 0..self.config.holders {
+            let id = format!("s{k}");
+            let ttl = Duration::from_millis(TTLS_MS[self.rng.random_range(0..TTLS_MS.len())]);
+            let view = self.store.view();
+            let bug = self.config.bug;
+            let semaphore = Election::builder(SEMAPHORE)
+                .memory(&view)
+                .id(&id)
+                .ttl(ttl)
+                .max_ttl(max_ttl)
+                .jitter_seed(self.seed.wrapping_mul(37).wrapping_add(k as u64))
+                .unsafe_adopt_earlier_lease(bug == Some(Bug::AdoptEarlierLease))
+                .unsafe_hold_off_own_ttl(bug == Some(Bug::HoldOffOwnTtl))
+                .unsafe_late_renewal_moves_deadline(bug == Some(Bug::LateRenewalMovesDeadline))
+                .semaphore(self.config.permits)
+                .await
+                .expect("a memory semaphore builds");
+            self.note(|| {
+                format!(
+                    "{id}: ttl {} ms, semaphore of {}",
+                    ttl.as_millis(),
+                    semaphore.permits()
+                )
+            });
+            self.instances.push(Instance {
+                id,
+                election: semaphore.elections()[0].clone(),
+                semaphore: Some(semaphore),
+                view,
+                campaign: None,
+                runner: None,
+                stopping: None,
+                is_runner: false,
             });
         }
         for m in 0..self.config.members {
@@ -847,13 +917,11 @@ impl Sim {
             // An operator deletes a lease by hand (announced, as etcd's
             // watch does), or it is lost unannounced (evicted): the
             // election's or a partition's.
-            let partitions = self.config.partitions;
-            let which = self.rng.random_range(0..=partitions);
-            let name = if which == partitions {
-                ELECTION.to_string()
-            } else {
-                format!("p{which}")
-            };
+            let mut names = vec![ELECTION.to_string()];
+            names.extend((0..self.config.partitions).map(|p| format!("p{p}")));
+            names
+                .extend((0..self.config.permits).map(|k| Semaphore::permit_election(SEMAPHORE, k)));
+            let name = names.swap_remove(self.rng.random_range(0..names.len()));
             if self.rng.random_bool(0.5) {
                 self.store.delete(&name);
                 self.count_fault("lease deleted by hand (announced)");
@@ -984,6 +1052,7 @@ impl Sim {
         }
         let id = instance.id.clone();
         let election = instance.election.clone();
+        let semaphore = instance.semaphore.clone();
         let campaigning = instance.campaign.is_some();
         let shared = self.shared.clone();
         let roll = if instance.is_runner {
@@ -1008,28 +1077,57 @@ impl Sim {
                 // campaign that gives up leaves that term's lease alone.
                 let kind = self.rng.random_range(0..3);
                 let wait = Duration::from_millis(self.rng.random_range(1..=1000));
-                let (action, task) = match kind {
-                    0 => (
-                        "campaign",
+                let (action, task) = match (kind, semaphore) {
+                    (0, Some(semaphore)) => (
+                        "acquire",
                         tokio::spawn(async move {
-                            let outcome = election.campaign().await.map(Some);
-                            report(&shared, &id, "campaign", outcome);
+                            let outcome = semaphore.acquire().await.map(Some);
+                            report(&shared, &id, "acquire", outcome);
                         }),
                     ),
-                    1 => (
-                        "try_campaign",
+                    (1, Some(semaphore)) => (
+                        "try_acquire",
                         tokio::spawn(async move {
-                            let outcome = election.try_campaign().await;
-                            report(&shared, &id, "try_campaign", outcome);
+                            let outcome = semaphore.try_acquire().await;
+                            report(&shared, &id, "try_acquire", outcome);
                         }),
                     ),
-                    _ => (
-                        "campaign_timeout",
+                    (_, Some(semaphore)) => (
+                        "acquire with a timeout",
                         tokio::spawn(async move {
-                            let outcome = election.campaign_timeout(wait).await;
-                            report(&shared, &id, "campaign_timeout", outcome);
+                            // Cancelled at the timeout: a permit it won
+                            // meanwhile lapses at its ttl.
+                            let outcome =
+                                match tokio::time::timeout(wait, semaphore.acquire()).await {
+                                    Ok(term) => term.map(Some),
+                                    Err(_elapsed) => Ok(None),
+                                };
+                            report(&shared, &id, "acquire with a timeout", outcome);
                         }),
                     ),
+                    (kind, None) => match kind {
+                        0 => (
+                            "campaign",
+                            tokio::spawn(async move {
+                                let outcome = election.campaign().await.map(Some);
+                                report(&shared, &id, "campaign", outcome);
+                            }),
+                        ),
+                        1 => (
+                            "try_campaign",
+                            tokio::spawn(async move {
+                                let outcome = election.try_campaign().await;
+                                report(&shared, &id, "try_campaign", outcome);
+                            }),
+                        ),
+                        _ => (
+                            "campaign_timeout",
+                            tokio::spawn(async move {
+                                let outcome = election.campaign_timeout(wait).await;
+                                report(&shared, &id, "campaign_timeout", outcome);
+                            }),
+                        ),
+                    },
                 };
                 self.count_action(action);
                 self.note(|| format!("{}: {action}", self.instances[index].id));
@@ -1326,17 +1424,20 @@ impl Sim {
                         .iter()
                         .any(|t| t.election == name && t.handle.is_leader())
                 };
-                let election = self.instances.is_empty() || leads(ELECTION);
+                let election = self.config.instances + self.config.runners == 0 || leads(ELECTION);
                 let partitions = self.members.is_empty()
                     || (0..self.config.partitions).all(|p| leads(&format!("p{p}")));
-                election && partitions
+                let held = (0..self.config.permits)
+                    .filter(|k| leads(&Semaphore::permit_election(SEMAPHORE, *k)))
+                    .count();
+                election && partitions && held >= self.config.holders.min(self.config.permits)
             };
             if led {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 lock(&self.shared).violate(format!(
-                    "liveness: no leader of every election and partition {} ms after the faults stopped",
+                    "liveness: no leader of every election, partition and permit {} ms after the faults stopped",
                     liveness_bound().as_millis()
                 ));
                 return self.settle().await;
@@ -1418,9 +1519,13 @@ impl Sim {
                 .any(|t| t.owner == id && !t.lost_seen);
             if instance.campaign.is_none() && !has_term {
                 let (election, shared) = (instance.election.clone(), self.shared.clone());
+                let semaphore = instance.semaphore.clone();
                 instance.campaign = Some(tokio::spawn(async move {
-                    let outcome = election.campaign().await.map(Some);
-                    report(&shared, &id, "campaign", outcome);
+                    let outcome = match semaphore {
+                        Some(semaphore) => semaphore.acquire().await,
+                        None => election.campaign().await,
+                    };
+                    report(&shared, &id, "campaign", outcome.map(Some));
                 }));
             }
         }

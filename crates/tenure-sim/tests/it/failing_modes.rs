@@ -57,3 +57,54 @@ fn finds_the_hold_off_using_the_candidates_ttl() {
 fn finds_a_lease_deleted_by_hand_letting_a_candidate_in_early() {
     finds(Bug::IgnoreWitness);
 }
+
+/// With a fix switched off, the semaphore's instances alone (no other
+/// election) are found with more holders than permits at one instant: the
+/// "at most N" check, not only the per-permit one, can fail.
+fn finds_too_many_holders(bug: Bug) {
+    let config = Config {
+        bug: Some(bug),
+        instances: 0,
+        runners: 0,
+        members: 0,
+        holders: 4,
+        permits: 2,
+        ..Config::default()
+    };
+    let mut first = 0;
+    let mut other = Vec::new();
+    while first < AT_MOST {
+        let found = search(&config, first, Some(AT_MOST - first), None, 2);
+        let Some(violation) = found.violation else {
+            break;
+        };
+        if violation
+            .what
+            .contains("holders of semaphore sem (2 permits) at once")
+        {
+            println!("{}: {violation}", bug.name());
+            let clean = Config {
+                bug: None,
+                ..config
+            };
+            if let Err(other) = run_schedule(violation.seed, &clean) {
+                panic!(
+                    "seed {} fails without the bug too:\n{other}",
+                    violation.seed
+                );
+            }
+            return;
+        }
+        other.push(violation.what.clone());
+        first = violation.seed + 1;
+    }
+    panic!(
+        "{}: no schedule of {AT_MOST} had more holders than permits; other violations: {other:?}",
+        bug.name()
+    );
+}
+
+#[test]
+fn finds_three_holders_of_two_permits_with_the_witness_ignored() {
+    finds_too_many_holders(Bug::IgnoreWitness);
+}
