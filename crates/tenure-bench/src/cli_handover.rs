@@ -256,13 +256,13 @@ async fn fork_exec_floor() -> Result<Duration> {
     Ok(Duration::from_nanos(printed.saturating_sub(sent) as u64))
 }
 
-fn now_ns() -> u128 {
+pub(crate) fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
 }
 
-fn signal(child: &Child, signal: Signal) {
+pub(crate) fn signal(child: &Child, signal: Signal) {
     if let Some(pid) = child.id() {
         let _ = kill(Pid::from_raw(pid as i32), signal);
     }

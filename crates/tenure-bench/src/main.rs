@@ -23,6 +23,7 @@ mod postgres;
 mod report;
 mod scale;
 mod serve_handover;
+mod slots_handover;
 mod sqlite;
 mod stats;
 mod svg;

@@ -1,9 +1,10 @@
 //! Every measurement, tenure and the naive baseline side by side, on one
 //! private redis-server started for the run.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use redis_process::RedisServer;
 use tenure::Election;
@@ -21,6 +22,7 @@ use crate::postgres;
 use crate::report::{Machine, Report, Row};
 use crate::scale;
 use crate::serve_handover;
+use crate::slots_handover;
 use crate::sqlite;
 use crate::stats::Samples;
 use crate::svg::{Chart, Kind, Series};
@@ -252,6 +254,48 @@ async fn handover_rows(
     Ok(())
 }
 
+/// A semaphore's permit handed over through the CLI: five `tenure run
+/// --slots 3`, one holder ended by SIGTERM, then by SIGKILL.
+async fn slots_rows(report: &mut Report, plan: &Plan, binary: &Path, url: &str) -> Result<()> {
+    let ttl_ms = slots_handover::TTL.as_millis() as f64;
+    let endings = [
+        (
+            "SIGTERM",
+            Signal::SIGTERM,
+            plan.cli_handovers,
+            20.0,
+            "released and announced",
+        ),
+        (
+            "SIGKILL",
+            Signal::SIGKILL,
+            plan.crashes,
+            ttl_ms + 150.0,
+            "taken when its lease expires",
+        ),
+    ];
+    for (name, signal, rounds, target_ms, how) in endings {
+        eprintln!("  a permit handed over after {name} of a `tenure run --slots 3` ...");
+        let samples = slots_handover::measure(binary, url, rounds, signal).await?;
+        report.push(
+            Row::latency_target(
+                &format!(
+                    "slots: {name} of a holder's `tenure run --slots 3` → a waiter's CMD (`date`) prints"
+                ),
+                &samples,
+                None,
+                &format!("p99 <= {target_ms} ms"),
+                samples.p99() <= target_ms,
+            )
+            .noted(format!(
+                "{rounds} rounds of five real `tenure run --slots 3` (ttl 2 s), three holding a \
+                 permit and two waiting; the permit is {how}."
+            )),
+        );
+    }
+    Ok(())
+}
+
 /// The hand-over through the CLI, `tenure run` and `tenure serve`, with
 /// their floors; left out without a `tenure` binary.
 async fn cli_rows(
@@ -295,6 +339,7 @@ async fn cli_rows(
                 "p99 <= 10 ms",
                 Some(serve.handover.p99() <= 10.0),
             ));
+            slots_rows(report, plan, &binary, url).await?;
         }
         None => eprintln!(
             "  handover through the CLI: left out, no `tenure` binary next to this one \
