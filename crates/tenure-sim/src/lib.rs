@@ -28,6 +28,11 @@
 //!   true (that would mean a newer term began while it still believed);
 //! - `is_leader()` never turns true again once `lost()` has fired;
 //! - a resign from a stale handle leaves the instance's later term alone;
+//! - a calendar schedule's slot ([`Config::cron_runners`] instances run
+//!   `Runner::cron`, one slot a second, in an election of their own) runs
+//!   only in a term that leads, and never twice, unless the store lost the
+//!   first run's claim (a wipe, or a rollback to before it: a store without
+//!   consensus forgets what it forgets);
 //! - liveness: once every fault has stopped, some instance leads the
 //!   election, every partition is led, and as many permits are held as
 //!   there are holders (up to the permits), within a bound (see
@@ -53,7 +58,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tenure::{
     Announcements, Election, Fault, FencedKey, FencedWrite, Leadership, MemoryStore, PartitionSet,
-    Semaphore, Snapshot,
+    Schedule, Semaphore, Snapshot,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -67,6 +72,11 @@ const ELECTION: &str = "sim";
 const GROUP: &str = "group";
 /// The semaphore's name: its permits are the elections `sem/permit-K`.
 const SEMAPHORE: &str = "sem";
+/// The cron runners' election.
+const CRON: &str = "cron";
+/// The wall-clock time (Unix seconds) at which every schedule starts, so
+/// that every cron runner reads the same calendar.
+const CRON_EPOCH_S: u64 = 1_796_263_200;
 /// The ttls the election instances choose from (they differ, as the
 /// start-up hold-off must cover the largest; every instance is told it
 /// with `max_ttl`, as the crate docs require).
@@ -158,6 +168,9 @@ pub struct Config {
     pub holders: usize,
     /// The semaphore's permits.
     pub permits: usize,
+    /// Instances running `Runner::cron` (a slot every second, runs of
+    /// 0 to 1.2 s) in an election of their own.
+    pub cron_runners: usize,
     /// Partitions of the set.
     pub partitions: usize,
     /// A bug to switch back on (failing-mode tests), or none.
@@ -182,6 +195,7 @@ impl Default for Config {
             partitions: 4,
             holders: 3,
             permits: 2,
+            cron_runners: 2,
             bug: None,
             trace: 40,
             mixed_member_ttls: false,
@@ -453,6 +467,12 @@ struct Shared {
     stats: Stats,
     /// The semaphore's permits ([`Config::permits`]).
     permits: usize,
+    /// Each slot's runs: (owner, token, when in ms).
+    slots: BTreeMap<u64, Vec<(String, u64, u64)>>,
+    /// When the store lost data, and the claims it lost: those made at or
+    /// after the second figure (0 for a wipe, the snapshot's time for a
+    /// rollback), in ms.
+    losses: Vec<(u64, u64)>,
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -513,6 +533,37 @@ impl Shared {
         });
     }
 
+    /// `owner`'s cron runner runs the slot at `slot_ms` (ms since the
+    /// Unix epoch) in `term`: it must lead, and the slot must not have run
+    /// before unless the store lost that run's claim since.
+    fn slot_runs(&mut self, owner: &str, term: &Leadership, slot_ms: u64) {
+        let (now, token) = (self.now_ms(), term.token());
+        self.note(|| format!("{owner} runs slot {slot_ms} in term {token}"));
+        *self.stats.actions.entry("cron slot runs").or_default() += 1;
+        if !term.is_leader() {
+            self.violate(format!(
+                "{owner} runs slot {slot_ms} in term {token} of {CRON}, which no longer leads"
+            ));
+        }
+        let earlier = self.slots.get(&slot_ms).and_then(|runs| {
+            runs.iter().find(|(_, _, at)| {
+                !self
+                    .losses
+                    .iter()
+                    .any(|(when, since)| *when >= *at && *at >= *since)
+            })
+        });
+        if let Some((by, by_token, at)) = earlier.cloned() {
+            self.violate(format!(
+                "slot {slot_ms} runs twice: {by} (token {by_token}) at {at} ms, {owner} (token {token}), with no data lost in between"
+            ));
+        }
+        self.slots
+            .entry(slot_ms)
+            .or_default()
+            .push((owner.to_string(), token, now));
+    }
+
     /// Check the instant's invariants.
     fn check(&mut self) {
         let mut leaders: BTreeMap<&str, Vec<String>> = BTreeMap::new();
@@ -570,6 +621,8 @@ impl Shared {
 /// An instance campaigning in the election, or running a `Runner` in it.
 struct Instance {
     id: String,
+    /// A runner that runs `Runner::cron` in the cron election.
+    cron: bool,
     /// The election; for a semaphore's holder, its first permit's (for
     /// `leader()` and `watch()`).
     election: Election,
@@ -618,7 +671,8 @@ struct Sim {
     instances: Vec<Instance>,
     members: Vec<Member>,
     episodes: Vec<Episode>,
-    snapshot: Option<Snapshot>,
+    /// A snapshot of the store, and when it was taken (ms).
+    snapshot: Option<(Snapshot, u64)>,
     resource: Resource,
     /// Highest token each fenced key accepted, by the harness's own count.
     accepted: BTreeMap<String, u64>,
@@ -669,10 +723,14 @@ impl Sim {
     async fn run(mut self) -> Result<Stats, Box<Violation>> {
         lock(&self.shared).started = Some(Instant::now());
         let max_ttl = Duration::from_millis(TTLS_MS[2]);
-        let instances = self.config.instances + self.config.runners;
+        let runners = self.config.instances + self.config.runners;
+        let instances = runners + self.config.cron_runners;
         for i in 0..instances {
             let is_runner = i >= self.config.instances;
-            let id = if is_runner {
+            let cron = i >= runners;
+            let id = if cron {
+                format!("c{}", i - runners)
+            } else if is_runner {
                 format!("r{}", i - self.config.instances)
             } else {
                 format!("i{i}")
@@ -680,7 +738,7 @@ impl Sim {
             let ttl = Duration::from_millis(TTLS_MS[self.rng.random_range(0..TTLS_MS.len())]);
             let view = self.store.view();
             let bug = self.config.bug;
-            let election = Election::builder(ELECTION)
+            let election = Election::builder(if cron { CRON } else { ELECTION })
                 .memory(&view)
                 .id(&id)
                 .ttl(ttl)
@@ -695,6 +753,7 @@ impl Sim {
             self.note(|| format!("{id}: ttl {} ms", ttl.as_millis()));
             self.instances.push(Instance {
                 id,
+                cron,
                 election,
                 semaphore: None,
                 view,
@@ -730,6 +789,7 @@ impl Sim {
             });
             self.instances.push(Instance {
                 id,
+                cron: false,
                 election: semaphore.elections()[0].clone(),
                 semaphore: Some(semaphore),
                 view,
@@ -853,7 +913,7 @@ impl Sim {
     /// One step: a fault or an action, chosen by the RNG.
     async fn act(&mut self) {
         if self.rng.random_range(0..100) < 3 {
-            self.snapshot = Some(self.store.snapshot());
+            self.snapshot = Some((self.store.snapshot(), lock(&self.shared).now_ms()));
         }
         let roll = self.rng.random_range(0..100);
         if roll < 14 {
@@ -901,13 +961,21 @@ impl Sim {
         }
         if kind < 16 {
             self.store.wipe();
+            let mut shared = lock(&self.shared);
+            let now = shared.now_ms();
+            shared.losses.push((now, 0));
+            drop(shared);
             self.count_fault("store data loss (wipe)");
             self.note(|| "store: wiped".into());
             return;
         }
         if kind < 22 {
-            if let Some(snapshot) = &self.snapshot {
+            if let Some((snapshot, taken)) = &self.snapshot {
                 self.store.restore(snapshot);
+                let mut shared = lock(&self.shared);
+                let now = shared.now_ms();
+                shared.losses.push((now, *taken));
+                drop(shared);
                 self.count_fault("store rollback (restore)");
                 self.note(|| "store: rolled back to an earlier snapshot".into());
             }
@@ -917,7 +985,7 @@ impl Sim {
             // An operator deletes a lease by hand (announced, as etcd's
             // watch does), or it is lost unannounced (evicted): the
             // election's or a partition's.
-            let mut names = vec![ELECTION.to_string()];
+            let mut names = vec![ELECTION.to_string(), CRON.to_string()];
             names.extend((0..self.config.partitions).map(|p| format!("p{p}")));
             names
                 .extend((0..self.config.permits).map(|k| Semaphore::permit_election(SEMAPHORE, k)));
@@ -1430,7 +1498,11 @@ impl Sim {
                 let held = (0..self.config.permits)
                     .filter(|k| leads(&Semaphore::permit_election(SEMAPHORE, *k)))
                     .count();
-                election && partitions && held >= self.config.holders.min(self.config.permits)
+                let cron = self.config.cron_runners == 0 || leads(CRON);
+                election
+                    && cron
+                    && partitions
+                    && held >= self.config.holders.min(self.config.permits)
             };
             if led {
                 return Ok(());
@@ -1457,16 +1529,40 @@ impl Sim {
             return;
         }
         let every = self.config.runner_every && self.rng.random_bool(0.5);
+        let cron = instance.cron;
         let (id, election) = (instance.id.clone(), instance.election.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let shared = self.shared.clone();
+        // Every cron runner reads the same calendar: the sim's start is
+        // CRON_EPOCH_S.
+        let since_start = lock(&self.shared)
+            .started
+            .map_or(Duration::ZERO, |started| started.elapsed());
+        let wall = std::time::UNIX_EPOCH + Duration::from_secs(CRON_EPOCH_S) + since_start;
         let task = tokio::spawn(async move {
             let on_elected = {
                 let (shared, id) = (shared.clone(), id.clone());
                 move |term: &Leadership| lock(&shared).register(&id, term.clone())
             };
             let runner = election.runner().on_elected(on_elected);
-            let runner = if every {
+            let runner = if cron {
+                let schedule = Schedule::cron("* * * * * *")
+                    .expect("a valid expression")
+                    .on_tokio_clock(wall);
+                let (shared, id) = (shared.clone(), id.clone());
+                runner.cron(schedule, move |term, slot| {
+                    let slot_ms = slot
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    lock(&shared).slot_runs(&id, &term, slot_ms);
+                    // Runs of 0 to 1.2 s: some overrun the next slots.
+                    let took = Duration::from_millis((slot_ms / 1000 % 4) * 400);
+                    async move {
+                        tokio::time::sleep(took).await;
+                        Ok::<(), std::io::Error>(())
+                    }
+                })
+            } else if every {
                 runner.every(Duration::from_millis(300), |_term| async {})
             } else {
                 runner.lead(|term| async move {
@@ -1481,7 +1577,13 @@ impl Sim {
             lock(&shared).note(|| format!("{id}: runner returned {outcome:?}"));
         });
         instance.runner = Some((stop, task));
-        let how = if every { "every 300 ms" } else { "lead" };
+        let how = if cron {
+            "cron, every second"
+        } else if every {
+            "every 300 ms"
+        } else {
+            "lead"
+        };
         self.count_action("start a runner");
         self.note(|| format!("{}: runner starts ({how})", self.instances[index].id));
     }
