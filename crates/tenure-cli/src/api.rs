@@ -322,20 +322,28 @@ fn to_json(state: &State<'_>) -> String {
 }
 
 /// The term a view shows, for an event stream: whether this instance
-/// leads in it, and its holder (id, token). Read without handing out time.
-fn term_of(seat: &Seat, view: &View) -> (bool, Option<(String, u64)>) {
+/// leads in it, its holder (id, token), and while leading the election
+/// the term is of (a semaphore's permits count tokens each on their own,
+/// so a token alone does not name a term). Read without handing out time.
+type Shown = (bool, Option<(String, u64)>, Option<String>);
+
+fn term_of(seat: &Seat, view: &View) -> Shown {
     match &view.term {
-        Some(term) if seat.granting(term) => (true, Some((seat.id.clone(), term.token()))),
-        _ => (false, view.holder.clone()),
+        Some(term) if seat.granting(term) => (
+            true,
+            Some((seat.id.clone(), term.token())),
+            Some(term.election().to_string()),
+        ),
+        _ => (false, view.holder.clone(), None),
     }
 }
 
 /// An event stream's state between its frames (see [`events`]).
 struct EventStream {
     seat: Seat,
-    began_in: Option<(bool, Option<(String, u64)>)>,
+    began_in: Option<Shown>,
     /// The term the last event showed.
-    said: Option<(bool, Option<(String, u64)>)>,
+    said: Option<Shown>,
     /// When to repeat the state (while leading).
     refresh: Option<Instant>,
     done: bool,

@@ -19,6 +19,15 @@ pub enum Contest {
 }
 
 impl Contest {
+    /// What `builder` builds: its election, or with `slots` a semaphore of
+    /// that many permits under its name (`--slots N`).
+    pub async fn build(builder: tenure::ElectionBuilder, slots: Option<u32>) -> Result<Contest> {
+        Ok(match slots {
+            Some(slots) => Contest::Slots(builder.semaphore(slots as usize).await?),
+            None => Contest::Election(builder.build().await?),
+        })
+    }
+
     /// The elections a term may be of: the one, or every permit's.
     pub fn elections(&self) -> &[Election] {
         match self {

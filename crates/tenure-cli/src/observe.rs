@@ -61,6 +61,8 @@ struct SemaphoreStatus {
     name: String,
     permits: usize,
     held: usize,
+    /// Permits whose lease could not be read (neither held nor free).
+    unreadable: usize,
 }
 
 /// A node whose elections could not be listed, in `status --json`.
@@ -83,19 +85,20 @@ pub async fn status(args: StatusArgs) -> Result<i32, Failure> {
     let store = args.redis.connect().await?;
     let (names, unread) = election_names(&args, &store, &semaphores).await?;
     let rows = read_rows(&args, &store, names, &unread).await?;
-    let held = |permits: &[String]| {
-        rows.iter()
-            .filter(|row| row.leader.is_some() && permits.contains(&row.name))
-            .count()
-    };
-    let semaphores: Vec<SemaphoreStatus> = semaphores
-        .iter()
-        .map(|(name, permits)| SemaphoreStatus {
+    // The rows are the permits' elections, semaphore after semaphore.
+    let mut rest = rows.as_slice();
+    let mut summaries = Vec::new();
+    for (name, permits) in &semaphores {
+        let (own, later) = rest.split_at(permits.len().min(rest.len()));
+        rest = later;
+        summaries.push(SemaphoreStatus {
             name: name.clone(),
             permits: permits.len(),
-            held: held(permits),
-        })
-        .collect();
+            held: own.iter().filter(|row| row.leader.is_some()).count(),
+            unreadable: own.iter().filter(|row| row.error.is_some()).count(),
+        });
+    }
+    let semaphores = summaries;
     print_status(&args, &rows, &unread, &semaphores);
     let mut unreadable = 0;
     for row in &rows {
@@ -121,8 +124,14 @@ fn semaphores(args: &StatusArgs) -> Vec<(String, Vec<String>)> {
     let Some(slots) = args.slots else {
         return Vec::new();
     };
-    args.names
-        .iter()
+    let mut names: Vec<&String> = Vec::new();
+    for name in &args.names {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
         .map(|name| {
             let permits = (0..slots as usize)
                 .map(|index| tenure::Semaphore::permit_election(name, index))
@@ -221,8 +230,12 @@ fn print_status(
     } else if !semaphores.is_empty() {
         let mut text = table(rows);
         for semaphore in semaphores {
+            let unreadable = match semaphore.unreadable {
+                0 => String::new(),
+                n => format!(" ({n} unreadable)"),
+            };
             text.push_str(&format!(
-                "{}: {} of {} permits held\n",
+                "{}: {} of {} permits held{unreadable}\n",
                 semaphore.name, semaphore.held, semaphore.permits
             ));
         }

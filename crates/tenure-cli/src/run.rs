@@ -597,11 +597,7 @@ async fn build_contest(args: &RunArgs) -> Result<Contest, Failure> {
         .open(args.redis.store())
         .prefix(&args.redis.prefix)
         .allow_eviction(args.redis.allow_eviction);
-    let builder = args.term.apply(builder);
-    Ok(match args.slots {
-        Some(slots) => Contest::Slots(builder.semaphore(slots as usize).await?),
-        None => Contest::Election(builder.build().await?),
-    })
+    Ok(Contest::build(args.term.apply(builder), args.slots).await?)
 }
 
 /// How long before the deadline CMD's stop must begin when renewals fail:

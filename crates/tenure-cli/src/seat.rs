@@ -90,19 +90,29 @@ pub struct Seat {
 /// ends before the lease can pass to anyone else.)
 #[derive(Debug, Default)]
 pub struct Grants {
-    /// The term these grants are for.
-    token: Option<u64>,
+    /// The term these grants are for: (its election, its token). A
+    /// semaphore's permits count tokens each on their own.
+    term: Option<(String, u64)>,
     /// No more grants: the term is being given up.
     closed: bool,
     /// The latest deadline handed out.
     until: Option<Instant>,
 }
 
+impl Grants {
+    /// Whether these grants are for `term`.
+    fn for_term(&self, term: &Leadership) -> bool {
+        self.term
+            .as_ref()
+            .is_some_and(|(election, token)| election == term.election() && *token == term.token())
+    }
+}
+
 impl Seat {
     /// Whether answers may hand out time in `term` now (no I/O, no grant).
     pub fn granting(&self, term: &Leadership) -> bool {
         let grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
-        !grants.closed && grants.token == Some(term.token()) && term.is_leader()
+        !grants.closed && grants.for_term(term) && term.is_leader()
     }
 
     /// The time this instance may still act in `term`, as an answer hands
@@ -111,7 +121,7 @@ impl Seat {
     /// millisecond and recorded as handed out.
     pub fn grant(&self, term: &Leadership) -> Duration {
         let mut grants = self.grants.lock().unwrap_or_else(|p| p.into_inner());
-        if grants.closed || grants.token != Some(term.token()) || !term.is_leader() {
+        if grants.closed || !grants.for_term(term) || !term.is_leader() {
             return Duration::ZERO;
         }
         let left = term.remaining().min(self.max_deadline);
@@ -124,10 +134,10 @@ impl Seat {
     }
 }
 
-/// Begin granting for the term `token`.
-fn open_grants(grants: &Mutex<Grants>, token: u64) {
+/// Begin granting for `term`.
+fn open_grants(grants: &Mutex<Grants>, term: &Leadership) {
     *grants.lock().unwrap_or_else(|p| p.into_inner()) = Grants {
-        token: Some(token),
+        term: Some((term.election().to_string(), term.token())),
         closed: false,
         until: None,
     };
@@ -313,7 +323,7 @@ async fn lead(
     shutdown: &CancellationToken,
 ) -> Option<Rejoin> {
     let token = term.token();
-    open_grants(grants, token);
+    open_grants(grants, term);
     tracing::info!(election = %name, token, permit = %term.election(), "leading");
     publish.send_modify(|view| {
         view.term = Some(term.clone());

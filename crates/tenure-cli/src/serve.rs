@@ -234,9 +234,5 @@ async fn build_contest(
         .prefix(&args.redis.prefix)
         .allow_eviction(args.redis.allow_eviction);
     // One id for every election of this process (given or made here).
-    let builder = args.term.apply(builder).id(id);
-    Ok(match args.slots {
-        None => Contest::Election(builder.build().await?),
-        Some(permits) => Contest::Slots(builder.semaphore(permits as usize).await?),
-    })
+    Contest::build(args.term.apply(builder).id(id), args.slots).await
 }

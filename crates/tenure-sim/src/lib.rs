@@ -117,16 +117,22 @@ pub enum Bug {
     /// A lease that vanished without its holder's release (deleted by
     /// hand, evicted) lets the next candidate in at once: no witness.
     IgnoreWitness,
+    /// One of the semaphore's instances is given one permit more than the
+    /// others (the documented misuse of a group with two numbers): each
+    /// permit still has one holder, but more than the semaphore's permits
+    /// are held at once.
+    UnevenPermits,
 }
 
 impl Bug {
     /// Every bug.
-    pub const ALL: [Bug; 5] = [
+    pub const ALL: [Bug; 6] = [
         Bug::AdoptEarlierLease,
         Bug::ResignByName,
         Bug::LateRenewalMovesDeadline,
         Bug::HoldOffOwnTtl,
         Bug::IgnoreWitness,
+        Bug::UnevenPermits,
     ];
 
     /// Its name, as `BUG=` takes it.
@@ -137,6 +143,7 @@ impl Bug {
             Bug::LateRenewalMovesDeadline => "late-renewal-moves-deadline",
             Bug::HoldOffOwnTtl => "hold-off-own-ttl",
             Bug::IgnoreWitness => "ignore-witness",
+            Bug::UnevenPermits => "uneven-permits",
         }
     }
 
@@ -777,7 +784,9 @@ impl Sim {
                 .unsafe_adopt_earlier_lease(bug == Some(Bug::AdoptEarlierLease))
                 .unsafe_hold_off_own_ttl(bug == Some(Bug::HoldOffOwnTtl))
                 .unsafe_late_renewal_moves_deadline(bug == Some(Bug::LateRenewalMovesDeadline))
-                .semaphore(self.config.permits)
+                .semaphore(
+                    self.config.permits + usize::from(k == 0 && bug == Some(Bug::UnevenPermits)),
+                )
                 .await
                 .expect("a memory semaphore builds");
             self.note(|| {

@@ -124,8 +124,8 @@ pub(crate) fn semaphore_permits(name: &str, permits: usize) {
     let _ = (name, permits);
 }
 
-/// This process holds one more permit of semaphore `name` (`change` 1) or
-/// one fewer (-1).
+/// This process holds one more permit of semaphore `name` (`change` 1),
+/// one fewer (-1), or as many (0: the series is made).
 pub(crate) fn semaphore_held(name: &str, change: i8) {
     #[cfg(feature = "metrics")]
     record::semaphore_held(name, change);
@@ -133,8 +133,8 @@ pub(crate) fn semaphore_held(name: &str, change: i8) {
     let _ = (name, change);
 }
 
-/// One more (`change` 1) or one fewer (-1) call of this process waits for
-/// a permit of semaphore `name`.
+/// One more (`change` 1), one fewer (-1) or as many (0) calls of this
+/// process wait for a permit of semaphore `name`.
 pub(crate) fn semaphore_waiting(name: &str, change: i8) {
     #[cfg(feature = "metrics")]
     record::semaphore_waiting(name, change);

@@ -24,8 +24,6 @@
 //! A waiter follows each permit on its own (N campaigns); for hundreds
 //! of slots of work, partition sets ([`crate::PartitionSet`]) cost less.
 
-use std::sync::Arc;
-
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use crate::{metrics, Election, Error, LeaderInfo, Leadership, Result};
@@ -62,20 +60,29 @@ pub struct Semaphore {
 impl Semaphore {
     pub(crate) fn new(name: String, permits: Vec<Election>) -> Semaphore {
         metrics::semaphore_permits(&name, permits.len());
+        // Both series exist from the start, at 0: a group where nobody ever
+        // won a permit still shows (and alerts on) its waiters.
+        metrics::semaphore_held(&name, 0);
+        metrics::semaphore_waiting(&name, 0);
         Semaphore { name, permits }
     }
 
     /// Count `term`, a permit just won, as held until it ends.
     fn count_held(&self, term: &Leadership) {
-        metrics::semaphore_held(&self.name, 1);
-        // Only the term's shared state: a clone of the handle would keep
-        // the lease.
-        let shared = Arc::clone(term.shared());
-        let name = self.name.clone();
-        tokio::spawn(async move {
-            shared.lost().await;
-            metrics::semaphore_held(&name, -1);
-        });
+        #[cfg(feature = "metrics")]
+        {
+            metrics::semaphore_held(&self.name, 1);
+            // Only the term's shared state: a clone of the handle would
+            // keep the lease.
+            let shared = std::sync::Arc::clone(term.shared());
+            let name = self.name.clone();
+            tokio::spawn(async move {
+                shared.lost().await;
+                metrics::semaphore_held(&name, -1);
+            });
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = term;
     }
 
     /// The semaphore's name.

@@ -234,7 +234,28 @@ fn status_and_watch_show_every_permit() {
     assert_eq!(shown, expected);
     assert_eq!(
         status["semaphores"],
-        serde_json::json!([{ "name": "exports", "permits": 3, "held": 2 }])
+        serde_json::json!([{ "name": "exports", "permits": 3, "held": 2, "unreadable": 0 }])
+    );
+    // A name given twice is shown once.
+    let out = tenure_output(&[
+        "status",
+        "exports",
+        "exports",
+        "--slots",
+        "2",
+        "--json",
+        "--store",
+        &server.url(),
+    ]);
+    let twice: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(
+        twice["elections"].as_array().map(Vec::len),
+        Some(2),
+        "{twice}"
+    );
+    assert_eq!(
+        twice["semaphores"],
+        serde_json::json!([{ "name": "exports", "permits": 2, "held": 2, "unreadable": 0 }])
     );
     let out = tenure_output(&[
         "status",
