@@ -575,6 +575,76 @@ mod tests {
         shutdown.cancel();
     }
 
+    /// A semaphore's permits count tokens each on their own: a term of
+    /// another permit with the same token is not the seat's term. (Were it
+    /// taken for it, a stream begun in the first permit's term would not
+    /// end when the seat moved to the second, and time could be handed out
+    /// in it.)
+    #[tokio::test(start_paused = true)]
+    async fn a_permits_term_is_named_by_its_election_not_only_its_token() {
+        let semaphore = |store: &tenure::MemoryStore, id: &'static str| {
+            tenure::Election::builder("jobs")
+                .memory(store)
+                .id(id)
+                .ttl(Duration::from_secs(3))
+                .semaphore(2)
+        };
+        let exports = semaphore(&tenure::MemoryStore::new(), "me")
+            .await
+            .expect("valid settings");
+        let shutdown = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let open: crate::seat::Open = Arc::new(move || {
+            let exports = exports.clone();
+            Box::pin(async move { Ok(crate::contest::Contest::Slots(exports)) })
+        });
+        let seat = Seat::start(
+            "jobs",
+            "me",
+            Duration::from_secs(1),
+            open,
+            &shutdown,
+            &mut tasks,
+        );
+        let mut views = seat.view.clone();
+        views
+            .wait_for(|view| view.term.is_some())
+            .await
+            .expect("the seat holds a permit");
+        let view = seat.view.borrow().clone();
+        let held = view.term.clone().expect("a term");
+        // A term of the other permit with the same token (here from
+        // another store: the seat's own may have counted that permit on).
+        let elsewhere = semaphore(&tenure::MemoryStore::new(), "me")
+            .await
+            .expect("valid settings");
+        let other = elsewhere
+            .elections()
+            .iter()
+            .find(|permit| permit.name() != held.election())
+            .expect("two permits")
+            .campaign()
+            .await
+            .expect("the other permit");
+        assert_eq!(other.token(), held.token());
+        assert_ne!(other.election(), held.election());
+        assert!(seat.granting(&held));
+        assert!(
+            !seat.granting(&other),
+            "no time handed out in another permit's term"
+        );
+        let moved = View {
+            term: Some(other),
+            ..view.clone()
+        };
+        assert_ne!(
+            term_of(&seat, &view),
+            term_of(&seat, &moved),
+            "a stream sees the seat move to another permit"
+        );
+        shutdown.cancel();
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_resign_waits_until_the_deadline_handed_out_has_passed() {
         let store = tenure::MemoryStore::new();
