@@ -78,3 +78,12 @@ fn what_etcd_cannot_do_is_refused_in_one_line() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }
+
+#[test]
+fn five_instances_with_three_slots_run_three_commands() {
+    let cluster = cluster();
+    crate::slots::five_instances_with_three_slots_run_three_commands_on(
+        &cluster.url(),
+        "etcd-slots",
+    );
+}

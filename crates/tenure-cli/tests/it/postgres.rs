@@ -95,3 +95,9 @@ fn the_schema_an_owner_runs_lets_a_least_privilege_role_lead() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+#[test]
+fn five_instances_with_three_slots_run_three_commands() {
+    let pg = server();
+    crate::slots::five_instances_with_three_slots_run_three_commands_on(&pg.url(), "pg-slots");
+}

@@ -27,17 +27,22 @@ fn last_term(scratch: &Scratch, id: &str) -> (String, u64) {
     (permit.to_string(), token.trim().parse().unwrap_or(0))
 }
 
-/// Five instances, three slots: three commands run, each under its own
-/// permit, while two instances wait; a SIGTERM hands a permit to a waiter,
-/// and a kill -9 frees one only once the killed holder's command is gone.
 #[test]
 fn five_instances_with_three_slots_run_three_commands() {
     let server = redis();
-    let scratch = Scratch::new("slots");
+    five_instances_with_three_slots_run_three_commands_on(&server.url(), "slots");
+}
+
+/// Five instances, three slots, on the store at `url`: three commands run,
+/// each under its own permit, while two instances wait; a SIGTERM hands a
+/// permit to a waiter, and a kill -9 frees one only once the killed
+/// holder's command is gone. (Every store's module runs it.)
+pub fn five_instances_with_three_slots_run_three_commands_on(url: &str, scratch: &str) {
+    let scratch = Scratch::new(scratch);
     let extra = ["--slots", "3", "--ttl", "2s"];
     let mut instances: Vec<Instance> = IDS
         .iter()
-        .map(|id| Instance::start(&server.url(), "exports", id, &extra, SLOT_JOB, &scratch))
+        .map(|id| Instance::start(url, "exports", id, &extra, SLOT_JOB, &scratch))
         .collect();
     eventually("three commands run", || running(&scratch).len() == 3);
     // Past a ttl, still three: the two others wait.

@@ -122,3 +122,12 @@ fn the_demo_runs_on_a_temporary_sqlite_file_with_no_server() {
         .expect("the demo names its file");
     assert!(!dir.exists(), "{} was left behind", dir.display());
 }
+
+#[test]
+fn five_instances_with_three_slots_run_three_commands() {
+    let scratch = Scratch::new("sqlite-db-slots");
+    crate::slots::five_instances_with_three_slots_run_three_commands_on(
+        &db(&scratch),
+        "sqlite-slots",
+    );
+}

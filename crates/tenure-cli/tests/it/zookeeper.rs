@@ -64,3 +64,12 @@ fn a_ttl_the_ensemble_cannot_keep_is_refused_in_one_line() {
     let last = stderr.lines().last().unwrap_or_default();
     assert!(last.contains("maxSessionTimeout"), "{stderr}");
 }
+
+#[test]
+fn five_instances_with_three_slots_run_three_commands() {
+    let ensemble = ensemble();
+    crate::slots::five_instances_with_three_slots_run_three_commands_on(
+        &ensemble.url(),
+        "zk-slots",
+    );
+}
