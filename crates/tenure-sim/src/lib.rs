@@ -727,9 +727,31 @@ impl Sim {
         *lock(&self.shared).stats.faults.entry(kind).or_default() += 1;
     }
 
+    /// The builder of an instance `id` of `name` on `view`: its ttl, the
+    /// largest ttl of any instance, its retry jitter's seed, and the bug
+    /// switched back on, if any.
+    fn builder(
+        &self,
+        name: &str,
+        view: &MemoryStore,
+        id: &str,
+        ttl: Duration,
+        jitter: u64,
+    ) -> tenure::ElectionBuilder {
+        let bug = self.config.bug;
+        Election::builder(name)
+            .memory(view)
+            .id(id)
+            .ttl(ttl)
+            .max_ttl(Duration::from_millis(TTLS_MS[2]))
+            .jitter_seed(jitter)
+            .unsafe_adopt_earlier_lease(bug == Some(Bug::AdoptEarlierLease))
+            .unsafe_hold_off_own_ttl(bug == Some(Bug::HoldOffOwnTtl))
+            .unsafe_late_renewal_moves_deadline(bug == Some(Bug::LateRenewalMovesDeadline))
+    }
+
     async fn run(mut self) -> Result<Stats, Box<Violation>> {
         lock(&self.shared).started = Some(Instant::now());
-        let max_ttl = Duration::from_millis(TTLS_MS[2]);
         let runners = self.config.instances + self.config.runners;
         let instances = runners + self.config.cron_runners;
         for i in 0..instances {
@@ -744,16 +766,9 @@ impl Sim {
             };
             let ttl = Duration::from_millis(TTLS_MS[self.rng.random_range(0..TTLS_MS.len())]);
             let view = self.store.view();
-            let bug = self.config.bug;
-            let election = Election::builder(if cron { CRON } else { ELECTION })
-                .memory(&view)
-                .id(&id)
-                .ttl(ttl)
-                .max_ttl(max_ttl)
-                .jitter_seed(self.seed.wrapping_mul(31).wrapping_add(i as u64))
-                .unsafe_adopt_earlier_lease(bug == Some(Bug::AdoptEarlierLease))
-                .unsafe_hold_off_own_ttl(bug == Some(Bug::HoldOffOwnTtl))
-                .unsafe_late_renewal_moves_deadline(bug == Some(Bug::LateRenewalMovesDeadline))
+            let jitter = self.seed.wrapping_mul(31).wrapping_add(i as u64);
+            let election = self
+                .builder(if cron { CRON } else { ELECTION }, &view, &id, ttl, jitter)
                 .build()
                 .await
                 .expect("a memory election builds");
@@ -775,15 +790,9 @@ impl Sim {
             let ttl = Duration::from_millis(TTLS_MS[self.rng.random_range(0..TTLS_MS.len())]);
             let view = self.store.view();
             let bug = self.config.bug;
-            let semaphore = Election::builder(SEMAPHORE)
-                .memory(&view)
-                .id(&id)
-                .ttl(ttl)
-                .max_ttl(max_ttl)
-                .jitter_seed(self.seed.wrapping_mul(37).wrapping_add(k as u64))
-                .unsafe_adopt_earlier_lease(bug == Some(Bug::AdoptEarlierLease))
-                .unsafe_hold_off_own_ttl(bug == Some(Bug::HoldOffOwnTtl))
-                .unsafe_late_renewal_moves_deadline(bug == Some(Bug::LateRenewalMovesDeadline))
+            let jitter = self.seed.wrapping_mul(37).wrapping_add(k as u64);
+            let semaphore = self
+                .builder(SEMAPHORE, &view, &id, ttl, jitter)
                 .semaphore(
                     self.config.permits + usize::from(k == 0 && bug == Some(Bug::UnevenPermits)),
                 )

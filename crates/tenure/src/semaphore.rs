@@ -237,7 +237,10 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`Election::try_campaign`].
     pub async fn try_acquire(&self) -> Result<Option<Leadership>> {
-        let start = rand::random::<u32>() as usize % self.permits.len().max(1);
+        let Some(first) = self.permits.first() else {
+            return Err(Error::internal("a semaphore without permits"));
+        };
+        let start = first.random_index(self.permits.len());
         for offset in 0..self.permits.len() {
             let election = &self.permits[(start + offset) % self.permits.len()];
             if let Some(term) = election.try_campaign().await? {

@@ -21,16 +21,7 @@ fn finds(bug: Bug) {
         bug.name(),
         found.stats.schedules
     );
-    let clean = Config {
-        bug: None,
-        ..config
-    };
-    if let Err(other) = run_schedule(violation.seed, &clean) {
-        panic!(
-            "seed {} fails without the bug too:\n{other}",
-            violation.seed
-        );
-    }
+    runs_clean_without_the_bug(violation.seed, config);
 }
 
 #[test]
@@ -85,14 +76,16 @@ fn finds_three_holders_of_two_permits_when_one_instance_counts_three() {
             .starts_with("3 holders of semaphore sem (2 permits) at once"),
         "{violation}"
     );
+    runs_clean_without_the_bug(violation.seed, config);
+}
+
+/// The seed a bug was found at runs clean with the bug switched off.
+fn runs_clean_without_the_bug(seed: u64, config: Config) {
     let clean = Config {
         bug: None,
         ..config
     };
-    if let Err(other) = run_schedule(violation.seed, &clean) {
-        panic!(
-            "seed {} fails without the bug too:\n{other}",
-            violation.seed
-        );
+    if let Err(other) = run_schedule(seed, &clean) {
+        panic!("seed {seed} fails without the bug too:\n{other}");
     }
 }

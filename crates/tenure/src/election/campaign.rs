@@ -215,6 +215,19 @@ impl Election {
         Duration::from_micros(us)
     }
 
+    /// A random index below `len` (`len` > 0), from the jitter's RNG when
+    /// it is seeded, so that a seeded schedule replays.
+    pub(crate) fn random_index(&self, len: usize) -> usize {
+        let len = len.max(1);
+        match &self.inner.jitter {
+            Some(rng) => rng
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .random_range(0..len),
+            None => rand::rng().random_range(0..len),
+        }
+    }
+
     /// Start the term that an acquire won, with a keeper of its own.
     pub(super) fn start_term(&self, state: LeaderState) -> Leadership {
         let (commands_tx, commands_rx) = mpsc::channel(8);
