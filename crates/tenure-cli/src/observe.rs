@@ -18,6 +18,7 @@ use tenure::{Election, LeaderInfo};
 
 use crate::cli::{StatusArgs, WatchArgs};
 use crate::complain;
+use crate::contest::Contest;
 use crate::exit::{self, Failure};
 
 /// One election in `status --json`. Field names are a stable contract.
@@ -316,19 +317,13 @@ pub async fn watch(args: WatchArgs) -> Result<i32, Failure> {
         .open(args.redis.store())
         .prefix(&args.redis.prefix)
         .allow_eviction(true);
-    let elections = match args.slots {
-        None => vec![builder.build().await?],
-        Some(slots) => builder
-            .semaphore(slots as usize)
-            .await?
-            .elections()
-            .to_vec(),
-    };
+    let contest = Contest::build(builder, args.slots).await?;
     // Every election's changes (a semaphore's permits), each with its name.
-    let mut changes = futures_util::stream::select_all(elections.iter().map(|election| {
-        let name = election.name().to_string();
-        Box::pin(election.watch().map(move |change| (name.clone(), change)))
-    }));
+    let mut changes =
+        futures_util::stream::select_all(contest.elections().iter().map(|election| {
+            let name = election.name().to_string();
+            Box::pin(election.watch().map(move |change| (name.clone(), change)))
+        }));
     let mut interrupted = Box::pin(tenure::shutdown_signal());
     let mut reader_gone = Box::pin(crate::output::stdout_closed());
     loop {

@@ -32,11 +32,6 @@ use crate::{metrics, Election, Error, LeaderInfo, Leadership, Result};
 /// one of them.
 pub const MAX_PERMITS: usize = 1_000;
 
-/// The election name of permit `index` of semaphore `name`.
-pub(crate) fn permit_name(name: &str, index: usize) -> String {
-    format!("{name}/permit-{index}")
-}
-
 /// N permits, each held by at most one instance at a time; made by
 /// [`crate::ElectionBuilder::semaphore`]. Cheap to clone.
 ///
@@ -119,7 +114,7 @@ impl Semaphore {
     /// assert_eq!(tenure::Semaphore::permit_election("exports", 2), "exports/permit-2");
     /// ```
     pub fn permit_election(name: &str, index: usize) -> String {
-        permit_name(name, index)
+        format!("{name}/permit-{index}")
     }
 
     /// The election of each permit, in order (`NAME/permit-0` first): to

@@ -472,7 +472,7 @@ impl ElectionBuilder {
             )));
         }
         let names: Vec<String> = (0..permits)
-            .map(|index| crate::semaphore::permit_name(&self.name, index))
+            .map(|index| crate::Semaphore::permit_election(&self.name, index))
             .collect();
         for name in &names {
             validate_name("permit's election name", name)?;
