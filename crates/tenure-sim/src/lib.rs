@@ -30,9 +30,11 @@
 //! - a resign from a stale handle leaves the instance's later term alone;
 //! - a calendar schedule's slot ([`Config::cron_runners`] instances run
 //!   `Runner::cron`, one slot a second, in an election of their own) runs
-//!   only in a term that leads, and never twice, unless the store lost the
-//!   first run's claim (a wipe, or a rollback to before it: a store without
-//!   consensus forgets what it forgets);
+//!   only in a term that leads, with a claim the store has (unless the
+//!   store lost data in that term), and never twice, unless the store lost
+//!   the first run's claim (a wipe, or a rollback to before it: a store
+//!   without consensus forgets what it forgets; a claim made just before a
+//!   rollback can be lost before its late reply arrives);
 //! - liveness: once every fault has stopped, some instance leads the
 //!   election, every partition is led, and as many permits are held as
 //!   there are holders (up to the permits), within a bound (see
@@ -46,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod resource;
+mod slots;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -65,6 +68,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 pub use resource::Resource;
+pub use slots::{SlotLedger, SlotRun};
 
 /// The name of the simulated election.
 const ELECTION: &str = "sim";
@@ -457,6 +461,8 @@ struct Tracked {
     handle: Leadership,
     /// `lost()` has fired for it (its `lost_reason()` was seen set).
     lost_seen: bool,
+    /// When it began (its campaign returned), in ms.
+    began_ms: u64,
 }
 
 /// What the simulation's tasks share with the driver.
@@ -474,12 +480,8 @@ struct Shared {
     stats: Stats,
     /// The semaphore's permits ([`Config::permits`]).
     permits: usize,
-    /// Each slot's runs: (owner, token, when in ms).
-    slots: BTreeMap<u64, Vec<(String, u64, u64)>>,
-    /// When the store lost data, and the claims it lost: those made at or
-    /// after the second figure (0 for a wipe, the snapshot's time for a
-    /// rollback), in ms.
-    losses: Vec<(u64, u64)>,
+    /// The cron runners' runs, and the store's losses.
+    slots: SlotLedger,
 }
 
 type SharedRef = Arc<Mutex<Shared>>;
@@ -537,13 +539,18 @@ impl Shared {
             token,
             handle,
             lost_seen: false,
+            began_ms: self.now_ms(),
         });
     }
 
     /// `owner`'s cron runner runs the slot at `slot_ms` (ms since the
     /// Unix epoch) in `term`: it must lead, and the slot must not have run
-    /// before unless the store lost that run's claim since.
-    fn slot_runs(&mut self, owner: &str, term: &Leadership, slot_ms: u64) {
+    /// before unless the store lost that run's claim since. `kept`: the
+    /// store still has this slot's claim (or a later one) as the run
+    /// starts. A claim can be lost after the store made it and before its
+    /// reply arrives (a late reply across a rollback): then the loss came
+    /// in this term, and this run's claim counts as lost from the start.
+    fn slot_runs(&mut self, owner: &str, term: &Leadership, slot_ms: u64, kept: bool) {
         let (now, token) = (self.now_ms(), term.token());
         self.note(|| format!("{owner} runs slot {slot_ms} in term {token}"));
         *self.stats.actions.entry("cron slot runs").or_default() += 1;
@@ -552,23 +559,21 @@ impl Shared {
                 "{owner} runs slot {slot_ms} in term {token} of {CRON}, which no longer leads"
             ));
         }
-        let earlier = self.slots.get(&slot_ms).and_then(|runs| {
-            runs.iter().find(|(_, _, at)| {
-                !self
-                    .losses
-                    .iter()
-                    .any(|(when, since)| *when >= *at && *at >= *since)
-            })
-        });
-        if let Some((by, by_token, at)) = earlier.cloned() {
-            self.violate(format!(
-                "slot {slot_ms} runs twice: {by} (token {by_token}) at {at} ms, {owner} (token {token}), with no data lost in between"
-            ));
+        let term_began = self
+            .terms
+            .iter()
+            .rev()
+            .find(|t| t.election == CRON && t.token == token)
+            .map_or(0, |t| t.began_ms);
+        let run = SlotRun {
+            owner,
+            token,
+            term_began,
+            kept,
+        };
+        if let Err(violation) = self.slots.run(slot_ms, run, now) {
+            self.violate(violation);
         }
-        self.slots
-            .entry(slot_ms)
-            .or_default()
-            .push((owner.to_string(), token, now));
     }
 
     /// Check the instant's invariants.
@@ -981,7 +986,7 @@ impl Sim {
             self.store.wipe();
             let mut shared = lock(&self.shared);
             let now = shared.now_ms();
-            shared.losses.push((now, 0));
+            shared.slots.lost(now, 0);
             drop(shared);
             self.count_fault("store data loss (wipe)");
             self.note(|| "store: wiped".into());
@@ -992,7 +997,7 @@ impl Sim {
                 self.store.restore(snapshot);
                 let mut shared = lock(&self.shared);
                 let now = shared.now_ms();
-                shared.losses.push((now, *taken));
+                shared.slots.lost(now, *taken);
                 drop(shared);
                 self.count_fault("store rollback (restore)");
                 self.note(|| "store: rolled back to an earlier snapshot".into());
@@ -1551,6 +1556,7 @@ impl Sim {
         let (id, election) = (instance.id.clone(), instance.election.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let shared = self.shared.clone();
+        let store = self.store.clone();
         // Every cron runner reads the same calendar: the sim's start is
         // CRON_EPOCH_S.
         let since_start = lock(&self.shared)
@@ -1572,7 +1578,8 @@ impl Sim {
                     let slot_ms = slot
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_millis() as u64);
-                    lock(&shared).slot_runs(&id, &term, slot_ms);
+                    let kept = store.last_slot(CRON).is_some_and(|last| last >= slot);
+                    lock(&shared).slot_runs(&id, &term, slot_ms, kept);
                     // Runs of 0 to 1.2 s: some overrun the next slots.
                     let took = Duration::from_millis((slot_ms / 1000 % 4) * 400);
                     async move {

@@ -4,3 +4,4 @@
 
 mod failing_modes;
 mod simulation;
+mod slots;

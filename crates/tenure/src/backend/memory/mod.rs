@@ -114,6 +114,32 @@ impl MemoryStore {
             .map(|lease| LeaderInfo::from(holder_of(lease, now)))
     }
 
+    /// The last scheduled slot claimed in an election
+    /// ([`Leadership::claim_slot`](crate::Leadership::claim_slot)), as the
+    /// store keeps it now: what [`Election::last_slot`](crate::Election::last_slot)
+    /// would answer, read without the faults of any view. A test asks it
+    /// whether a claim its code was told of is still there (a
+    /// [`MemoryStore::restore`] or [`MemoryStore::wipe`] may have lost it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
+    /// use std::time::{Duration, SystemTime};
+    /// let store = tenure::MemoryStore::new();
+    /// let election = tenure::Election::builder("report").memory(&store).build().await?;
+    /// let before = store.snapshot();
+    /// let term = election.campaign().await?;
+    /// let slot = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_263_200);
+    /// assert!(term.claim_slot(slot, Duration::from_secs(3600)).await?);
+    /// assert_eq!(store.last_slot("report"), Some(slot));
+    /// store.restore(&before); // the store rolls back: the claim is lost
+    /// assert_eq!(store.last_slot("report"), None);
+    /// # Ok(()) }
+    /// ```
+    pub fn last_slot(&self, election: &str) -> Option<std::time::SystemTime> {
+        let slot = self.lock().last_slot(election, Instant::now())?;
+        crate::runner::slot_time(slot)
+    }
+
     /// Names of the elections with a live lease, sorted (the memory store
     /// has no prefixes).
     pub(crate) fn elections(&self) -> Vec<String> {

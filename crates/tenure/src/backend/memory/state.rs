@@ -229,6 +229,14 @@ impl StoreState {
         }
     }
 
+    /// The last slot claimed in `election` and still kept at `now`.
+    pub(super) fn last_slot(&self, election: &str, now: Instant) -> Option<u64> {
+        self.runs
+            .get(election)
+            .filter(|run| run.expires > now)
+            .and_then(|run| run.slot)
+    }
+
     /// As `record_run.lua`: only the term holding the lease records, never
     /// over a newer term's record, and a slot only after the one recorded.
     fn record_run(
