@@ -112,29 +112,73 @@ impl EtcdStore {
                     Some(PutOptions::new().with_lease(lease)),
                 ),
             ]);
-        let revoke = |lease: i64| async move {
-            let revoked = self
-                .call(|mut c| async move { c.lease_revoke(lease).await })
-                .await;
-            if let Err(err) = revoked {
-                tracing::debug!(lease, error = %err, "cannot revoke a last-run marker's lease; it runs out by itself");
+        let previous_lease = previous.as_ref().map_or(0, KeyValue::lease);
+        match self.txn(txn).await {
+            Ok(txn) if txn.succeeded() => {
+                if let Some(previous) = first_kv(&txn).filter(|kv| kv.lease() != lease) {
+                    self.revoke_marker_lease(previous.lease()).await;
+                }
+                Ok(true)
             }
-        };
-        let txn = match self.txn(txn).await {
-            Ok(txn) => txn,
+            Ok(_) => {
+                self.settle_refused_claim(&marker, lease, previous_lease)
+                    .await
+            }
+            Err(err) => match self
+                .settle_refused_claim(&marker, lease, previous_lease)
+                .await
+            {
+                Ok(true) => Ok(true),
+                _ => Err(err),
+            },
+        }
+    }
+
+    /// A record's transaction was refused, or its answer lost, yet a copy
+    /// of it may have committed: every call is hedged to a second member,
+    /// and the copy that lost the race is refused by the very marker the
+    /// other wrote (or times out). So the marker is read before `lease`,
+    /// the new marker's, is revoked: revoking it then would delete the
+    /// record just made, and a slot or period would run again with no
+    /// data lost by the store. `Ok(true)`: the record was made (the
+    /// previous marker's lease is revoked as after a success).
+    pub(super) async fn settle_refused_claim(
+        &self,
+        marker: &str,
+        lease: i64,
+        previous_lease: i64,
+    ) -> Result<bool> {
+        let now = match self.get(marker).await {
+            Ok(now) => now,
             Err(err) => {
-                revoke(lease).await;
+                // Unknown: keep the lease (it runs out by itself) rather
+                // than risk deleting a record that was made.
+                tracing::debug!(lease, error = %err, "cannot read the last-run marker after a refused record; its lease is kept");
                 return Err(err);
             }
         };
-        if !txn.succeeded() {
-            revoke(lease).await;
-            return Ok(false);
+        if now.as_ref().is_some_and(|kv| kv.lease() == lease) {
+            if previous_lease != lease {
+                self.revoke_marker_lease(previous_lease).await;
+            }
+            return Ok(true);
         }
-        if let Some(previous) = first_kv(&txn).filter(|kv| kv.lease() != 0 && kv.lease() != lease) {
-            revoke(previous.lease()).await;
+        self.revoke_marker_lease(lease).await;
+        Ok(false)
+    }
+
+    /// Revoke a last-run marker's lease (0: none), logging a failure: the
+    /// lease runs out by itself.
+    async fn revoke_marker_lease(&self, lease: i64) {
+        if lease == 0 {
+            return;
         }
-        Ok(true)
+        let revoked = self
+            .call(|mut c| async move { c.lease_revoke(lease).await })
+            .await;
+        if let Err(err) = revoked {
+            tracing::debug!(lease, error = %err, "cannot revoke a last-run marker's lease; it runs out by itself");
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::*;
 
 mod hedges;
+mod last_run;
 mod other_cluster;
 mod terms;
 mod urls;
