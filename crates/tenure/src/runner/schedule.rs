@@ -9,7 +9,9 @@
 //! CronJobs and Vixie cron users expect: a fixed time that does not exist
 //! (02:30 on the night clocks spring forward) runs at the first instant
 //! after the gap; a fixed time that happens twice (the night they fall
-//! back) runs once, at the first; a schedule of intervals or wildcards
+//! back) runs once, at the first, lists and ranges of fixed times too
+//! (`0 1,13 * * *`: Vixie cron's rule, a minute and an hour field that do
+//! not start with `*`); a schedule of intervals or wildcards
 //! (`*/15 * * * *`) runs on the wall clock's every match, in both folds.
 
 use std::fmt;
@@ -33,6 +35,25 @@ pub(crate) fn slot_ms(slot: SystemTime) -> Option<u64> {
 /// clock cannot hold it: foreign data).
 pub(crate) fn slot_time(ms: u64) -> Option<SystemTime> {
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))
+}
+
+/// How many matches one repeated hour can hold (every second of it): the
+/// most a search steps over in the second fold of a fall-back night.
+const MAX_FOLD_MATCHES: usize = 3600;
+
+/// Whether `expression` names fixed times of day, as Vixie cron decides
+/// which jobs its daylight-saving rules keep from running twice: neither
+/// the minute nor the hour field starts with `*` (`@daily` and the other
+/// nicknames but `@hourly` name fixed times).
+fn fixed_times(expression: &str) -> bool {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    let (minute, hour) = match fields.as_slice() {
+        [nickname] => return !nickname.eq_ignore_ascii_case("@hourly"),
+        [minute, hour, _, _, _] => (minute, hour),
+        [_seconds, minute, hour, _, _, _] => (minute, hour),
+        _ => return false,
+    };
+    !minute.starts_with('*') && !hour.starts_with('*')
 }
 
 /// How far a [`Schedule`] counts missed or overrun slots; past it, a count
@@ -248,16 +269,44 @@ impl Schedule {
     /// # Ok::<(), tenure::Error>(())
     /// ```
     pub fn next_after(&self, time: SystemTime) -> Option<SystemTime> {
-        let zoned = self.zoned(time)?;
-        let next = self.cron.find_next_occurrence(&zoned, false).ok()?;
-        Some(SystemTime::from(next.timestamp()))
+        let mut at = self.zoned(time)?;
+        for _ in 0..=MAX_FOLD_MATCHES {
+            let next = self.cron.find_next_occurrence(&at, false).ok()?;
+            if !self.repeats_a_fixed_time(&next) {
+                return Some(SystemTime::from(next.timestamp()));
+            }
+            at = next;
+        }
+        None
     }
 
     /// The last slot at or before `time`, if any.
     fn last_at_or_before(&self, time: SystemTime) -> Option<SystemTime> {
-        let zoned = self.zoned(time)?;
-        let last = self.cron.find_previous_occurrence(&zoned, true).ok()?;
+        let mut last = self
+            .cron
+            .find_previous_occurrence(&self.zoned(time)?, true)
+            .ok()?;
+        for _ in 0..MAX_FOLD_MATCHES {
+            if !self.repeats_a_fixed_time(&last) {
+                break;
+            }
+            last = self.cron.find_previous_occurrence(&last, false).ok()?;
+        }
         Some(SystemTime::from(last.timestamp()))
+    }
+
+    /// `at` is the second time the wall clock shows its time (the night
+    /// clocks fall back) and the expression names fixed times, as Vixie
+    /// cron counts them: neither its minute nor its hour field starts
+    /// with `*`, lists and ranges included (`0 1,13 * * *`). Such a slot
+    /// ran already, at the first: it is no slot. `croner` skips the second
+    /// fold only when each field holds a single value.
+    fn repeats_a_fixed_time(&self, at: &jiff::Zoned) -> bool {
+        if !fixed_times(&self.expression) {
+            return false;
+        }
+        let first = self.zone.to_ambiguous_zoned(at.datetime()).earlier();
+        first.is_ok_and(|first| first.timestamp() < at.timestamp())
     }
 
     pub(super) fn zoned(&self, time: SystemTime) -> Option<jiff::Zoned> {

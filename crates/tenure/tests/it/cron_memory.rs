@@ -355,6 +355,46 @@ async fn a_fixed_time_in_the_autumn_fold_runs_once_and_an_interval_in_both() {
     assert_eq!(runs.slots(), [at(1_792_888_200), at(1_792_978_200)]);
 }
 
+/// Lists and ranges of fixed times are fixed times too (Vixie cron's
+/// rule): on the night clocks fall back, each runs once, at the first.
+/// `croner` alone counts them as intervals and names the second fold
+/// again: `0 1,13 * * *` in New York ran its 01:00 report twice.
+#[test]
+fn a_list_of_fixed_times_in_the_autumn_fold_runs_each_once() {
+    let zoned = |expression: &str, zone: &str| {
+        Schedule::cron(expression)
+            .expect("an expression")
+            .time_zone(zone)
+            .expect("a zone")
+    };
+    let reports = zoned("0 1,13 * * *", "America/New_York");
+    let one_edt = at(1_793_509_200); // 2026-11-01T05:00Z, 01:00 EDT
+    assert_eq!(
+        reports.next_after(one_edt),
+        Some(at(1_793_556_000)),
+        "13:00 EST (18:00Z), not 01:00 EST again"
+    );
+    let halves = zoned("0,30 2 * * *", "Europe/Berlin");
+    let two_cest = at(1_792_886_400); // 2026-10-25T00:00Z, 02:00 CEST
+    assert_eq!(halves.next_after(two_cest), Some(at(1_792_888_200)));
+    assert_eq!(
+        halves.next_after(at(1_792_888_200)),
+        Some(at(1_792_976_400)),
+        "02:00 CET on the 26th, not 02:00 CET on the 25th"
+    );
+    let slots = halves
+        .slots_between(two_cest - Duration::from_secs(1), at(1_792_976_400 - 1))
+        .expect("slots");
+    assert_eq!(
+        (slots.count, slots.last),
+        (2, at(1_792_888_200)),
+        "02:00 and 02:30 CEST only: {slots:?}"
+    );
+    // Wildcard hours stay intervals: every 02:00 and 02:30 the wall clock shows.
+    let every = zoned("0,30 * * * *", "Europe/Berlin");
+    assert_eq!(every.next_after(at(1_792_888_200)), Some(at(1_792_890_000)));
+}
+
 #[test]
 fn bad_expressions_and_zones_are_one_line_configuration_errors() {
     for (expression, zone) in [
