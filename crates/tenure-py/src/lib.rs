@@ -1,0 +1,390 @@
+//! tenure for Python: the native half of the `tenure` package.
+//!
+//! This module (`tenure._tenure`) is deliberately small and plain: it turns
+//! the Rust library's async calls into [`Op`]s, one value that Python can
+//! either `await` (on asyncio) or `wait()` for (blocking, with the GIL
+//! released). The Pythonic layer, context managers, dataclasses, iterators
+//! and the work that is cancelled when a term is lost, lives in
+//! `python/tenure/__init__.py`, where it is easy to read and to type.
+//!
+//! Why the keeper never waits for Python: every future runs on this
+//! module's own tokio runtime, whose worker threads never take the GIL.
+//! Results cross to Python as plain Rust values, converted by the thread
+//! that awaits them (asyncio's loop through `spawn_blocking`, or the
+//! blocked caller). So a Python thread stuck in a long computation cannot
+//! delay a renewal; it can only act late, which the term's local deadline
+//! (`is_leader()` is a clock check) and its fencing token make harmless.
+
+use std::future::Future;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use pyo3::exceptions::{PyException, PyRuntimeError, PyStopAsyncIteration};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use pyo3::IntoPyObjectExt;
+
+mod election;
+mod work;
+
+/// How long a blocking wait holds the GIL released before it looks for a
+/// signal (Ctrl-C) to raise.
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+
+/// The runtime every election of this process runs on: two worker threads
+/// (renewals are small; more would only compete with Python for the CPU).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    RUNTIME.get_or_init(|| {
+        match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tenure")
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            // Nothing of tenure can run without it; the OS refused a thread
+            // or an epoll instance.
+            Err(err) => panic!("tenure cannot start its runtime: {err}"),
+        }
+    })
+}
+
+pyo3::create_exception!(
+    _tenure,
+    TenureError,
+    PyException,
+    "Every error tenure raises. Its message is one line and never holds a secret."
+);
+pyo3::create_exception!(
+    _tenure,
+    ConfigError,
+    TenureError,
+    "Invalid configuration: a name, a URL, a duration, a schedule."
+);
+pyo3::create_exception!(
+    _tenure,
+    TransientError,
+    TenureError,
+    "A failure that may pass by itself: an unreachable store, a timeout, a store error. Worth retrying."
+);
+pyo3::create_exception!(
+    _tenure,
+    UnreachableError,
+    TransientError,
+    "The store could not be reached."
+);
+pyo3::create_exception!(
+    _tenure,
+    StoreTimeoutError,
+    TransientError,
+    "The store did not answer in time."
+);
+pyo3::create_exception!(
+    _tenure,
+    StoreError,
+    TransientError,
+    "The store answered with an error."
+);
+pyo3::create_exception!(
+    _tenure,
+    InternalError,
+    TransientError,
+    "A bug in tenure; please report it."
+);
+pyo3::create_exception!(
+    _tenure,
+    NotTheStoreError,
+    TenureError,
+    "The server at the URL does not speak the store's protocol."
+);
+pyo3::create_exception!(
+    _tenure,
+    AuthError,
+    TenureError,
+    "The store rejected the credentials."
+);
+pyo3::create_exception!(_tenure, TlsError, TenureError, "TLS to the store failed.");
+pyo3::create_exception!(
+    _tenure,
+    NoPermissionError,
+    TenureError,
+    "The store's user may not run a command tenure needs (an ACL)."
+);
+pyo3::create_exception!(
+    _tenure,
+    UnsafeStoreError,
+    TenureError,
+    "The store is not safe for leases (for example, Redis may evict keys)."
+);
+pyo3::create_exception!(
+    _tenure,
+    ForeignDataError,
+    TenureError,
+    "A key holds data tenure did not write; tenure never touches it."
+);
+pyo3::create_exception!(
+    _tenure,
+    NotLeaderError,
+    TenureError,
+    "The term is over: this instance may no longer act as leader."
+);
+
+/// The exception class of each of the library's error kinds, with the
+/// library's own one-line message (URLs in it are already redacted).
+pub(crate) fn py_err(err: tenure::Error) -> PyErr {
+    let message = err.to_string();
+    match err {
+        tenure::Error::Config(_) => ConfigError::new_err(message),
+        tenure::Error::Unreachable { .. } => UnreachableError::new_err(message),
+        tenure::Error::NotTheStore { .. } => NotTheStoreError::new_err(message),
+        tenure::Error::Auth { .. } => AuthError::new_err(message),
+        tenure::Error::Tls { .. } => TlsError::new_err(message),
+        tenure::Error::NoPermission { .. } => NoPermissionError::new_err(message),
+        tenure::Error::Unsafe { .. } => UnsafeStoreError::new_err(message),
+        tenure::Error::ForeignData { .. } => ForeignDataError::new_err(message),
+        tenure::Error::Timeout(_) => StoreTimeoutError::new_err(message),
+        tenure::Error::Internal(_) => InternalError::new_err(message),
+        tenure::Error::NotLeader(_) => NotLeaderError::new_err(message),
+        other if other.is_transient() => StoreError::new_err(message),
+        _ => TenureError::new_err(message),
+    }
+}
+
+/// A duration given in seconds by Python: finite and not negative.
+pub(crate) fn seconds(what: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        ConfigError::new_err(format!(
+            "invalid configuration: {what} must be a finite, non-negative number of seconds (got {value})"
+        ))
+    })
+}
+
+/// What an [`Op`] ends with, as Rust values: Python objects are made only
+/// by the thread that receives them, never on the runtime's workers.
+pub(crate) enum Out {
+    None,
+    Bool(bool),
+    Float(f64),
+    Leader(Option<election::Leader>),
+    Leaders(Vec<Option<election::Leader>>),
+    Reason(election::Reason),
+    Term(election::Term),
+    OptTerm(Option<election::Term>),
+    Written(bool, Option<u64>),
+    Fenced(Option<(u64, Vec<u8>)>),
+    Job(Option<work::Job>),
+    Names(Vec<String>),
+}
+
+impl<'py> IntoPyObject<'py> for Out {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Out::None => Ok(py.None().into_bound(py)),
+            Out::Bool(value) => value.into_bound_py_any(py),
+            Out::Float(value) => value.into_bound_py_any(py),
+            Out::Leader(leader) => leader.into_bound_py_any(py),
+            Out::Leaders(leaders) => leaders.into_bound_py_any(py),
+            Out::Reason(reason) => reason.into_bound_py_any(py),
+            Out::Term(term) => term.into_bound_py_any(py),
+            Out::OptTerm(term) => term.into_bound_py_any(py),
+            Out::Written(accepted, highest) => (accepted, highest).into_bound_py_any(py),
+            Out::Fenced(None) => Ok(py.None().into_bound(py)),
+            Out::Fenced(Some((token, value))) => {
+                (token, PyBytes::new(py, &value)).into_bound_py_any(py)
+            }
+            Out::Job(job) => job.into_bound_py_any(py),
+            Out::Names(names) => names.into_bound_py_any(py),
+        }
+    }
+}
+
+type OpFuture = BoxFuture<'static, PyResult<Out>>;
+
+/// One call into the library, not started yet: `await op` runs it on the
+/// runtime for asyncio (cancelling the task drops the call, as dropping a
+/// Rust future does), `op.wait(timeout)` runs it while the calling thread
+/// waits with the GIL released. Either can happen once.
+#[pyclass(module = "tenure._tenure", frozen)]
+pub struct Op {
+    future: Mutex<Option<OpFuture>>,
+}
+
+impl Op {
+    pub(crate) fn new(future: impl Future<Output = PyResult<Out>> + Send + 'static) -> Op {
+        Op {
+            future: Mutex::new(Some(future.boxed())),
+        }
+    }
+
+    fn take(&self) -> PyResult<OpFuture> {
+        self.future
+            .lock()
+            .ok()
+            .and_then(|mut slot| slot.take())
+            .ok_or_else(|| PyRuntimeError::new_err("this call was awaited or waited for already"))
+    }
+}
+
+#[pymethods]
+impl Op {
+    fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let future = self.take()?;
+        let awaitable = pyo3_async_runtimes::tokio::future_into_py(py, future)?;
+        awaitable.call_method0("__await__")
+    }
+
+    /// Run the call to its end, or until `timeout` seconds have passed
+    /// (then the call is dropped, and `TimeoutError` raised). Ctrl-C
+    /// interrupts it.
+    #[pyo3(signature = (timeout=None))]
+    fn wait<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
+        let limit = timeout.map(|t| seconds("timeout", t)).transpose()?;
+        let future = self.take()?;
+        block_on(py, future, limit)?
+            .ok_or_else(|| {
+                pyo3::exceptions::PyTimeoutError::new_err(format!(
+                    "the call did not end within {}s",
+                    timeout.unwrap_or_default()
+                ))
+            })?
+            .into_pyobject(py)
+    }
+}
+
+/// Drive `future` on the runtime from a Python thread, with the GIL
+/// released, looking for signals every [`SIGNAL_CHECK`]. `None` if `limit`
+/// passed first; the future is dropped then, or when a signal raises.
+fn block_on<T: Send>(
+    py: Python<'_>,
+    future: impl Future<Output = PyResult<T>> + Send,
+    limit: Option<Duration>,
+) -> PyResult<Option<T>> {
+    let started = std::time::Instant::now();
+    let mut future = std::pin::pin!(future);
+    loop {
+        let slice = match limit {
+            Some(limit) => {
+                let left = limit.saturating_sub(started.elapsed());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                left.min(SIGNAL_CHECK)
+            }
+            None => SIGNAL_CHECK,
+        };
+        let step = py.detach(|| {
+            runtime().block_on(async { tokio::time::timeout(slice, future.as_mut()).await })
+        });
+        match step {
+            Ok(result) => return result.map(Some),
+            Err(_elapsed) => py.check_signals()?,
+        }
+    }
+}
+
+/// A value whose drop may touch the runtime (a connection's task, a
+/// term's release): it is dropped inside the runtime's context, whichever
+/// Python thread lets it go.
+pub(crate) struct InRuntime<T>(pub Option<T>);
+
+impl<T> InRuntime<T> {
+    pub(crate) fn new(value: T) -> Self {
+        InRuntime(Some(value))
+    }
+}
+
+impl<T> std::ops::Deref for InRuntime<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match &self.0 {
+            Some(value) => value,
+            None => unreachable!("taken only by drop"),
+        }
+    }
+}
+
+impl<T> Drop for InRuntime<T> {
+    fn drop(&mut self) {
+        let _context = runtime().enter();
+        drop(self.0.take());
+    }
+}
+
+/// The next item of a stream, as an [`Op`]; `StopAsyncIteration` at its
+/// end (the blocking iterator turns that into `StopIteration`).
+pub(crate) fn stop_iteration() -> PyErr {
+    PyStopAsyncIteration::new_err(())
+}
+
+/// A fresh instance id: this host's name, a dash, and 128 random bits.
+#[pyfunction]
+fn instance_id() -> String {
+    tenure::instance_id()
+}
+
+/// Check an election name and a key prefix as every election checks them.
+#[pyfunction]
+#[pyo3(signature = (name, prefix=tenure::DEFAULT_PREFIX))]
+fn validate_name(name: &str, prefix: &str) -> PyResult<()> {
+    tenure::validate_name(prefix, name).map_err(py_err)
+}
+
+/// Hide a URL's password, as every message of tenure does.
+#[pyfunction]
+fn redact_url(url: &str) -> String {
+    tenure::redact_url(url)
+}
+
+#[pymodule]
+fn _tenure(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    // asyncio awaits run on the same runtime as blocking waits.
+    let _ = pyo3_async_runtimes::tokio::init_with_runtime(runtime());
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DEFAULT_PREFIX", tenure::DEFAULT_PREFIX)?;
+    m.add("DEFAULT_TTL", tenure::DEFAULT_TTL.as_secs_f64())?;
+    m.add("MAX_PERMITS", tenure::MAX_PERMITS)?;
+    for (name, class) in [
+        ("TenureError", py.get_type::<TenureError>()),
+        ("ConfigError", py.get_type::<ConfigError>()),
+        ("TransientError", py.get_type::<TransientError>()),
+        ("UnreachableError", py.get_type::<UnreachableError>()),
+        ("StoreTimeoutError", py.get_type::<StoreTimeoutError>()),
+        ("StoreError", py.get_type::<StoreError>()),
+        ("InternalError", py.get_type::<InternalError>()),
+        ("NotTheStoreError", py.get_type::<NotTheStoreError>()),
+        ("AuthError", py.get_type::<AuthError>()),
+        ("TlsError", py.get_type::<TlsError>()),
+        ("NoPermissionError", py.get_type::<NoPermissionError>()),
+        ("UnsafeStoreError", py.get_type::<UnsafeStoreError>()),
+        ("ForeignDataError", py.get_type::<ForeignDataError>()),
+        ("NotLeaderError", py.get_type::<NotLeaderError>()),
+    ] {
+        m.add(name, class)?;
+    }
+    m.add_class::<Op>()?;
+    m.add_class::<election::Election>()?;
+    m.add_class::<election::Term>()?;
+    m.add_class::<election::Watch>()?;
+    m.add_class::<election::Semaphore>()?;
+    m.add_class::<election::FencedKey>()?;
+    m.add_class::<work::Schedule>()?;
+    m.add_class::<work::PartitionSet>()?;
+    m.add_class::<work::Running>()?;
+    m.add_class::<work::Job>()?;
+    m.add_function(wrap_pyfunction!(work::run_every, m)?)?;
+    m.add_function(wrap_pyfunction!(work::run_cron, m)?)?;
+    m.add_function(wrap_pyfunction!(work::run_lead, m)?)?;
+    m.add_function(wrap_pyfunction!(instance_id, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_name, m)?)?;
+    m.add_function(wrap_pyfunction!(redact_url, m)?)?;
+    Ok(())
+}
