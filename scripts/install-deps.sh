@@ -16,6 +16,8 @@ command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)  # etcd-client's build
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)  # its well-known types
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)  # the sidecar example (examples/sidecar) runs in the tests
+# The Python package's tests (scripts/python-tests.sh) run in a virtualenv.
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # The PostgreSQL tests' private servers (pg-process runs initdb and
 # postgres from /usr/lib/postgresql/<version>/bin, as `nobody` when root).

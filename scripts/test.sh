@@ -17,7 +17,10 @@
 #      loopback ports;
 #   6. the library's feature matrix: its tests without any optional feature
 #      (`tls`, `metrics`), and a check with all of them;
-#   7. the published crates: the MSRV check (every locked dependency's
+#   7. the Python package: `pip install ./crates/tenure-py` in a fresh
+#      virtualenv, and its pytest suite against real servers
+#      (scripts/python-tests.sh);
+#   8. the published crates: the MSRV check (every locked dependency's
 #      rust-version against ours) and `cargo package`, which builds each
 #      packaged crate on its own, the way `cargo install` and crates.io do.
 set -euo pipefail
@@ -34,6 +37,7 @@ RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
 cargo test --workspace --locked
 cargo test --locked -p tenure --no-default-features
 cargo check --locked -p tenure --all-features --all-targets
+scripts/python-tests.sh
 scripts/msrv-check.sh
 # Packaged together, so tenure-cli resolves its unpublished siblings from the
 # packages just made. --allow-dirty only lets a working tree with local
