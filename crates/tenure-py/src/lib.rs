@@ -33,13 +33,16 @@ mod work;
 /// signal (Ctrl-C) to raise.
 const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
-static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+/// The runtime, and the process that started it.
+static RUNTIME: OnceLock<(tokio::runtime::Runtime, u32)> = OnceLock::new();
 
 /// The runtime every election of this process runs on: two worker threads
 /// (renewals are small; more would only compete with Python for the CPU).
+/// Started by the first call, not at import, so that a process may import
+/// tenure and then fork (a pre-forking server) before it elects.
 fn runtime() -> &'static tokio::runtime::Runtime {
-    RUNTIME.get_or_init(|| {
-        match tokio::runtime::Builder::new_multi_thread()
+    let (runtime, _) = RUNTIME.get_or_init(|| {
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tenure")
             .enable_all()
@@ -49,8 +52,38 @@ fn runtime() -> &'static tokio::runtime::Runtime {
             // Nothing of tenure can run without it; the OS refused a thread
             // or an epoll instance.
             Err(err) => panic!("tenure cannot start its runtime: {err}"),
-        }
-    })
+        };
+        (runtime, std::process::id())
+    });
+    // asyncio awaits run on the same runtime as blocking waits.
+    let _ = pyo3_async_runtimes::tokio::init_with_runtime(runtime);
+    runtime
+}
+
+/// A runtime's threads do not survive `fork`: a child that inherited one
+/// would wait forever. Say so instead.
+pub(crate) fn not_forked() -> PyResult<()> {
+    match RUNTIME.get() {
+        Some((_, pid)) if *pid != std::process::id() => Err(TenureError::new_err(format!(
+            "tenure was started in process {pid}, and this process is a fork of it: a runtime's \
+             threads do not survive fork, so create elections only after forking"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Log the library's events to standard error when `TENURE_LOG` is set
+/// (`warn`, `info`, `debug`, or a tracing filter such as `tenure=debug`).
+fn init_logging() {
+    let Ok(filter) = std::env::var("TENURE_LOG") else {
+        return;
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 pyo3::create_exception!(
@@ -225,6 +258,7 @@ impl Op {
     }
 
     fn take(&self) -> PyResult<OpFuture> {
+        not_forked()?;
         self.future
             .lock()
             .ok()
@@ -237,6 +271,7 @@ impl Op {
 impl Op {
     fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let future = self.take()?;
+        runtime();
         let awaitable = pyo3_async_runtimes::tokio::future_into_py(py, future)?;
         awaitable.call_method0("__await__")
     }
@@ -346,8 +381,7 @@ fn redact_url(url: &str) -> String {
 #[pymodule]
 fn _tenure(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    // asyncio awaits run on the same runtime as blocking waits.
-    let _ = pyo3_async_runtimes::tokio::init_with_runtime(runtime());
+    init_logging();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("DEFAULT_PREFIX", tenure::DEFAULT_PREFIX)?;
     m.add("DEFAULT_TTL", tenure::DEFAULT_TTL.as_secs_f64())?;

@@ -89,19 +89,20 @@ pub struct Running {
 impl Running {
     /// Start `run` on the runtime; it stops when [`Running::stop`] is
     /// called or the `Running` is dropped.
-    fn start<F, R>(run: F) -> Running
+    fn start<F, R>(run: F) -> PyResult<Running>
     where
         F: FnOnce(mpsc::UnboundedSender<Job>, oneshot::Receiver<()>) -> R,
         R: std::future::Future<Output = PyResult<()>> + Send + 'static,
     {
+        crate::not_forked()?;
         let (jobs_tx, jobs) = mpsc::unbounded_channel();
         let (stop, stopped) = oneshot::channel();
         let task = runtime().spawn(run(jobs_tx, stopped));
-        Running {
+        Ok(Running {
             jobs: Arc::new(tokio::sync::Mutex::new(jobs)),
             stop: Mutex::new(Some(stop)),
             task: Mutex::new(Some(task)),
-        }
+        })
     }
 }
 
@@ -171,14 +172,14 @@ fn run_with(
 ) -> PyResult<Running> {
     let grace = grace.map(|g| seconds("shutdown_grace", g)).transpose()?;
     let connected = election.connected();
-    Ok(Running::start(move |jobs, stop| async move {
+    Running::start(move |jobs, stop| async move {
         let election = connected.await?;
         let mut runner = work(election.runner(), jobs);
         if let Some(grace) = grace {
             runner = runner.shutdown_grace(grace);
         }
         runner.run_until(stopped(stop)).await.map_err(py_err)
-    }))
+    })
 }
 
 /// `Runner.every`: a tick at most once per `period` on the leader.
@@ -356,7 +357,7 @@ impl PartitionSet {
 
     /// Join the group and take a fair share of its partitions: one job per
     /// partition held, until stopped.
-    fn run(&self) -> Running {
+    fn run(&self) -> PyResult<Running> {
         let config = self.config.clone();
         let group = self.group.clone();
         let partitions = self.partitions.clone();

@@ -20,8 +20,16 @@ import threading
 import tenure
 
 
+SAYING = threading.Lock()
+
+
 def say(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    # One write per line, under a lock: the main thread and the thread
+    # waiting on the term both speak.
+    line = json.dumps({"event": event, **fields}) + "\n"
+    with SAYING:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def main() -> None:

@@ -334,3 +334,46 @@ def test_an_op_runs_once():
         native.wait(timeout=0)
     with pytest.raises(RuntimeError, match="already"):
         native.wait()
+
+
+async def test_a_cancelled_run_releases_its_lease_for_a_follower(redis_server, name):
+    # ttl 30: a follower that got in only once the lease expired would
+    # find it still held when it looks.
+    leading = asyncio.Event()
+
+    async def work(term):
+        leading.set()
+        await asyncio.sleep(3600)
+
+    election = tenure.Election(name, store=redis_server.url, ttl=30)
+    run = asyncio.ensure_future(election.runner().lead(work).run())
+    await leading.wait()
+    run.cancel()  # what asyncio.run does on Ctrl-C
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    follower = await tenure.Election(name, store=redis_server.url, ttl=30).try_campaign()
+    assert follower is not None
+    await follower.resign()
+
+
+def test_a_forked_child_gets_a_clear_error_not_a_hang(redis_server, name):
+    import subprocess
+
+    script = f"""
+import os, sys, tenure
+election = tenure.Election({name!r}, store={redis_server.url!r})
+assert election.leader_blocking() is None
+pid = os.fork()
+if pid == 0:
+    try:
+        tenure.Election({name!r}, store={redis_server.url!r}).leader_blocking()
+        os._exit(3)
+    except tenure.TenureError as err:
+        print(err, flush=True)
+        os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "this process is a fork of it" in done.stdout

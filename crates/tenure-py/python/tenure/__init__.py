@@ -640,16 +640,22 @@ async def _drive(
     try:
         waits = {ended} if stopper is None else {ended, stopper}
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        running.stop()
-        await ended
     finally:
+        # Stopping (also when this task is cancelled: Ctrl-C, SIGTERM):
+        # the running work ends with its terms, and the run releases every
+        # lease before it ends, so that a follower takes over at once
+        # rather than after a ttl.
         running.stop()
-        for pending in (feeder, stopper, *tasks):
-            if pending is not None and not pending.done():
-                pending.cancel()
-        await asyncio.gather(feeder, *tasks, return_exceptions=True)
-        if not ended.done():
-            ended.cancel()
+        if stopper is not None and not stopper.done():
+            stopper.cancel()
+        try:
+            await asyncio.wait({ended})
+        finally:
+            for pending in (feeder, *tasks):
+                if not pending.done():
+                    pending.cancel()
+            await asyncio.gather(feeder, *tasks, return_exceptions=True)
+    ended.result()
 
 
 def _drive_blocking(
