@@ -377,3 +377,14 @@ sys.exit(os.waitstatus_to_exitcode(status))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "this process is a fork of it" in done.stdout
+
+
+async def test_the_blocks_own_exception_is_kept_when_resigning_fails(name):
+    from conftest import RedisServer
+
+    server = RedisServer()
+    election = tenure.Election(name, store=server.url, ttl=5, call_timeout=0.5)
+    with pytest.raises(ValueError, match="the block's own"):
+        async with election.campaign():
+            server.stop()  # the store is gone: resigning on the way out fails
+            raise ValueError("the block's own")

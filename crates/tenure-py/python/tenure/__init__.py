@@ -299,10 +299,19 @@ class _Campaign:
         self._term = await self
         return self._term
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, kind: object, *exc: object) -> None:
         term, self._term = self._term, None
-        if term is not None and term.lost_reason() is None:
+        if term is None or term.lost_reason() is not None:
+            return
+        try:
             await term.resign()
+        except NotLeaderError:
+            pass  # over already: nothing of ours to release
+        except TenureError:
+            if kind is None:
+                raise
+            # The block's own exception matters more; the lease lapses.
+            log.warning("tenure: could not resign %s on leaving the block", term.election, exc_info=True)
 
 
 class _Lead:
@@ -316,10 +325,18 @@ class _Lead:
         self._term = self._start()
         return self._term
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         term, self._term = self._term, None
-        if term is not None and term.lost_reason() is None:
+        if term is None or term.lost_reason() is not None:
+            return
+        try:
             term.resign()
+        except NotLeaderError:
+            pass
+        except TenureError:
+            if kind is None:
+                raise
+            log.warning("tenure: could not resign %s on leaving the block", term.election, exc_info=True)
 
 
 def _timed_out(what: str, timeout: float) -> TimeoutError:
