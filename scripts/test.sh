@@ -8,7 +8,7 @@
 #      seed, about 100 s; fails on any safety violation;
 #   4. the deterministic simulation: seeded fault schedules through the
 #      public API on a MemoryStore under tokio's paused clock, for a fixed
-#      budget (SIM_BUDGET_SECS, default 120 s), in release, with tokio's
+#      budget (SIM_BUDGET_SECS, default 60 s), in release, with tokio's
 #      seeded select! (--cfg tokio_unstable, in its own target directory)
 #      so that any seed it prints replays exactly; fails on any violation;
 #      then checks that twenty seeds replay identically;
@@ -31,7 +31,7 @@ mdbook build docs
 python3 scripts/check-docs.py
 cargo run --quiet --locked -p tenure-chaos -- run --seed 7 --duration 100s --out target/chaos-smoke
 RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
-  cargo run --quiet --locked --release -p tenure-sim -- --budget "${SIM_BUDGET_SECS:-120}"
+  cargo run --quiet --locked --release -p tenure-sim -- --budget "${SIM_BUDGET_SECS:-60}"
 RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/sim \
   cargo test --quiet --locked --release -p tenure-sim --test it simulation::a_seed_replays_identically
 cargo test --workspace --locked

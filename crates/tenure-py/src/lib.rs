@@ -16,6 +16,7 @@
 //! (`is_leader()` is a clock check) and its fencing token make harmless.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -55,8 +56,6 @@ fn runtime() -> &'static tokio::runtime::Runtime {
         };
         (runtime, std::process::id())
     });
-    // asyncio awaits run on the same runtime as blocking waits.
-    let _ = pyo3_async_runtimes::tokio::init_with_runtime(runtime);
     runtime
 }
 
@@ -271,9 +270,24 @@ impl Op {
 impl Op {
     fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let future = self.take()?;
-        runtime();
-        let awaitable = pyo3_async_runtimes::tokio::future_into_py(py, future)?;
-        awaitable.call_method0("__await__")
+        let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+        let awaited = event_loop.call_method0("create_future")?;
+        let deliver_to = (event_loop.clone().unbind(), awaited.clone().unbind());
+        let task = runtime().spawn(async move {
+            let out = future.await;
+            // Python objects are made by the loop's thread; this one only
+            // hands the value over, on a blocking thread, never a worker.
+            tokio::task::spawn_blocking(move || deliver(deliver_to, out));
+        });
+        // Cancelling the asyncio future drops the call, as dropping a Rust
+        // future does.
+        awaited.call_method1(
+            "add_done_callback",
+            (Canceller {
+                task: task.abort_handle(),
+            },),
+        )?;
+        awaited.call_method0("__await__")
     }
 
     /// Run the call to its end, or until `timeout` seconds have passed
@@ -292,6 +306,87 @@ impl Op {
             })?
             .into_pyobject(py)
     }
+}
+
+/// Set by the interpreter's exit (`_shutdown`, registered with `atexit`):
+/// from then on no runtime thread takes the GIL. A thread that asks for the
+/// GIL while the interpreter finalizes is ended by CPython with
+/// `pthread_exit`, which a Rust thread does not survive.
+static FINALIZING: AtomicBool = AtomicBool::new(false);
+
+/// Hand-overs to asyncio under way (holding or waiting for the GIL).
+static DELIVERING: AtomicUsize = AtomicUsize::new(0);
+
+/// Give an awaited call's result to its asyncio future, on the loop's
+/// thread.
+fn deliver(to: (Py<PyAny>, Py<PyAny>), out: PyResult<Out>) {
+    DELIVERING.fetch_add(1, Ordering::SeqCst);
+    if FINALIZING.load(Ordering::SeqCst) {
+        // Too late for Python: keep the references rather than touch an
+        // interpreter that is going away.
+        std::mem::forget(to);
+        std::mem::forget(out);
+        DELIVERING.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    Python::attach(|py| {
+        let (event_loop, awaited) = to;
+        let (ok, value) = match out.and_then(|out| out.into_pyobject(py)) {
+            Ok(value) => (true, value.unbind()),
+            Err(err) => (false, err.into_value(py).into_any()),
+        };
+        let set = wrap_pyfunction!(set_outcome, py).and_then(|set| {
+            event_loop
+                .bind(py)
+                .call_method1("call_soon_threadsafe", (set, awaited, ok, value))
+        });
+        // The loop is closed: nobody awaits the result any more.
+        drop(set);
+    });
+    DELIVERING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// On the loop's thread: the result, unless the future was cancelled.
+#[pyfunction]
+fn set_outcome(awaited: &Bound<'_, PyAny>, ok: bool, value: Bound<'_, PyAny>) -> PyResult<()> {
+    if awaited.call_method0("done")?.is_truthy()? {
+        return Ok(());
+    }
+    if ok {
+        awaited.call_method1("set_result", (value,))?;
+    } else {
+        awaited.call_method1("set_exception", (value,))?;
+    }
+    Ok(())
+}
+
+/// The asyncio future's done-callback: a cancelled await aborts its call.
+#[pyclass(module = "tenure._tenure", frozen)]
+struct Canceller {
+    task: tokio::task::AbortHandle,
+}
+
+#[pymethods]
+impl Canceller {
+    fn __call__(&self, awaited: &Bound<'_, PyAny>) -> PyResult<()> {
+        if awaited.call_method0("cancelled")?.is_truthy()? {
+            self.task.abort();
+        }
+        Ok(())
+    }
+}
+
+/// At interpreter exit: no runtime thread takes the GIL from now on; wait
+/// (a little, with the GIL released) for the hand-overs under way.
+#[pyfunction]
+fn _shutdown(py: Python<'_>) {
+    FINALIZING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        while DELIVERING.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }
 
 /// Drive `future` on the runtime from a Python thread, with the GIL
@@ -418,6 +513,10 @@ fn _tenure(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(work::run_cron, m)?)?;
     m.add_function(wrap_pyfunction!(work::run_lead, m)?)?;
     m.add_function(wrap_pyfunction!(instance_id, m)?)?;
+    m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
+    m.add_class::<Canceller>()?;
+    py.import("atexit")?
+        .call_method1("register", (m.getattr("_shutdown")?,))?;
     m.add_function(wrap_pyfunction!(validate_name, m)?)?;
     m.add_function(wrap_pyfunction!(redact_url, m)?)?;
     Ok(())
