@@ -3,7 +3,8 @@
 `python partition_consumers.py [STORE_URL] [--seconds N]` on each replica
 (the store defaults to $TENURE_STORE, else redis://127.0.0.1:6379). The
 replicas share the four partitions fairly; when one stops, the others take
-its partitions over in milliseconds (after the ttl when it crashes)."""
+its partitions over at their next cycle, within a renew interval (ttl/3,
+5 s here; after the ttl when it crashes)."""
 
 import argparse
 import asyncio
@@ -34,13 +35,15 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, help="stop after this many seconds")
     args = parser.parse_args()
 
-    stop = asyncio.Event()
+    stop = asyncio.Event()  # set by Ctrl-C, SIGTERM or --seconds
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if args.seconds is not None:
         loop.call_later(args.seconds, stop.set)
 
+    # Each member holds at most its fair share, ceil(4 / members); each
+    # partition held is a term of its own, with its own fencing token.
     consumers = tenure.PartitionSet("orders", PARTITIONS, store=args.store, ttl=15)
     await consumers.run(consume, until=stop.wait())
 

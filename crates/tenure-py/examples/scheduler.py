@@ -27,7 +27,7 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, help="stop after this many seconds")
     args = parser.parse_args()
 
-    stop = asyncio.Event()
+    stop = asyncio.Event()  # set by Ctrl-C, SIGTERM or --seconds
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
