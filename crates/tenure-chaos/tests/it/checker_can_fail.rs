@@ -27,6 +27,7 @@ const PAUSES: Run = Run {
 fn run(run: Run, extra: &[&str]) -> (i32, serde_json::Value) {
     let out: PathBuf =
         std::env::temp_dir().join(format!("tenure-chaos-{}-{}", run.name, std::process::id()));
+    let _slot = crate::RunSlot::take();
     let status = Command::new(env!("CARGO_BIN_EXE_tenure-chaos"))
         .args(["run", "--seed", run.seed, "--duration", run.duration])
         .args([

@@ -15,6 +15,7 @@ fn run(name: &str, args: &[&str]) -> (i32, serde_json::Value) {
         "tenure-chaos-topology-{name}-{}",
         std::process::id()
     ));
+    let _slot = crate::RunSlot::take();
     let status = Command::new(env!("CARGO_BIN_EXE_tenure-chaos"))
         .arg("run")
         .args(args)

@@ -44,7 +44,18 @@ pub fn five_instances_with_three_slots_run_three_commands_on(url: &str, scratch:
         .iter()
         .map(|id| Instance::start(url, "exports", id, &extra, SLOT_JOB, &scratch))
         .collect();
-    eventually("three commands run", || running(&scratch).len() == 3);
+    eventually_or_show(
+        "three commands run",
+        || running(&scratch).len() == 3,
+        || {
+            let logs: Vec<String> = IDS
+                .iter()
+                .zip(&instances)
+                .map(|(id, instance)| format!("--- {id}:\n{}", instance.log()))
+                .collect();
+            logs.join("\n")
+        },
+    );
     // Past a ttl, still three: the two others wait.
     std::thread::sleep(Duration::from_secs(3));
     let holders = running(&scratch);
