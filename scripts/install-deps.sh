@@ -2,6 +2,7 @@
 # Install what building and testing tenure needs on a fresh Debian/Ubuntu
 # machine, skipping whatever is already there. Safe to run repeatedly.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
@@ -59,3 +60,17 @@ for component in rustfmt clippy; do
     rustup component add "$component"
   fi
 done
+
+# tenure-bench's Python peers (its peers section, and the smoke test of
+# their drivers in the test suite): a virtualenv of their own, target/peers,
+# with the versions pinned in crates/tenure-bench/peers/requirements.txt.
+# Made again only when that file changes.
+peers_requirements=crates/tenure-bench/peers/requirements.txt
+peers_venv=target/peers
+if ! cmp -s "$peers_requirements" "$peers_venv/requirements.txt" 2>/dev/null; then
+  echo "installing: the bench's Python peers into $peers_venv"
+  rm -rf "$peers_venv"
+  python3 -m venv "$peers_venv"
+  "$peers_venv/bin/pip" install --quiet --disable-pip-version-check -r "$peers_requirements"
+  cp "$peers_requirements" "$peers_venv/requirements.txt"
+fi

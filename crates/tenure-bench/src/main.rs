@@ -18,6 +18,7 @@ mod etcd_metrics;
 mod fixture;
 mod measure;
 mod naive;
+mod peers;
 mod plan;
 mod postgres;
 mod report;
@@ -53,7 +54,9 @@ struct Cli {
     /// partition set on a 3-shard Redis Cluster), `etcd` (hand-over,
     /// takeover, idle requests and a 10,000 partition set on a 3-member etcd
     /// cluster, each beside the same figure on a redis-server), `zk` (the
-    /// same on a 3-member ZooKeeper ensemble).
+    /// same on a 3-member ZooKeeper ensemble), `sqlite`, `postgres`, `peers`
+    /// (tenure beside redis-py's Lock, python-redis-lock and pottery's
+    /// Redlock, each candidate a process, on one redis-server).
     #[arg(long, value_enum, value_delimiter = ',')]
     only: Vec<Section>,
 
@@ -73,11 +76,11 @@ struct Cli {
     tenure: Option<PathBuf>,
 
     #[command(subcommand)]
-    child: Option<Child>,
+    internal: Option<Internal>,
 }
 
 #[derive(Debug, Subcommand)]
-enum Child {
+enum Internal {
     /// Internal: hold N elections in this process and report CPU, RSS and
     /// round trips (run as a child so that its RSS is its own).
     #[command(hide = true)]
@@ -91,6 +94,29 @@ enum Child {
         #[arg(long)]
         seconds: u64,
     },
+    /// Internal: one tenure candidate of the peers section, on the peer
+    /// drivers' line protocol (crates/tenure-bench/peers/driver.py).
+    #[command(hide = true)]
+    PeerChild {
+        #[arg(long)]
+        peer: String,
+        #[arg(long)]
+        redis: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        act_ms: Option<u64>,
+        #[arg(long, default_value = "bench:acts")]
+        act_log: String,
+    },
+    /// Internal: one round of each peers measurement with every peer
+    /// driver, for the test suite (tests/peers.rs).
+    #[command(hide = true)]
+    PeerSmoke,
 }
 
 fn main() {
@@ -106,8 +132,8 @@ fn main() {
         }
     };
     let code = runtime.block_on(async move {
-        match cli.child {
-            Some(Child::ScaleChild {
+        match cli.internal {
+            Some(Internal::ScaleChild {
                 redis,
                 design,
                 elections,
@@ -119,6 +145,38 @@ fn main() {
                 }
                 Err(err) => {
                     eprintln!("tenure-bench scale-child: {err}");
+                    1
+                }
+            },
+            Some(Internal::PeerChild {
+                peer,
+                redis,
+                name,
+                ttl_ms,
+                id,
+                act_ms,
+                act_log,
+            }) => {
+                if peer != "tenure" {
+                    eprintln!(
+                        "tenure-bench peer-child: only the tenure peer is built in, not {peer}"
+                    );
+                    return 2;
+                }
+                let act = act_ms.map(|ms| (std::time::Duration::from_millis(ms), act_log));
+                let ttl = std::time::Duration::from_millis(ttl_ms);
+                match peers::child(&redis, &name, ttl, &id, act).await {
+                    Ok(()) => 0,
+                    Err(err) => {
+                        eprintln!("tenure-bench peer-child: {err}");
+                        1
+                    }
+                }
+            }
+            Some(Internal::PeerSmoke) => match peers::smoke().await {
+                Ok(()) => 0,
+                Err(err) => {
+                    eprintln!("tenure-bench peer-smoke: {err}");
                     1
                 }
             },

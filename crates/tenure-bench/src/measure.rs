@@ -17,6 +17,7 @@ use crate::fixture::{
     samples_len_jitter, takeovers,
 };
 use crate::naive::NaiveElection;
+use crate::peers;
 use crate::plan::{Plan, Section};
 use crate::postgres;
 use crate::report::{Machine, Report, Row};
@@ -68,6 +69,7 @@ pub async fn all(
             Section::Zk => zk::section(&plan, &mut report).await,
             Section::Sqlite => sqlite::section(&plan, &mut report).await,
             Section::Postgres => postgres::section(&plan, &mut report).await,
+            Section::Peers => peers::section(&plan, &mut report).await,
         };
         if let Err(err) = outcome {
             eprintln!("tenure-bench: the {} section failed: {err}", section.name());

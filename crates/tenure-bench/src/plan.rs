@@ -27,10 +27,15 @@ pub enum Section {
     /// Hand-over, takeover, `tenure run` and a large partition set on a
     /// PostgreSQL server, beside the same figures on a redis-server.
     Postgres,
+    /// tenure beside the libraries a user would pick instead (redis-py's
+    /// Lock, python-redis-lock, pottery's Redlock), each candidate a
+    /// process, on one redis-server: hand-over, takeover, idle requests,
+    /// acts of a paused holder.
+    Peers,
 }
 
 impl Section {
-    pub const ALL: [Section; 7] = [
+    pub const ALL: [Section; 8] = [
         Section::Single,
         Section::Sentinel,
         Section::Cluster,
@@ -38,6 +43,7 @@ impl Section {
         Section::Zk,
         Section::Sqlite,
         Section::Postgres,
+        Section::Peers,
     ];
 
     /// The name `--only` takes.
@@ -50,6 +56,7 @@ impl Section {
             Section::Zk => "zk",
             Section::Sqlite => "sqlite",
             Section::Postgres => "postgres",
+            Section::Peers => "peers",
         }
     }
 }

@@ -20,6 +20,9 @@ pub enum Kind {
     Naive,
     /// The floor measured in the same run: dashed grey.
     Floor,
+    /// Another library (the peers section), the nth series of its chart:
+    /// a colour of its own, dotted.
+    Peer(usize),
 }
 
 impl Kind {
@@ -28,12 +31,14 @@ impl Kind {
             Kind::Tenure => "#1f5fbf",
             Kind::Naive => "#d9620b",
             Kind::Floor => "#6b6b6b",
+            Kind::Peer(n) => ["#d9620b", "#2e8b3a", "#8e3fb0", "#b8860b", "#c0304a"][n % 5],
         }
     }
 
     fn dash(self) -> &'static str {
         match self {
             Kind::Floor => r#" stroke-dasharray="6 4""#,
+            Kind::Peer(_) => r#" stroke-dasharray="2 3""#,
             Kind::Tenure | Kind::Naive => "",
         }
     }

@@ -1,0 +1,176 @@
+"""One candidate of a Python peer library, driven by tenure-bench's peers section.
+
+Each peer is used the way its own documentation shows for a singleton job:
+
+- `redis-py`: redis-py's `Lock` (`SET NX PX`; a blocked `acquire()` polls
+  every 0.1 s). It has no auto-renewal, so a thread renews it by hand with
+  `reacquire()` every ttl/3, the renewal loop its docs leave to the user; a
+  renewal that fails ends the job.
+- `python-redis-lock`: `redis_lock.Lock(..., auto_renewal=True)`: its own
+  renewal thread (every 2/3 of the expiry), and `BLPOP` on a signal list
+  that `release()` pushes to: a real hand-over notification.
+- `pottery`: pottery's `Redlock` on one master, renewed by hand with
+  `extend()` every ttl/3; the job checks `locked()` (a store read) before
+  each step, as its docs show.
+
+The protocol, one line each way (stdout is flushed at every line):
+
+    key KEY           the Redis key that holds the lock (for its PTTL)
+    ready             connected; about to block in acquire()
+    held NS           holds the lock; NS is CLOCK_MONOTONIC in ns, the clock
+                      every process of the host shares
+    releasing NS      the `release` line arrived; the release call starts
+    released          released; the process exits 0
+
+stdin: `release` releases and exits; end of input does the same.
+
+With `--act-ms N` the job acts every N ms while it believes it holds the
+lock: one `RPUSH ACT_LOG ID` on a connection of its own. The bench reads that
+list (the store's own order) to count acts made while another held.
+"""
+
+import argparse
+import sys
+import threading
+import time
+
+import redis
+
+
+def say(*words: object) -> None:
+    print(*words, flush=True)
+
+
+class RedisPy:
+    """redis-py's Lock with a renewal loop by hand."""
+
+    def __init__(self, client: redis.Redis, name: str, ttl: float) -> None:
+        self.lock = client.lock(name, timeout=ttl, sleep=0.1, blocking=True, thread_local=False)
+        self.ttl = ttl
+        self.key = name
+        self.held = False
+        self.stop = threading.Event()
+
+    def acquire(self) -> None:
+        self.lock.acquire()
+        self.held = True
+        threading.Thread(target=self.renew, daemon=True).start()
+
+    def renew(self) -> None:
+        while not self.stop.wait(self.ttl / 3):
+            try:
+                self.lock.reacquire()
+            except Exception:  # LockNotOwnedError, or the store unreachable
+                self.held = False
+                return
+
+    def may_act(self) -> bool:
+        return self.held
+
+    def release(self) -> None:
+        self.stop.set()
+        self.lock.release()
+
+
+class PythonRedisLock:
+    """python-redis-lock with its own auto-renewal."""
+
+    def __init__(self, client: redis.Redis, name: str, ttl: float) -> None:
+        import redis_lock
+
+        # Its expiry is whole seconds.
+        self.lock = redis_lock.Lock(client, name, expire=max(1, round(ttl)), auto_renewal=True)
+        self.key = "lock:" + name
+
+    def acquire(self) -> None:
+        self.lock.acquire(blocking=True)
+
+    def may_act(self) -> bool:
+        # Its docs run the job inside `with lock:`: nothing to check.
+        return True
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+class Pottery:
+    """pottery's Redlock on one master, extended by hand."""
+
+    def __init__(self, client: redis.Redis, name: str, ttl: float) -> None:
+        from pottery import Redlock
+
+        self.lock = Redlock(key=name, masters={client}, auto_release_time=ttl)
+        self.key = "redlock:" + name
+        self.ttl = ttl
+        self.stop = threading.Event()
+
+    def acquire(self) -> None:
+        self.lock.acquire(blocking=True)
+        threading.Thread(target=self.renew, daemon=True).start()
+
+    def renew(self) -> None:
+        while not self.stop.wait(self.ttl / 3):
+            try:
+                self.lock.extend()
+            except Exception:  # ExtendUnlockedLock, TooManyExtensions, ...
+                return
+
+    def may_act(self) -> bool:
+        return self.lock.locked() > 0
+
+    def release(self) -> None:
+        self.stop.set()
+        self.lock.release()
+
+
+PEERS = {"redis-py": RedisPy, "python-redis-lock": PythonRedisLock, "pottery": Pottery}
+
+
+def act(peer, client: redis.Redis, log: str, me: str, every: float, done: threading.Event) -> None:
+    while not done.wait(every):
+        if peer.may_act():
+            client.rpush(log, me)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--peer", choices=sorted(PEERS), required=True)
+    parser.add_argument("--redis", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--ttl-ms", type=int, required=True)
+    parser.add_argument("--id", required=True)
+    parser.add_argument("--act-ms", type=int)
+    parser.add_argument("--act-log", default="bench:acts")
+    args = parser.parse_args()
+
+    client = redis.Redis.from_url(args.redis)
+    client.ping()
+    peer = PEERS[args.peer](client, args.name, args.ttl_ms / 1000)
+    say("key", peer.key)
+    say("ready")
+    peer.acquire()
+    say("held", time.monotonic_ns())
+    done = threading.Event()
+    if args.act_ms:
+        actor = redis.Redis.from_url(args.redis)
+        threading.Thread(
+            target=act,
+            args=(peer, actor, args.act_log, args.id, args.act_ms / 1000, done),
+            daemon=True,
+        ).start()
+    for line in sys.stdin:
+        if line.strip() == "release":
+            break
+    say("releasing", time.monotonic_ns())
+    done.set()
+    try:
+        peer.release()
+    except Exception as err:  # the lock was lost meanwhile (expired, taken)
+        say("release-failed", type(err).__name__)
+        return 1
+    say("released")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
