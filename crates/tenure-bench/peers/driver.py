@@ -11,7 +11,10 @@ Each peer is used the way its own documentation shows for a singleton job:
   that `release()` pushes to: a real hand-over notification.
 - `pottery`: pottery's `Redlock` on one master, renewed by hand with
   `extend()` every ttl/3; the job checks `locked()` (a store read) before
-  each step, as its docs show.
+  each step, as its docs show. A Redlock may be extended 3 times by default
+  (`num_extensions`), then `extend()` raises and the lock lapses under a
+  holder still at work: the driver lifts that limit, as a long-running
+  leader must.
 
 The protocol, one line each way (stdout is flushed at every line):
 
@@ -99,7 +102,9 @@ class Pottery:
     def __init__(self, client: redis.Redis, name: str, ttl: float) -> None:
         from pottery import Redlock
 
-        self.lock = Redlock(key=name, masters={client}, auto_release_time=ttl)
+        self.lock = Redlock(
+            key=name, masters={client}, auto_release_time=ttl, num_extensions=sys.maxsize
+        )
         self.key = "redlock:" + name
         self.ttl = ttl
         self.stop = threading.Event()

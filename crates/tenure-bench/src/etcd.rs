@@ -61,7 +61,7 @@ const CRASH_TTL: Duration = Duration::from_secs(1);
 const REDIS: &str = "Redis";
 
 /// A client of the bench's own (not the library's), on every member.
-async fn client(members: &[String]) -> Result<Client> {
+pub(crate) async fn client(members: &[String]) -> Result<Client> {
     let endpoints: Vec<String> = members.iter().map(|m| format!("http://{m}")).collect();
     let options = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
@@ -74,7 +74,7 @@ async fn client(members: &[String]) -> Result<Client> {
 
 /// Watch `key`; returns once etcd says the watch is created, so every
 /// later change of the key is seen.
-async fn watch_key(client: &Client, key: &str) -> Result<Arrivals<EventType>> {
+pub(crate) async fn watch_key(client: &Client, key: &str) -> Result<Arrivals<EventType>> {
     let mut stream = client
         .clone()
         .watch(key, None)

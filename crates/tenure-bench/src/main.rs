@@ -94,14 +94,18 @@ enum Internal {
         #[arg(long)]
         seconds: u64,
     },
-    /// Internal: one tenure candidate of the peers section, on the peer
-    /// drivers' line protocol (crates/tenure-bench/peers/driver.py).
+    /// Internal: one candidate of a peer built in (tenure on Redis or
+    /// etcd, etcd-client's election), on the peer drivers' line protocol
+    /// (crates/tenure-bench/peers/driver.py).
     #[command(hide = true)]
     PeerChild {
         #[arg(long)]
         peer: String,
         #[arg(long)]
         redis: String,
+        /// The store, when it is etcd (the acts still go to `--redis`).
+        #[arg(long)]
+        etcd: Option<String>,
         #[arg(long)]
         name: String,
         #[arg(long)]
@@ -151,21 +155,22 @@ fn main() {
             Some(Internal::PeerChild {
                 peer,
                 redis,
+                etcd,
                 name,
                 ttl_ms,
                 id,
                 act_ms,
                 act_log,
             }) => {
-                if peer != "tenure" {
-                    eprintln!(
-                        "tenure-bench peer-child: only the tenure peer is built in, not {peer}"
-                    );
-                    return 2;
-                }
-                let act = act_ms.map(|ms| (std::time::Duration::from_millis(ms), act_log));
-                let ttl = std::time::Duration::from_millis(ttl_ms);
-                match peers::child(&redis, &name, ttl, &id, act).await {
+                let args = peers::ChildArgs {
+                    redis,
+                    etcd,
+                    name,
+                    ttl: std::time::Duration::from_millis(ttl_ms),
+                    id,
+                    act: act_ms.map(|ms| (std::time::Duration::from_millis(ms), act_log)),
+                };
+                match peers::child(&peer, args).await {
                     Ok(()) => 0,
                     Err(err) => {
                         eprintln!("tenure-bench peer-child: {err}");

@@ -1,6 +1,9 @@
 //! The peers section: tenure beside the libraries a user would pick
-//! instead, doing the same job on the same private redis-server in one
-//! run, each candidate a process of its own.
+//! instead, doing the same job on the same private servers in one run,
+//! each candidate a process of its own: the Python Redis locks on a
+//! redis-server, then etcd's own Election API (through `etcd-client`, the
+//! client the library uses) on a private 3-member etcd cluster, each beside
+//! tenure on the same store.
 //!
 //! Every candidate, tenure's included, is driven through one line protocol
 //! (described in `peers/driver.py`): it says `ready`, then `held NS` when
@@ -9,8 +12,10 @@
 //! process's `releasing` to another's `held`, with no pipe in between. The
 //! Python peers run in the virtualenv `scripts/install-deps.sh` makes
 //! (`target/peers`, pinned in `peers/requirements.txt`); tenure's
-//! candidate is this binary's hidden `peer-child`, the library used the
-//! way its docs show.
+//! candidate, and etcd-client's, is this binary's hidden `peer-child`,
+//! each library used the way its docs show. The acts of the SIGSTOP rounds
+//! go to a list on the redis-server whatever the store: the resource the
+//! job writes to, apart from the lock.
 //!
 //! What a row can and cannot say: the same harness, ttl and server for
 //! all, so the differences are the designs (polling, a signal list, an
@@ -24,6 +29,8 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use etcd_client::{Client, ConnectOptions, EventType, ResignOptions};
+use etcd_process::EtcdCluster;
 use nix::sys::signal::Signal;
 use redis::aio::MultiplexedConnection;
 use redis_process::RedisServer;
@@ -32,6 +39,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::etcd_metrics::{metrics_endpoints, scrape};
 use crate::fixture::{connect, requests_during, samples_len_jitter};
 use crate::plan::Plan;
 use crate::report::{Report, Row};
@@ -51,23 +59,51 @@ pub(crate) enum Peer {
     PythonRedisLock,
     /// pottery's `Redlock` on one master, extended by hand.
     Pottery,
+    /// tenure on etcd: `peer-child --etcd`.
+    TenureEtcd,
+    /// etcd's Election API through etcd-client, its lease kept alive by
+    /// hand: `peer-child --peer etcd-election`.
+    EtcdElection,
 }
 
 impl Peer {
-    pub(crate) const ALL: [Peer; 4] = [
+    /// The peers on Redis, tenure first.
+    pub(crate) const REDIS: [Peer; 4] = [
         Peer::Tenure,
         Peer::RedisPy,
         Peer::PythonRedisLock,
         Peer::Pottery,
     ];
 
+    /// The peers on etcd, tenure first.
+    pub(crate) const ETCD: [Peer; 2] = [Peer::TenureEtcd, Peer::EtcdElection];
+
+    /// Whether this binary's `peer-child` is its driver (not Python).
+    fn built_in(self) -> bool {
+        matches!(self, Peer::Tenure | Peer::TenureEtcd | Peer::EtcdElection)
+    }
+
+    fn on_etcd(self) -> bool {
+        matches!(self, Peer::TenureEtcd | Peer::EtcdElection)
+    }
+
+    /// The store the peer's rows name.
+    fn store(self) -> &'static str {
+        if self.on_etcd() {
+            "etcd"
+        } else {
+            "Redis"
+        }
+    }
+
     /// The name the driver takes (`--peer`).
     pub(crate) fn driver_name(self) -> &'static str {
         match self {
-            Peer::Tenure => "tenure",
+            Peer::Tenure | Peer::TenureEtcd => "tenure",
             Peer::RedisPy => "redis-py",
             Peer::PythonRedisLock => "python-redis-lock",
             Peer::Pottery => "pottery",
+            Peer::EtcdElection => "etcd-election",
         }
     }
 
@@ -78,6 +114,46 @@ impl Peer {
             Peer::RedisPy => "redis-py Lock",
             Peer::PythonRedisLock => "python-redis-lock",
             Peer::Pottery => "pottery Redlock",
+            Peer::TenureEtcd => "tenure on etcd",
+            Peer::EtcdElection => "etcd-client election",
+        }
+    }
+
+    /// What the peer's job checks before it acts, for the notes.
+    fn guard(self) -> &'static str {
+        match self {
+            Peer::Tenure | Peer::TenureEtcd => {
+                "checks is_leader(), a clock check, and passes its token"
+            }
+            Peer::EtcdElection => {
+                "checks a flag its keep-alive task clears when etcd answers a keep-alive with ttl 0 or the stream fails, so it acts on until that task runs after SIGCONT"
+            }
+            Peer::RedisPy => {
+                "checks a flag its renewal thread clears when reacquire() fails, so it acts on until that thread runs after SIGCONT"
+            }
+            Peer::PythonRedisLock => {
+                "checks nothing: its docs run the job inside `with lock:`, and its renewal thread cannot stop the job"
+            }
+            Peer::Pottery => "reads the key (locked()) before each act: a store round trip an act",
+        }
+    }
+
+    /// How the peer renews and waits, for the idle rows' notes.
+    fn renews(self) -> &'static str {
+        match self {
+            Peer::Tenure | Peer::TenureEtcd => "tenure every ttl/3",
+            Peer::RedisPy => {
+                "redis-py's Lock renewed by hand (reacquire) every ttl/3; a follower's blocked acquire sends SET NX every 0.1 s"
+            }
+            Peer::PythonRedisLock => {
+                "python-redis-lock's own renewal thread every 2/3 of the expiry (so fewer renewals than tenure, and a lock lost to a renewal that comes late); a follower blocks in BLPOP with the expiry as its timeout"
+            }
+            Peer::Pottery => {
+                "pottery's extend() by hand every ttl/3; a follower's blocked acquire retries SET NX after up to 0.2 s, and unlocks after each failed try (Redlock's rule)"
+            }
+            Peer::EtcdElection => {
+                "its lease kept alive by hand every ttl/3 on one stream; a follower waits in Campaign, in etcd, and keeps its own lease alive"
+            }
         }
     }
 
@@ -88,6 +164,8 @@ impl Peer {
             Peer::RedisPy => "SET NX PX, blocked acquire polls every 0.1 s",
             Peer::PythonRedisLock => "BLPOP on a signal list, timeout = expiry",
             Peer::Pottery => "SET NX PX, retries after up to 0.2 s",
+            Peer::TenureEtcd => "release announced on a watch, followers wake at the expiry",
+            Peer::EtcdElection => "Campaign waits in etcd for the key before it to go",
         }
     }
 }
@@ -127,18 +205,18 @@ impl Drivers {
 
     /// The command that starts one candidate.
     fn command(&self, peer: Peer, job: &Job, id: &str) -> Command {
-        let mut command = match peer {
-            Peer::Tenure => {
-                let mut c = Command::new(&self.bench);
-                c.arg("peer-child");
-                c
-            }
-            _ => {
-                let mut c = Command::new(&self.python);
-                c.arg(&self.script);
-                c
-            }
+        let mut command = if peer.built_in() {
+            let mut c = Command::new(&self.bench);
+            c.arg("peer-child");
+            c
+        } else {
+            let mut c = Command::new(&self.python);
+            c.arg(&self.script);
+            c
         };
+        if let (true, Store::Etcd { url, .. }) = (peer.on_etcd(), &job.store) {
+            command.arg("--etcd").arg(url);
+        }
         command
             .arg("--peer")
             .arg(peer.driver_name())
@@ -166,10 +244,22 @@ impl Drivers {
     }
 }
 
+/// The store a group's lock is on, as the harness counts its requests.
+#[derive(Debug, Clone)]
+enum Store {
+    /// The redis-server of `Job::url`, on this port.
+    Redis { port: u16 },
+    /// An etcd cluster: its URL and its members' `HOST:PORT`s.
+    Etcd { url: String, members: Vec<String> },
+}
+
 /// What every candidate of a group does.
 #[derive(Debug, Clone)]
 struct Job {
+    /// The redis-server: the store of the Redis peers, and the acts' log
+    /// of all.
     url: String,
+    store: Store,
     name: String,
     ttl: Duration,
     /// Act this often while holding (`--act-ms`).
@@ -244,8 +334,9 @@ struct Group {
     pending: VecDeque<(usize, Event)>,
     members: BTreeMap<usize, Candidate>,
     next_id: usize,
-    /// The Redis key of the lock, as the drivers said.
-    key: Option<String>,
+    /// Each member's key of the lock, as its driver said: one key for all
+    /// on Redis, a key of each candidate's own with etcd's Election API.
+    keys: BTreeMap<usize, String>,
 }
 
 /// How long a candidate may take to start or to release.
@@ -262,7 +353,7 @@ impl Group {
             pending: VecDeque::new(),
             members: BTreeMap::new(),
             next_id: 0,
-            key: None,
+            keys: BTreeMap::new(),
         }
     }
 
@@ -322,7 +413,7 @@ impl Group {
             })
             .await?;
         if let Event::Key(key) = event {
-            self.key = Some(key);
+            self.keys.insert(id, key);
             self.next(START_LIMIT, |i, e| i == id && *e == Event::Ready)
                 .await?;
         }
@@ -472,15 +563,77 @@ pub(crate) async fn section(plan: &Plan, report: &mut Report) -> Result<()> {
     let url = server.url();
     let conn = connect(&url).await?;
     eprintln!("tenure-bench: redis-server on port {}", server.port());
+    let store = Store::Redis {
+        port: server.port(),
+    };
+    let observer = Observer::Redis(conn.clone());
     let mut measured = Vec::new();
-    for peer in Peer::ALL {
+    for peer in Peer::REDIS {
         eprintln!("  peers: {} ...", peer.label());
-        let figures = measure(plan, &drivers, peer, &url, server.port(), &conn).await?;
+        let figures = measure(plan, &drivers, peer, &url, &store, &observer, &conn).await?;
         measured.push((peer, figures));
     }
-    rows(plan, report, &measured);
-    drop(server);
-    Ok(())
+    rows(
+        plan,
+        report,
+        &measured,
+        ("peers-handover", "peers-takeover"),
+    );
+
+    let cluster = start_etcd().await?;
+    let outcome = async {
+        let (store, observer) = etcd_store(&cluster).await?;
+        eprintln!("tenure-bench: etcd cluster {} (3 members)", cluster.url());
+        let mut measured = Vec::new();
+        for peer in Peer::ETCD {
+            eprintln!("  peers: {} ...", peer.label());
+            let figures = measure(plan, &drivers, peer, &url, &store, &observer, &conn).await?;
+            measured.push((peer, figures));
+        }
+        rows(
+            plan,
+            report,
+            &measured,
+            ("peers-etcd-handover", "peers-etcd-takeover"),
+        );
+        Ok::<_, String>(())
+    }
+    .await;
+    tokio::task::spawn_blocking(move || drop((cluster, server)))
+        .await
+        .map_err(|e| e.to_string())?;
+    outcome
+}
+
+/// A private 3-member etcd cluster, its election timeout the etcd
+/// section's (leases from 1 s).
+async fn start_etcd() -> Result<EtcdCluster> {
+    tokio::task::spawn_blocking(|| {
+        EtcdCluster::builder()
+            .election_timeout(Duration::from_millis(500))
+            .start()
+            .map_err(|e| format!("cannot start an etcd cluster: {e}"))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+async fn etcd_store(cluster: &EtcdCluster) -> Result<(Store, Observer)> {
+    let members = cluster.endpoints();
+    let observer = Observer::Etcd(Box::new(crate::etcd::client(&members).await?));
+    let store = Store::Etcd {
+        url: cluster.url(),
+        members,
+    };
+    Ok((store, observer))
+}
+
+/// The bench's own client of a group's store, that times a crashed
+/// holder's expiry: Redis' PTTL of the key, or a watch on etcd that sees
+/// the key's delete.
+enum Observer {
+    Redis(MultiplexedConnection),
+    Etcd(Box<Client>),
 }
 
 /// Rounds of each peer's hand-over (each starts a process).
@@ -506,16 +659,18 @@ async fn measure(
     drivers: &Drivers,
     peer: Peer,
     url: &str,
-    port: u16,
+    store: &Store,
+    observer: &Observer,
     conn: &MultiplexedConnection,
 ) -> Result<Figures> {
     let ttl = plan.load_ttl;
     let job = |what: &str, act: Option<Duration>| Job {
         url: url.to_string(),
-        name: format!("peers-{}-{what}", peer.driver_name()),
+        store: store.clone(),
+        name: format!("peers-{}-{}-{what}", peer.store(), peer.driver_name()),
         ttl,
         act,
-        log: format!("bench:acts:{}:{what}", peer.driver_name()),
+        log: format!("bench:acts:{}:{}:{what}", peer.store(), peer.driver_name()),
     };
     let handover = handovers(
         drivers,
@@ -526,14 +681,13 @@ async fn measure(
     let takeover = takeovers(
         drivers,
         Group::new(peer, job("crash", None)),
-        conn,
+        observer,
         plan.crashes,
     )
     .await?;
     let (idle_leader, idle_follower) = idle(
         drivers,
         Group::new(peer, job("idle", None)),
-        port,
         plan.load_terms,
     )
     .await?;
@@ -587,31 +741,47 @@ async fn handovers(drivers: &Drivers, mut group: Group, rounds: usize) -> Result
 }
 
 /// A holder and two followers; each round `kill -9` of the holder, then
-/// from the lock's expiry as Redis saw it (its PTTL right after the kill)
-/// to the next holder's `held`.
+/// from the lock's expiry to the next holder's `held`. The expiry is the
+/// store's: on Redis the key's PTTL right after the kill, on etcd the
+/// instant the key's delete (etcd revoking the lease) arrives on a watch of
+/// the bench's own, opened before the kill.
 async fn takeovers(
     drivers: &Drivers,
     mut group: Group,
-    conn: &MultiplexedConnection,
+    observer: &Observer,
     rounds: usize,
 ) -> Result<Samples> {
-    let mut conn = conn.clone();
     let mut holder = group.spawn(drivers).await?;
     group.held(holder, hold_limit(&group)).await?;
     let mut followers = vec![group.spawn(drivers).await?, group.spawn(drivers).await?];
-    let key = group.key.clone().ok_or("the driver named no key")?;
     let mut samples = Samples::default();
     for round in 0..rounds {
         tokio::time::sleep(settle(round)).await;
-        group.kill(holder).await?;
-        let asked = mono_ns();
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        let expiry = asked + u64::try_from(pttl.max(0)).unwrap_or(0) * 1_000_000;
+        let key = group
+            .keys
+            .get(&holder)
+            .cloned()
+            .ok_or("the driver named no key")?;
         let limit = hold_limit(&group);
+        let expiry = match observer {
+            Observer::Redis(conn) => {
+                group.kill(holder).await?;
+                let asked = mono_ns();
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut conn.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                asked + u64::try_from(pttl.max(0)).unwrap_or(0) * 1_000_000
+            }
+            Observer::Etcd(client) => {
+                let mut watched = crate::etcd::watch_key(client, &key).await?;
+                group.kill(holder).await?;
+                let deleted = watched.next(EventType::Delete, limit).await?;
+                let ago = Instant::now().saturating_duration_since(deleted);
+                mono_ns().saturating_sub(u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX))
+            }
+        };
         let (next, held) = group.held_any(&followers, limit).await?;
         samples.push(Duration::from_nanos(held.saturating_sub(expiry)));
         followers.retain(|f| *f != next);
@@ -623,19 +793,34 @@ async fn takeovers(
 }
 
 /// Requests per ttl of an idle holder, then of one follower waiting beside
-/// it (the difference), each counted with MONITOR over `terms` ttls after
-/// half a ttl to settle.
-async fn idle(drivers: &Drivers, mut group: Group, port: u16, terms: u32) -> Result<(f64, f64)> {
+/// it (the difference), each counted over `terms` ttls after half a ttl to
+/// settle.
+async fn idle(drivers: &Drivers, mut group: Group, terms: u32) -> Result<(f64, f64)> {
     let ttl = group.job.ttl;
     let holder = group.spawn(drivers).await?;
     group.held(holder, hold_limit(&group)).await?;
     tokio::time::sleep(ttl / 2).await;
-    let leader = requests_during(port, ttl * terms).await? / f64::from(terms);
+    let leader = requests(&group.job.store, ttl * terms).await? / f64::from(terms);
     group.spawn(drivers).await?;
     tokio::time::sleep(ttl / 2).await;
-    let both = requests_during(port, ttl * terms).await? / f64::from(terms);
+    let both = requests(&group.job.store, ttl * terms).await? / f64::from(terms);
     group.end().await;
     Ok((leader, (both - leader).max(0.0)))
+}
+
+/// The requests a store received during `window`: the commands MONITOR
+/// shows on Redis (not those scripts run), the gRPC messages etcd's
+/// members received (`grpc_server_msg_received_total`, summed; each
+/// keep-alive on a stream is one).
+async fn requests(store: &Store, window: Duration) -> Result<f64> {
+    match store {
+        Store::Redis { port } => requests_during(*port, window).await,
+        Store::Etcd { members, .. } => {
+            let before = scrape(members).await?;
+            tokio::time::sleep(window).await;
+            Ok(scrape(members).await?.minus(&before).total())
+        }
+    }
 }
 
 /// A holder acting every 10 ms is stopped (SIGSTOP) until a follower holds
@@ -695,19 +880,37 @@ fn stale_acts(acts: &[String], old: &str, new: &str) -> usize {
         .count()
 }
 
-/// One row per peer and figure: tenure's figure, the peer's, the ratio.
-fn rows(plan: &Plan, report: &mut Report, measured: &[(Peer, Figures)]) {
-    let Some((_, tenure)) = measured.iter().find(|(p, _)| *p == Peer::Tenure) else {
+/// One row per peer and figure: tenure's figure on the same store (the
+/// first of `measured`), the peer's, the ratio; and the pictures, named
+/// `files`.
+fn rows(
+    plan: &Plan,
+    report: &mut Report,
+    measured: &[(Peer, Figures)],
+    files: (&'static str, &'static str),
+) {
+    let Some(((us, tenure), others)) = measured.split_first() else {
         return;
     };
     let ttl = plan.load_ttl.as_secs_f64();
-    for (peer, theirs) in measured.iter().filter(|(p, _)| *p != Peer::Tenure) {
+    let store = us.store();
+    let expiry = if us.on_etcd() {
+        "from the key's delete as a watch saw it"
+    } else {
+        "from the lock's expiry as Redis saw it"
+    };
+    let counted = if us.on_etcd() {
+        "gRPC messages the members received, summed (grpc_server_msg_received_total; each keep-alive on a stream is one)"
+    } else {
+        "commands MONITOR saw (not those its scripts ran)"
+    };
+    for (peer, theirs) in others {
         let name = peer.label();
         let leads = tenure.handover.p50() <= theirs.handover.p50()
             && tenure.handover.p99() <= theirs.handover.p99();
         report.push(
             Row::latency_target(
-                &format!("peers: {name}: graceful hand-over, release → another holds"),
+                &format!("peers: {name}: graceful hand-over on {store}, release → another holds"),
                 &tenure.handover,
                 Some(&theirs.handover),
                 "tenure leads",
@@ -719,9 +922,7 @@ fn rows(plan: &Plan, report: &mut Report, measured: &[(Peer, Figures)]) {
             && tenure.takeover.p99() <= theirs.takeover.p99();
         report.push(
             Row::latency_target(
-                &format!(
-                    "peers: {name}: takeover after kill -9, from the lock's expiry as Redis saw it"
-                ),
+                &format!("peers: {name}: takeover after kill -9, {expiry}"),
                 &tenure.takeover,
                 Some(&theirs.takeover),
                 "tenure leads",
@@ -731,17 +932,22 @@ fn rows(plan: &Plan, report: &mut Report, measured: &[(Peer, Figures)]) {
         );
         report.push(
             Row::plain(
-                &format!("peers: {name}: idle holder, Redis requests per ttl ({ttl} s)"),
+                &format!("peers: {name}: idle holder, {store} requests per ttl ({ttl} s)"),
                 tenure.idle_leader,
                 Some(theirs.idle_leader),
                 "tenure leads",
                 tenure.idle_leader <= theirs.idle_leader,
             )
-            .against(name),
+            .against(name)
+            .noted(format!(
+                "the holder alone for {} ttls, then beside one waiting follower (the follower's row is the difference); counted: {counted}. How each renews: tenure every ttl/3; {}",
+                plan.load_terms,
+                peer.renews()
+            )),
         );
         report.push(
             Row::plain(
-                &format!("peers: {name}: idle follower, Redis requests per ttl ({ttl} s)"),
+                &format!("peers: {name}: idle follower, {store} requests per ttl ({ttl} s)"),
                 tenure.idle_follower,
                 Some(theirs.idle_follower),
                 "tenure leads",
@@ -762,7 +968,9 @@ fn rows(plan: &Plan, report: &mut Report, measured: &[(Peer, Figures)]) {
             )
             .against(name)
             .noted(format!(
-                "each round: the holder acts every 10 ms (an RPUSH to a log), is stopped until another holds and has acted 300 ms, then continued; counted from the log, the store's own order. tenure's job checks is_leader() (a clock check) and passes its token, which the log's script checks: {} stale writes refused by the token in all",
+                "each round: the holder acts every 10 ms (an RPUSH to a log), is stopped until another holds and has acted 300 ms, then continued; counted from the log, the store's own order. {}'s job {}. tenure's job checks is_leader() (a clock check) and passes its token, which the log's script checks: the token refused {} of tenure's writes over all rounds",
+                name,
+                peer.guard(),
                 tenure.refused
             )),
         );
@@ -784,37 +992,79 @@ fn rows(plan: &Plan, report: &mut Report, measured: &[(Peer, Figures)]) {
             .collect()
     };
     report.charts.push(Chart {
-        file: "peers-handover",
-        title: "Hand-over after a graceful release: tenure and the peers".into(),
+        file: files.0,
+        title: format!("Hand-over after a graceful release on {store}: tenure and the peers"),
         subtitle: machine.clone(),
         x_label: "the holder's release starts → another process holds".into(),
         series: series(|f| &f.handover),
     });
     report.charts.push(Chart {
-        file: "peers-takeover",
-        title: "Takeover after kill -9 of the holder: tenure and the peers".into(),
+        file: files.1,
+        title: format!("Takeover after kill -9 of the holder on {store}: tenure and the peers"),
         subtitle: machine,
-        x_label: format!("the lock expires (ttl {ttl} s) → another process holds"),
+        x_label: if us.on_etcd() {
+            format!("etcd deletes the key (ttl {ttl} s) → another process holds")
+        } else {
+            format!("the lock expires (ttl {ttl} s) → another process holds")
+        },
         series: series(|f| &f.takeover),
     });
 }
 
-/// `tenure-bench peer-child`: tenure's candidate, on the drivers' protocol.
-pub(crate) async fn child(
-    url: &str,
-    name: &str,
-    ttl: Duration,
-    id: &str,
-    act: Option<(Duration, String)>,
-) -> Result<()> {
-    let election = crate::fixture::election(url, name, id, ttl).await?;
-    println!("key tenure:{{{name}}}:lease");
+/// What `peer-child` is told.
+pub(crate) struct ChildArgs {
+    /// The redis-server: the store unless `etcd` is given, and the acts'
+    /// log.
+    pub(crate) redis: String,
+    /// An etcd URL: the store.
+    pub(crate) etcd: Option<String>,
+    pub(crate) name: String,
+    pub(crate) ttl: Duration,
+    pub(crate) id: String,
+    /// Act this often, to this list.
+    pub(crate) act: Option<(Duration, String)>,
+}
+
+/// `tenure-bench peer-child`: a candidate of one of the peers built in
+/// (`tenure`, `etcd-election`), on the drivers' protocol.
+pub(crate) async fn child(peer: &str, args: ChildArgs) -> Result<()> {
+    match (peer, &args.etcd) {
+        ("tenure", _) => tenure_child(args).await,
+        ("etcd-election", Some(etcd)) => {
+            let etcd = etcd.clone();
+            etcd_election_child(&etcd, args).await
+        }
+        ("etcd-election", None) => Err("the etcd-election peer needs --etcd".into()),
+        (other, _) => Err(format!(
+            "no such peer built in: {other} (tenure, etcd-election; the Python peers run in peers/driver.py)"
+        )),
+    }
+}
+
+/// tenure's candidate: the library as its docs show, on Redis or etcd.
+async fn tenure_child(args: ChildArgs) -> Result<()> {
+    let ChildArgs {
+        redis,
+        etcd,
+        name,
+        ttl,
+        id,
+        act,
+    } = args;
+    let store = etcd.as_deref().unwrap_or(&redis);
+    let election = crate::fixture::election(store, &name, &id, ttl).await?;
+    if etcd.is_some() {
+        println!("key tenure/{name}");
+    } else {
+        println!("key tenure:{{{name}}}:lease");
+    }
     println!("ready");
     let term = election.campaign().await.map_err(|e| e.to_string())?;
     println!("held {}", mono_ns());
+    let url = redis;
     let actor = match act {
         Some((every, log)) => {
-            let mut conn = connect(url).await?;
+            let mut conn = connect(&url).await?;
             let term = term.clone();
             let id = id.to_string();
             Some(tokio::spawn(async move {
@@ -844,18 +1094,126 @@ pub(crate) async fn child(
         }
         None => None,
     };
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if line.trim() == "release" {
-            break;
-        }
-    }
+    until_release().await;
     println!("releasing {}", mono_ns());
     if let Some(actor) = actor {
         actor.abort();
     }
     match term.resign().await {
         Ok(()) => {
+            println!("released");
+            Ok(())
+        }
+        Err(err) => {
+            println!("release-failed {err}");
+            Err(err.to_string())
+        }
+    }
+}
+
+/// Until stdin says `release`, or ends.
+async fn until_release() {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim() == "release" {
+            break;
+        }
+    }
+}
+
+/// etcd's Election API through etcd-client, the way etcd's own
+/// `concurrency` package uses it: a lease of the ttl (whole seconds, as
+/// etcd grants them), kept alive every ttl/3 on one stream; `Campaign`
+/// with it, which etcd answers once every key of the election created
+/// before this one is gone; `Resign`, then the lease revoked, on release.
+/// The job acts while the keep-alives succeed: a flag the keep-alive task
+/// clears when etcd answers ttl 0 or the stream fails. etcd-client has no
+/// session or deadline of its own to check instead.
+async fn etcd_election_child(etcd: &str, args: ChildArgs) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let endpoints: Vec<String> = metrics_endpoints(etcd)
+        .ok_or_else(|| format!("not an etcd:// URL: {etcd}"))?
+        .into_iter()
+        .map(|member| format!("http://{member}"))
+        .collect();
+    // No request timeout: Campaign waits as long as the holder holds.
+    let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+    let client = Client::connect(endpoints, Some(options))
+        .await
+        .map_err(|e| format!("cannot connect to etcd: {e}"))?;
+    let seconds = i64::try_from(args.ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+    let lease = client
+        .lease_client()
+        .grant(seconds, None)
+        .await
+        .map_err(|e| format!("lease grant: {e}"))?
+        .id();
+    // etcd's election key: the name, '/', the lease in hex.
+    println!("key {}/{lease:x}", args.name);
+    println!("ready");
+    let alive = Arc::new(AtomicBool::new(true));
+    let (mut keeper, mut answers) = client
+        .lease_client()
+        .keep_alive(lease)
+        .await
+        .map_err(|e| format!("lease keep-alive: {e}"))?;
+    let keeping = {
+        let alive = alive.clone();
+        let every = Duration::from_secs_f64(seconds as f64 / 3.0);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let kept = match keeper.keep_alive().await {
+                    Ok(()) => matches!(answers.message().await, Ok(Some(a)) if a.ttl() > 0),
+                    Err(_) => false,
+                };
+                if !kept {
+                    alive.store(false, Ordering::SeqCst);
+                    return;
+                }
+            }
+        })
+    };
+    let mut elections = client.election_client();
+    let leader = elections
+        .campaign(args.name.as_str(), args.id.as_str(), lease)
+        .await
+        .map_err(|e| format!("campaign: {e}"))?
+        .take_leader()
+        .ok_or("campaign answered without a leader key")?;
+    println!("held {}", mono_ns());
+    let actor = match args.act {
+        Some((every, log)) => {
+            let mut conn = connect(&args.redis).await?;
+            let (alive, id) = (alive.clone(), args.id.clone());
+            Some(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    if alive.load(Ordering::SeqCst) {
+                        let _: redis::RedisResult<i64> = redis::cmd("RPUSH")
+                            .arg(&log)
+                            .arg(&id)
+                            .query_async(&mut conn)
+                            .await;
+                    }
+                }
+            }))
+        }
+        None => None,
+    };
+    until_release().await;
+    println!("releasing {}", mono_ns());
+    if let Some(actor) = actor {
+        actor.abort();
+    }
+    keeping.abort();
+    let resigned = elections
+        .resign(Some(ResignOptions::new().with_leader(leader)))
+        .await;
+    let _ = client.lease_client().revoke(lease).await;
+    match resigned {
+        Ok(_) => {
             println!("released");
             Ok(())
         }
@@ -878,22 +1236,49 @@ pub(crate) async fn smoke() -> Result<()> {
         .map_err(|e| format!("redis-server: {e}"))?;
     let url = server.url();
     let conn = connect(&url).await?;
-    for peer in Peer::ALL {
+    let redis = (
+        Store::Redis {
+            port: server.port(),
+        },
+        Observer::Redis(conn.clone()),
+    );
+    let cluster = start_etcd().await?;
+    let outcome = async {
+        smoke_peers(&drivers, &url, &conn, &Peer::REDIS, &redis).await?;
+        let etcd = etcd_store(&cluster).await?;
+        smoke_peers(&drivers, &url, &conn, &Peer::ETCD, &etcd).await
+    }
+    .await;
+    tokio::task::spawn_blocking(move || drop((cluster, server)))
+        .await
+        .map_err(|e| e.to_string())?;
+    outcome
+}
+
+async fn smoke_peers(
+    drivers: &Drivers,
+    url: &str,
+    conn: &MultiplexedConnection,
+    peers: &[Peer],
+    (store, observer): &(Store, Observer),
+) -> Result<()> {
+    for &peer in peers {
         let job = |what: &str, act| Job {
-            url: url.clone(),
-            name: format!("smoke-{}-{what}", peer.driver_name()),
+            url: url.to_string(),
+            store: store.clone(),
+            name: format!("smoke-{}-{}-{what}", peer.store(), peer.driver_name()),
             ttl: Duration::from_secs(1),
             act,
-            log: format!("smoke:acts:{}:{what}", peer.driver_name()),
+            log: format!("smoke:acts:{}:{}:{what}", peer.store(), peer.driver_name()),
         };
-        let samples = handovers(&drivers, Group::new(peer, job("handover", None)), 2).await?;
+        let samples = handovers(drivers, Group::new(peer, job("handover", None)), 2).await?;
         if samples.sorted_ms().len() != 2 {
             return Err(format!(
                 "{peer:?}: {} hand-overs of 2",
                 samples.sorted_ms().len()
             ));
         }
-        let samples = takeovers(&drivers, Group::new(peer, job("crash", None)), &conn, 1).await?;
+        let samples = takeovers(drivers, Group::new(peer, job("crash", None)), observer, 1).await?;
         if samples.sorted_ms().len() != 1 {
             return Err(format!(
                 "{peer:?}: {} takeovers of 1",
@@ -901,11 +1286,15 @@ pub(crate) async fn smoke() -> Result<()> {
             ));
         }
         let group = Group::new(peer, job("stop", Some(Duration::from_millis(10))));
-        let (stale, _) = paused_holder(&drivers, group, &conn).await?;
+        let (stale, _) = paused_holder(drivers, group, conn).await?;
+        let (leader, follower) = idle(drivers, Group::new(peer, job("idle", None)), 1).await?;
+        if leader <= 0.0 {
+            return Err(format!("{peer:?}: an idle holder sent no request in a ttl"));
+        }
         match peer {
             // Its clock check stops it, and its token fences the rest:
             // never an act in the log after the new holder's first.
-            Peer::Tenure if stale != 0 => {
+            Peer::Tenure | Peer::TenureEtcd if stale != 0 => {
                 return Err(format!("tenure acted {stale} times after its successor"));
             }
             // Its job checks nothing: it acts on at once, which the
@@ -918,7 +1307,10 @@ pub(crate) async fn smoke() -> Result<()> {
             // after SIGCONT.
             _ => {}
         }
-        eprintln!("peer-smoke: {peer:?} ok ({stale} late acts)");
+        eprintln!(
+            "peer-smoke: {peer:?} on {} ok ({stale} late acts, idle {leader} + {follower} requests a ttl)",
+            peer.store()
+        );
     }
     Ok(())
 }

@@ -1,9 +1,10 @@
-//! The peers section's smoke test: every peer driver (tenure's
-//! `peer-child` and the Python drivers under `peers/`) holds, hands over,
-//! is taken over after `kill -9` and is counted acting late after SIGSTOP,
-//! one round each on a private redis-server. It runs the bench binary,
-//! which tenure's candidate is a subcommand of; the peers themselves run
-//! in the bench, not here.
+//! The peers section's smoke test: every peer driver (the bench's
+//! `peer-child` for tenure and etcd-client's election, the Python drivers
+//! under `peers/`) holds, hands over, is taken over after `kill -9`, is
+//! counted acting late after SIGSTOP and sends its idle requests, one
+//! round each on a private redis-server and a private etcd cluster. It
+//! runs the bench binary, which the built-in candidates are a subcommand
+//! of; the peers themselves run in the bench, not here.
 
 use std::process::Command;
 
@@ -15,7 +16,14 @@ fn every_peer_driver_hands_over_and_is_caught_acting_late() {
         .expect("tenure-bench runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "peer-smoke failed: {stderr}");
-    for peer in ["Tenure", "RedisPy", "PythonRedisLock", "Pottery"] {
+    for peer in [
+        "Tenure on Redis",
+        "RedisPy on Redis",
+        "PythonRedisLock on Redis",
+        "Pottery on Redis",
+        "TenureEtcd on etcd",
+        "EtcdElection on etcd",
+    ] {
         assert!(
             stderr.contains(&format!("peer-smoke: {peer} ok")),
             "{peer}: {stderr}"
