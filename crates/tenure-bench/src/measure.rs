@@ -580,7 +580,11 @@ async fn script_operations(conn: &MultiplexedConnection, url: &str, n: usize) ->
             ))
         };
     }
-    let acquire = script!("acquire.lua");
+    let acquire = redis::Script::new(concat!(
+        include_str!("../../tenure/src/backend/redis/scripts/prelude.lua"),
+        include_str!("../../tenure/src/backend/redis/scripts/acquire_one.lua"),
+        include_str!("../../tenure/src/backend/redis/scripts/acquire.lua")
+    ));
     let renew = script!("renew.lua");
     let resign = script!("resign.lua");
     let mut conn = conn.clone();

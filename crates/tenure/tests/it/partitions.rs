@@ -311,3 +311,58 @@ async fn foreign_data_in_one_partitions_key_costs_that_partition_only() {
     })
     .await;
 }
+
+/// `INFO` calls the server has run so far, its scripts' included.
+fn info_calls(server: &crate::support::RedisServer) -> u64 {
+    let stats = server.command(&["INFO", "commandstats"]).unwrap();
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_info:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sets_acquisitions_read_the_servers_epoch_once_a_call_not_once_a_partition() {
+    let server = redis();
+    let url = server.url();
+    let journal: Journal = Arc::default();
+    let before = info_calls(&server);
+    let member = Member::start(&url, "m1", &journal);
+    eventually("the member owns every partition", async || {
+        member.owned() == PARTITIONS
+    })
+    .await;
+    // Two INFO calls (the process epoch) per acquire_many call of up to a
+    // hundred partitions, a call for the start-up hold-off and one past
+    // it, and the client's own look at the server: an INFO pair per
+    // partition would be 64 at least.
+    let calls = info_calls(&server) - before;
+    assert!(
+        calls <= 16,
+        "{calls} INFO calls to acquire {PARTITIONS} partitions"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_data_found_by_the_first_acquisitions_costs_its_partition_only() {
+    let server = redis();
+    let url = server.url();
+    // Before any member starts, so the set's first call, which acquires
+    // every partition at once, finds it.
+    let key = "tenure:{orders-5}:lease";
+    server.command(&["SET", key, "not a lease"]).unwrap();
+    let journal: Journal = Arc::default();
+    let member = Member::start(&url, "m1", &journal);
+    eventually("the member owns every other partition", async || {
+        member.owned() == PARTITIONS - 1
+    })
+    .await;
+    assert!(!member.observer.owned().contains(&"orders-5".to_string()));
+    assert_eq!(server.command(&["GET", key]).unwrap(), "not a lease");
+    server.command(&["DEL", key]).unwrap();
+    eventually("orders-5 is owned once its key is cleaned up", async || {
+        member.owned() == PARTITIONS
+    })
+    .await;
+}

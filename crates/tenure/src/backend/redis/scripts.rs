@@ -20,9 +20,18 @@ macro_rules! script {
             include_str!(concat!("scripts/", $file))
         )
     };
+    // A script built on acquire_one.lua's function.
+    (acquiring $file:literal) => {
+        concat!(
+            include_str!("scripts/prelude.lua"),
+            include_str!("scripts/acquire_one.lua"),
+            include_str!(concat!("scripts/", $file))
+        )
+    };
 }
 
-pub(crate) static ACQUIRE: &str = script!("acquire.lua");
+pub(crate) static ACQUIRE: &str = script!(acquiring "acquire.lua");
+pub(crate) static ACQUIRE_MANY: &str = script!(acquiring "acquire_many.lua");
 pub(crate) static RENEW: &str = script!("renew.lua");
 pub(crate) static RENEW_MANY: &str = script!("renew_many.lua");
 pub(crate) static RESIGN: &str = script!("resign.lua");
@@ -34,6 +43,7 @@ pub(crate) static CHECK: &str = script!("check.lua");
 
 pub(crate) struct Scripts {
     pub acquire: Script,
+    pub acquire_many: Script,
     pub renew: Script,
     pub renew_many: Script,
     pub resign: Script,
@@ -44,9 +54,10 @@ pub(crate) struct Scripts {
 }
 
 impl Scripts {
-    pub fn all(&self) -> [&Script; 8] {
+    pub fn all(&self) -> [&Script; 9] {
         [
             &self.acquire,
+            &self.acquire_many,
             &self.renew,
             &self.renew_many,
             &self.resign,

@@ -13,8 +13,8 @@ use super::checks::{check_store, for_topology, StoreChecks};
 use super::keys::Keys;
 use super::scripts::{
     parse_acquire, parse_inspect, parse_last_run, parse_members, parse_renew, parse_renew_many,
-    ReplyReader, Scripts, ACQUIRE, INSPECT, LAST_RUN, MEMBERS, RECORD_RUN, RENEW, RENEW_MANY,
-    RESIGN,
+    ReplyReader, Scripts, ACQUIRE, ACQUIRE_MANY, INSPECT, LAST_RUN, MEMBERS, RECORD_RUN, RENEW,
+    RENEW_MANY, RESIGN,
 };
 use super::target::RedisTarget;
 use super::topology::{slot_of, tag_of_slot, Following, Topology};
@@ -46,13 +46,24 @@ struct Call {
     cmd: redis::Cmd,
 }
 
-/// One part of an operation: most operations are one call; a
-/// [`Op::RenewMany`] on a cluster is one call per slot of its terms.
+/// One part of an operation, or several operations: most operations are
+/// one call; a [`Op::RenewMany`] on a cluster is one call per slot of its
+/// terms; a run of [`Op::Acquire`]s is one call per [`ACQUISITIONS_PER_CALL`] of
+/// them (per slot, on a cluster).
 struct Part {
     op: usize,
     /// For a split [`Op::RenewMany`]: the terms (indices) this call renews.
     terms: Option<Vec<usize>>,
+    /// For `acquire_many.lua`: the operations (indices) it acquires, `op`
+    /// the first.
+    acquires: Option<Vec<usize>>,
 }
+
+/// The most acquisitions one `acquire_many.lua` call carries: the server
+/// reads its process epoch (two INFO calls, most of an acquisition's cost)
+/// once per call, and a call of a hundred keeps Redis busy for about a
+/// millisecond.
+const ACQUISITIONS_PER_CALL: usize = 100;
 
 impl RedisStore {
     /// Find the store's nodes ([`Topology::connect`]).
@@ -68,6 +79,7 @@ impl RedisStore {
             topology,
             scripts: Scripts {
                 acquire: script(ACQUIRE),
+                acquire_many: script(ACQUIRE_MANY),
                 renew: script(RENEW),
                 renew_many: script(RENEW_MANY),
                 resign: script(RESIGN),
@@ -208,6 +220,42 @@ impl RedisStore {
         cmd
     }
 
+    /// `acquire_many.lua` for the acquisitions `indices` of `ops` (each an
+    /// [`Op::Acquire`]): the keys and arguments of each, in order, as
+    /// [`RedisStore::acquire_command`] lays them out for one.
+    fn acquire_many_command(&self, ops: &[Op<'_>], indices: &[usize]) -> redis::Cmd {
+        let elections: Vec<(Keys, String, &AcquireRequest<'_>)> = indices
+            .iter()
+            .filter_map(|&i| match &ops[i] {
+                Op::Acquire { at, request } => {
+                    let keys = Keys::of(*at);
+                    let prefix_epoch = self.prefix_epoch(*at, &keys.lease);
+                    Some((keys, prefix_epoch, request))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.acquire_many.get_hash())
+            .arg(elections.len() * 5);
+        for (keys, prefix_epoch, _) in &elections {
+            cmd.arg(&keys.lease)
+                .arg(&keys.token)
+                .arg(&keys.epoch)
+                .arg(prefix_epoch)
+                .arg(&keys.witness);
+        }
+        for (keys, _, request) in &elections {
+            cmd.arg(request.id)
+                .arg(request.ttl_ms)
+                .arg(&keys.events)
+                .arg(request.attempt)
+                .arg(request.hold_off_ms)
+                .arg(request.aux_ttl_ms());
+        }
+        cmd
+    }
+
     /// `renew.lua` for the term (id, token) of the election at `at`;
     /// `announce` publishes the renewal on the election's channel.
     fn renew_command(
@@ -318,7 +366,19 @@ impl RedisStore {
         let cluster = self.topology.is_cluster();
         let mut parts = Vec::with_capacity(ops.len());
         let mut calls = Vec::with_capacity(ops.len());
+        // A run of acquisitions, by slot (one slot outside a cluster),
+        // waiting to be sent as acquire_many calls when the run ends.
+        let mut run: Vec<(u16, Vec<usize>)> = Vec::new();
         for (i, op) in ops.iter().enumerate() {
+            if let Op::Acquire { .. } = op {
+                let slot = if cluster { Self::routing_slot(op) } else { 0 };
+                match run.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, indices)) => indices.push(i),
+                    None => run.push((slot, vec![i])),
+                }
+                continue;
+            }
+            self.plan_acquisitions(ops, &mut run, &mut calls, &mut parts);
             match op {
                 Op::RenewMany { prefix, terms, .. } if cluster => {
                     let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
@@ -334,6 +394,7 @@ impl RedisStore {
                         parts.push(Part {
                             op: i,
                             terms: Some(indices),
+                            acquires: None,
                         });
                     }
                 }
@@ -345,11 +406,54 @@ impl RedisStore {
                         slot,
                         cmd: self.command(op, None),
                     });
-                    parts.push(Part { op: i, terms: None });
+                    parts.push(Part {
+                        op: i,
+                        terms: None,
+                        acquires: None,
+                    });
                 }
             }
         }
+        self.plan_acquisitions(ops, &mut run, &mut calls, &mut parts);
         (calls, parts)
+    }
+
+    /// The calls of a run of acquisitions (`run`, by slot; emptied): one
+    /// `acquire.lua` call for an acquisition alone in its slot, else one
+    /// `acquire_many.lua` call per [`ACQUISITIONS_PER_CALL`]. Only a run is grouped,
+    /// so no acquisition moves past another operation of the batch.
+    fn plan_acquisitions(
+        &self,
+        ops: &[Op<'_>],
+        run: &mut Vec<(u16, Vec<usize>)>,
+        calls: &mut Vec<Call>,
+        parts: &mut Vec<Part>,
+    ) {
+        for (slot, indices) in run.drain(..) {
+            for chunk in indices.chunks(ACQUISITIONS_PER_CALL) {
+                if let [one] = chunk {
+                    calls.push(Call {
+                        slot,
+                        cmd: self.command(&ops[*one], None),
+                    });
+                    parts.push(Part {
+                        op: *one,
+                        terms: None,
+                        acquires: None,
+                    });
+                } else {
+                    calls.push(Call {
+                        slot,
+                        cmd: self.acquire_many_command(ops, chunk),
+                    });
+                    parts.push(Part {
+                        op: chunk[0],
+                        terms: None,
+                        acquires: Some(chunk.to_vec()),
+                    });
+                }
+            }
+        }
     }
 
     /// Each operation's reply, from the outcomes of its calls (`parts`, as
@@ -366,6 +470,15 @@ impl RedisStore {
         let mut replies: Vec<Option<Result<Reply>>> = (0..ops.len()).map(|_| None).collect();
         let mut many: HashMap<usize, Vec<Option<Result<RenewReply>>>> = HashMap::new();
         for (part, outcome) in parts.into_iter().zip(outcomes) {
+            if let Some(indices) = part.acquires {
+                for (i, result) in indices
+                    .iter()
+                    .zip(self.acquired(indices.len(), outcome, &url))
+                {
+                    replies[*i] = Some(result);
+                }
+                continue;
+            }
             let op = &ops[part.op];
             let result = match outcome {
                 Outcome::Reply(Ok(value)) => {
@@ -405,6 +518,37 @@ impl RedisStore {
         replies
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(Error::internal("an operation had no call"))))
+            .collect()
+    }
+}
+
+impl RedisStore {
+    /// The replies of an `acquire_many.lua` call of `n` acquisitions: each
+    /// its own result (a stray key fails its own election only), or the
+    /// call's error for all.
+    fn acquired(&self, n: usize, outcome: Outcome, url: &str) -> Vec<Result<Reply>> {
+        let all = |err: Error| (0..n).map(|_| Err(copy_error(&err))).collect();
+        let value = match outcome {
+            Outcome::Reply(Ok(value)) => value,
+            Outcome::Reply(Err(err)) => return all(self.target().classify(err)),
+            Outcome::Failed(err) => return all(err),
+        };
+        let reader = ReplyReader { url };
+        let items = match reader.array(value, n) {
+            Ok(items) if items.len() == n => items,
+            Ok(items) => {
+                return all(
+                    reader.unexpected(&format!("{} replies to {n} acquisitions", items.len()))
+                )
+            }
+            Err(err) => return all(err),
+        };
+        items
+            .into_iter()
+            .map(|item| match item {
+                Value::ServerError(err) => Err(self.target().classify(err.into())),
+                value => parse_acquire(value, url).map(Reply::Acquire),
+            })
             .collect()
     }
 }

@@ -145,7 +145,14 @@ pub fn lua(file: &str) -> redis::Script {
         std::fs::read_to_string(format!("{dir}{name}"))
             .unwrap_or_else(|err| panic!("cannot read script {name}: {err}"))
     };
-    redis::Script::new(&(read("prelude.lua") + &read(file)))
+    // The acquiring scripts are built on acquire_one.lua's function, as
+    // the library builds them.
+    let shared = if file.starts_with("acquire") {
+        read("acquire_one.lua")
+    } else {
+        String::new()
+    };
+    redis::Script::new(&(read("prelude.lua") + &shared + &read(file)))
 }
 
 /// A plain connection for inspecting Redis directly.
