@@ -312,14 +312,65 @@ async fn foreign_data_in_one_partitions_key_costs_that_partition_only() {
     .await;
 }
 
-/// `INFO` calls the server has run so far, its scripts' included.
-fn info_calls(server: &crate::support::RedisServer) -> u64 {
+/// Calls of `command` the server has run so far, its scripts' included.
+fn calls_of(server: &crate::support::RedisServer, command: &str) -> u64 {
     let stats = server.command(&["INFO", "commandstats"]).unwrap();
+    let field = format!("cmdstat_{command}:calls=");
     stats
         .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_info:calls="))
+        .find_map(|line| line.strip_prefix(field.as_str()))
         .and_then(|rest| rest.split(',').next())
         .map_or(0, |calls| calls.parse().unwrap())
+}
+
+/// `INFO` calls the server has run so far, its scripts' included.
+fn info_calls(server: &crate::support::RedisServer) -> u64 {
+    calls_of(server, "info")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_sets_renewals_skip_the_full_reading_of_each_lease() {
+    let server = redis();
+    let set = PartitionSet::builder("orders", partitions())
+        .redis(server.url())
+        .ttl(TTL)
+        .id("m1")
+        .build()
+        .await
+        .expect("valid partition set");
+    let observer = set.observer();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    // Work that sends nothing to Redis: the only commands are the set's.
+    let running = tokio::spawn(set.run(
+        |_partition, term: tenure::Leadership| async move {
+            term.lost().await;
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("the set owns every partition", async || {
+        observer.owned_count() == PARTITIONS
+    })
+    .await;
+    let (hlen, pexpire) = (calls_of(&server, "hlen"), calls_of(&server, "pexpire"));
+    let from = observer.cycles();
+    eventually("three more renewal cycles", async || {
+        observer.cycles() >= from + 3
+    })
+    .await;
+    // HLEN is the full reading's (read_lease's exact fields): a renewal of
+    // the term's own lease and witness is HMGET, GET and two PEXPIREs.
+    let full = calls_of(&server, "hlen") - hlen;
+    assert_eq!(full, 0, "renewals read {full} leases in full");
+    let renewed = calls_of(&server, "pexpire") - pexpire;
+    assert!(
+        renewed >= 2 * 2 * PARTITIONS as u64,
+        "{renewed} PEXPIREs in three cycles of {PARTITIONS} partitions"
+    );
+    assert_eq!(observer.owned_count(), PARTITIONS);
+    let _ = stop.send(());
+    let _ = running.await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
