@@ -567,12 +567,8 @@ pub(crate) async fn section(plan: &Plan, report: &mut Report) -> Result<()> {
         port: server.port(),
     };
     let observer = Observer::Redis(conn.clone());
-    let mut measured = Vec::new();
-    for peer in Peer::REDIS {
-        eprintln!("  peers: {} ...", peer.label());
-        let figures = measure(plan, &drivers, peer, &url, &store, &observer, &conn).await?;
-        measured.push((peer, figures));
-    }
+    let on = (url.as_str(), &store, &observer, &conn);
+    let measured = measure_all(plan, &drivers, &Peer::REDIS, on).await?;
     rows(
         plan,
         report,
@@ -584,12 +580,8 @@ pub(crate) async fn section(plan: &Plan, report: &mut Report) -> Result<()> {
     let outcome = async {
         let (store, observer) = etcd_store(&cluster).await?;
         eprintln!("tenure-bench: etcd cluster {} (3 members)", cluster.url());
-        let mut measured = Vec::new();
-        for peer in Peer::ETCD {
-            eprintln!("  peers: {} ...", peer.label());
-            let figures = measure(plan, &drivers, peer, &url, &store, &observer, &conn).await?;
-            measured.push((peer, figures));
-        }
+        let on = (url.as_str(), &store, &observer, &conn);
+        let measured = measure_all(plan, &drivers, &Peer::ETCD, on).await?;
         rows(
             plan,
             report,
@@ -603,6 +595,24 @@ pub(crate) async fn section(plan: &Plan, report: &mut Report) -> Result<()> {
         .await
         .map_err(|e| e.to_string())?;
     outcome
+}
+
+/// Every figure of each of `peers`, one after the other, on one store:
+/// (the redis-server's URL, the store, its observer, a connection to the
+/// redis-server).
+async fn measure_all(
+    plan: &Plan,
+    drivers: &Drivers,
+    peers: &[Peer],
+    (url, store, observer, conn): (&str, &Store, &Observer, &MultiplexedConnection),
+) -> Result<Vec<(Peer, Figures)>> {
+    let mut measured = Vec::new();
+    for &peer in peers {
+        eprintln!("  peers: {} ...", peer.label());
+        let figures = measure(plan, drivers, peer, url, store, observer, conn).await?;
+        measured.push((peer, figures));
+    }
+    Ok(measured)
 }
 
 /// A private 3-member etcd cluster, its election timeout the etcd

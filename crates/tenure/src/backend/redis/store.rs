@@ -199,53 +199,49 @@ impl RedisStore {
 
     /// `acquire.lua` for the election at `at`.
     fn acquire_command(&self, at: Address<'_>, request: &AcquireRequest<'_>) -> redis::Cmd {
-        let keys = &Keys::of(at);
-        let prefix_epoch = self.prefix_epoch(at, &keys.lease);
-        let mut cmd = evalsha(
-            &self.scripts.acquire,
-            &[
-                &keys.lease,
-                &keys.token,
-                &keys.epoch,
-                &prefix_epoch,
-                &keys.witness,
-            ],
-        );
-        cmd.arg(request.id)
-            .arg(request.ttl_ms)
-            .arg(&keys.events)
-            .arg(request.attempt)
-            .arg(request.hold_off_ms)
-            .arg(request.aux_ttl_ms());
-        cmd
+        self.acquisitions(&self.scripts.acquire, &[(at, request)])
     }
 
     /// `acquire_many.lua` for the acquisitions `indices` of `ops` (each an
-    /// [`Op::Acquire`]): the keys and arguments of each, in order, as
-    /// [`RedisStore::acquire_command`] lays them out for one.
+    /// [`Op::Acquire`]).
     fn acquire_many_command(&self, ops: &[Op<'_>], indices: &[usize]) -> redis::Cmd {
-        let elections: Vec<(Keys, String, &AcquireRequest<'_>)> = indices
+        let chosen: Vec<(Address<'_>, &AcquireRequest<'_>)> = indices
             .iter()
             .filter_map(|&i| match &ops[i] {
-                Op::Acquire { at, request } => {
-                    let keys = Keys::of(*at);
-                    let prefix_epoch = self.prefix_epoch(*at, &keys.lease);
-                    Some((keys, prefix_epoch, request))
-                }
+                Op::Acquire { at, request } => Some((*at, request)),
                 _ => None,
             })
             .collect();
+        self.acquisitions(&self.scripts.acquire_many, &chosen)
+    }
+
+    /// `script` (acquire.lua, or acquire_many.lua for several) on the
+    /// elections `chosen`: the one place an acquisition's 5 keys and 6
+    /// arguments are laid out, each election's keys, then each one's
+    /// arguments, in order.
+    fn acquisitions(
+        &self,
+        script: &Script,
+        chosen: &[(Address<'_>, &AcquireRequest<'_>)],
+    ) -> redis::Cmd {
+        let keys: Vec<(Keys, String)> = chosen
+            .iter()
+            .map(|(at, _)| {
+                let keys = Keys::of(*at);
+                let prefix_epoch = self.prefix_epoch(*at, &keys.lease);
+                (keys, prefix_epoch)
+            })
+            .collect();
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.scripts.acquire_many.get_hash())
-            .arg(elections.len() * 5);
-        for (keys, prefix_epoch, _) in &elections {
+        cmd.arg(script.get_hash()).arg(keys.len() * 5);
+        for (keys, prefix_epoch) in &keys {
             cmd.arg(&keys.lease)
                 .arg(&keys.token)
                 .arg(&keys.epoch)
                 .arg(prefix_epoch)
                 .arg(&keys.witness);
         }
-        for (keys, _, request) in &elections {
+        for ((keys, _), (_, request)) in keys.iter().zip(chosen) {
             cmd.arg(request.id)
                 .arg(request.ttl_ms)
                 .arg(&keys.events)
