@@ -210,6 +210,27 @@ impl Semaphore {
                 }
             });
         futures_util::future::join_all(others).await;
+        // A campaign dropped with its write in flight may land that write
+        // after the look above: on a store whose keys hang on a session
+        // the process keeps alive for the permit it won (etcd's session
+        // lease, ZooKeeper's session), such a lease would never lapse, and
+        // the permit would stay held by nobody. Look again once any write
+        // sent before the drop has landed or failed; a permit handed out
+        // (kept) is never released by it.
+        for (index, election) in self.permits.iter().enumerate() {
+            if index == won {
+                continue;
+            }
+            let election = election.clone();
+            tokio::spawn(async move {
+                for _ in 0..2 {
+                    tokio::time::sleep(election.call_timeout()).await;
+                    if let Ok(true) = election.release_if_held().await {
+                        tracing::debug!(election = %election.name(), "released a permit an abandoned campaign won late");
+                    }
+                }
+            });
+        }
         first
     }
 

@@ -279,6 +279,12 @@ impl Election {
 }
 
 impl Election {
+    /// How long one store call may take: a write sent by a campaign that
+    /// was cancelled lands within it, or not at all.
+    pub(crate) fn call_timeout(&self) -> std::time::Duration {
+        self.inner.timing.call_timeout
+    }
+
     /// Release the lease if this instance holds it without a live
     /// [`Leadership`] handle: call it after abandoning a [`Election::campaign`]
     /// (e.g. on shutdown), since its last acquire may have won. Returns
