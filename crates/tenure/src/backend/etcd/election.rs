@@ -12,6 +12,7 @@ use super::codec::{
 };
 use super::layout::{counter_key, lease_key, witness_key};
 use super::session::Attached;
+use super::sweep::Pending;
 use super::{Address, EtcdStore};
 use crate::machine::{AcquireReply, AcquireRequest};
 use crate::term::Holder;
@@ -58,9 +59,25 @@ impl EtcdStore {
         };
         let value = encode(request, token);
         let witness_value = witness_value(request.id, token);
+        let pended = std::sync::OnceLock::new();
         // The key, its witness and the counter are written together,
-        // only if the counter is still as this store last saw it.
+        // only if the counter is still as this store last saw it. Noted
+        // as pending until its answer is read: see `sweep`.
         let attach = |lease, witness| {
+            let pending = Pending {
+                key: keys.key.clone(),
+                token,
+                value: value.clone(),
+                lease,
+                witness_value: witness_value.clone(),
+                witness_lease: witness,
+                counter: keys.counter.clone(),
+                seen,
+                ttl: Duration::from_millis(request.ttl_ms),
+                began,
+                doomed: false,
+            };
+            let _ = pended.set(self.pend(pending));
             create_term(
                 keys,
                 seen,
@@ -69,13 +86,33 @@ impl EtcdStore {
                 (lease, witness),
             )
         };
-        let Some(attached) = self.on_sessions(request.id, request.ttl_ms, attach).await? else {
+        let attached = self.on_sessions(request.id, request.ttl_ms, attach).await?;
+        #[cfg(test)]
+        if self
+            .stall_acquire_answers
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            std::future::pending::<()>().await;
+        }
+        let unpend = || {
+            if let Some(number) = pended.get() {
+                self.unpend(*number);
+            }
+        };
+        let Some(attached) = attached else {
+            // Refused for a lease gone: nothing was written.
+            unpend();
             return Ok(None);
         };
         let txn = &attached.answer;
         if txn.succeeded() {
-            return self.created(keys, request, token, &attached, began);
+            let created = self.created(keys, request, token, &attached, began);
+            if created.is_ok() {
+                unpend();
+            }
+            return created;
         }
+        unpend();
         let (found, witness) = (nth_kv(txn, 0), nth_kv(txn, 1));
         match nth_kv(txn, 2) {
             Some(counter) => {
@@ -166,7 +203,9 @@ impl EtcdStore {
         });
         match holder {
             // Our own attempt wrote it before its answer was lost: the
-            // keep-alive above has just renewed it.
+            // keep-alive above has just renewed it. (Unless the sweep has
+            // begun to delete it: then it is not ours to adopt.)
+            Some(h) if ours && !self.adopt_pending(&keys.key, h.token) => Ok(None),
             Some(h) if ours => {
                 self.kept(
                     &keys.key,

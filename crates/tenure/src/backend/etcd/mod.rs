@@ -110,7 +110,7 @@ use crate::{Error, Result};
 use calls::{classify_connect, one_cluster, send, Clients};
 use layout::{counter_key, lease_key, members_prefix, witness_key};
 use session::{KeepAlives, KEEP_ALIVES};
-use sweep::Kept;
+use sweep::{Kept, Pending};
 use target::EtcdUrl;
 
 mod calls;
@@ -153,6 +153,15 @@ pub(crate) struct EtcdStore {
     /// The terms this store began and has not seen released, by key: see
     /// [`EtcdStore::sweep`].
     terms: Mutex<HashMap<String, Kept>>,
+    /// The acquires sent whose answers were not read yet, by the number
+    /// [`EtcdStore::pend`] gave them: see [`EtcdStore::sweep`].
+    pending: Mutex<HashMap<u64, Pending>>,
+    pended: AtomicU64,
+    /// Tests: an acquire whose transaction has been answered waits for
+    /// ever instead of reading its answer, as one whose answer is late
+    /// does until its caller gives up on it.
+    #[cfg(test)]
+    stall_acquire_answers: std::sync::atomic::AtomicBool,
     /// The token counter of each election as last seen, by counter key:
     /// its mod revision and value (see [`EtcdStore::acquire`]).
     counters: Mutex<HashMap<String, (i64, u64)>>,
@@ -191,6 +200,10 @@ impl EtcdStore {
             granting: tokio::sync::Mutex::new(()),
             refreshed: Mutex::new(HashMap::new()),
             terms: Mutex::new(HashMap::new()),
+            pending: Mutex::new(HashMap::new()),
+            pended: AtomicU64::new(0),
+            #[cfg(test)]
+            stall_acquire_answers: std::sync::atomic::AtomicBool::new(false),
             counters: Mutex::new(HashMap::new()),
             requests: Arc::new(AtomicU64::new(0)),
             cluster_id,

@@ -152,3 +152,104 @@ async fn terms_begun_at_once_share_one_session_lease() {
     // One session lease and one witness lease.
     assert_eq!(store.sessions_lock().len(), 2);
 }
+
+/// An acquire whose write landed but whose answer its caller never read
+/// (a campaign dropped, a call timed out): its key hangs on the session
+/// lease that the instance's other terms keep alive, held by a term
+/// nobody knows of. The sweep must delete it a ttl after the acquire
+/// began, so that another candidate is elected; not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_whose_answer_was_never_read_is_swept_while_its_session_lives_on() {
+    use std::sync::atomic::Ordering;
+    let (_cluster, store) = one_member().await;
+    let request = AcquireRequest {
+        id: "me",
+        attempt: "1",
+        ttl_ms: 2_000,
+        hold_off_ms: 2_000,
+    };
+    let (ghost, live) = (
+        Address::new("tenure", "ghost"),
+        Address::new("tenure", "live"),
+    );
+    let AcquireReply::Won { token: live_token } =
+        store.acquire(live, &request).await.expect("acquire")
+    else {
+        panic!("the first candidate wins");
+    };
+    store.stall_acquire_answers.store(true, Ordering::Relaxed);
+    let began = tokio::time::Instant::now();
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(300), store.acquire(ghost, &request)).await;
+    assert!(dropped.is_err(), "the acquire's answer is never read");
+    store.stall_acquire_answers.store(false, Ordering::Relaxed);
+    let written = store
+        .inspect(ghost)
+        .await
+        .expect("inspect")
+        .expect("the write landed");
+    assert_eq!(written.id, "me");
+    let other = AcquireRequest {
+        id: "other",
+        ..request
+    };
+    let elected_at = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let renewed = store.renew(live, "me", live_token, 2_000).await;
+            assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
+            store.sweep().await;
+            match store.acquire(ghost, &other).await.expect("acquire") {
+                AcquireReply::Won { .. } => return tokio::time::Instant::now(),
+                AcquireReply::Held(h) => assert_eq!(h.id, "me"),
+                AcquireReply::HoldOff { .. } => panic!("nothing was deleted by hand"),
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("another candidate is elected while the session lives on");
+    assert!(elected_at - began >= Duration::from_secs(2));
+    let live = store.inspect(live).await.expect("inspect").expect("held");
+    assert_eq!(live.token, live_token);
+}
+
+/// A retry of the same attempt adopts the term an earlier try wrote when
+/// that try's answer was lost; adopted, the term is renewed like any
+/// other, and the sweep of unanswered acquires must leave it alone (it
+/// would delete a live term's key and witness: two leaders).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_adopted_from_an_unanswered_acquire_is_not_swept() {
+    use std::sync::atomic::Ordering;
+    let (_cluster, store) = one_member().await;
+    let request = AcquireRequest {
+        id: "me",
+        attempt: "1",
+        ttl_ms: 2_000,
+        hold_off_ms: 2_000,
+    };
+    let at = Address::new("tenure", "adopted");
+    store.stall_acquire_answers.store(true, Ordering::Relaxed);
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(300), store.acquire(at, &request)).await;
+    assert!(dropped.is_err(), "the acquire's answer is never read");
+    store.stall_acquire_answers.store(false, Ordering::Relaxed);
+    let written = store
+        .inspect(at)
+        .await
+        .expect("inspect")
+        .expect("the write landed");
+    let AcquireReply::Won { token } = store.acquire(at, &request).await.expect("acquire") else {
+        panic!("the retry adopts the term its first try wrote");
+    };
+    assert_eq!(token, written.token);
+    // Three ttls of renewals and sweeps: the term stays.
+    let until = tokio::time::Instant::now() + Duration::from_secs(6);
+    while tokio::time::Instant::now() < until {
+        let renewed = store.renew(at, "me", token, 2_000).await.expect("renew");
+        assert_eq!(renewed, RenewReply::Renewed);
+        store.sweep().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let held = store.inspect(at).await.expect("inspect").expect("held");
+    assert_eq!((held.id.as_str(), held.token), ("me", token));
+}
