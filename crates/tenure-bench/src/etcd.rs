@@ -282,8 +282,11 @@ async fn measure(
 
     let n = plan.cluster_partitions;
     eprintln!("  {label}: a set of {n} partitions in one process (Redis, then etcd) ...");
-    let redis_set = scale::run_child(&redis_url, "tenure", n, plan.scale_seconds).await?;
-    let etcd_set = scale::run_child(&etcd_url, "tenure", n, plan.scale_seconds).await?;
+    let redis_pids = scale::known([server.pid()]);
+    let etcd_pids = scale::known((0..cluster.members()).map(|m| cluster.pid(m)));
+    let redis_set =
+        scale::run_child(&redis_url, "tenure", n, plan.scale_seconds, &redis_pids).await?;
+    let etcd_set = scale::run_child(&etcd_url, "tenure", n, plan.scale_seconds, &etcd_pids).await?;
     scale_rows(report, label, &etcd_set, &redis_set, plan.scale_seconds)
 }
 
@@ -596,6 +599,11 @@ fn scale_rows(
         .map(ByMethod)
         .ok_or("the etcd scale run counted no requests on the members")?;
     set_cost_rows(report, &set, etcd, redis, seconds);
+    report.push(scale::store_cpu_row(
+        &format!("{set}: the etcd members' CPU meanwhile (Redis: redis-server's), % of one core"),
+        etcd,
+        Some(redis),
+    ));
     set_member_rows(report, &set, &server, etcd, redis);
     Ok(())
 }

@@ -93,6 +93,10 @@ enum Internal {
         elections: usize,
         #[arg(long)]
         seconds: u64,
+        /// The store's server processes, whose CPU (with their children's)
+        /// the window counts beside the child's own.
+        #[arg(long, value_delimiter = ',')]
+        store_pids: Vec<u32>,
     },
     /// Internal: one candidate of a peer built in (tenure on Redis or
     /// etcd, etcd-client's election), on the peer drivers' line protocol
@@ -142,7 +146,8 @@ fn main() {
                 design,
                 elections,
                 seconds,
-            }) => match scale_child(&redis, &design, elections, seconds).await {
+                store_pids,
+            }) => match scale_child(&redis, &design, elections, seconds, store_pids).await {
                 Ok(figures) => {
                     println!("{}", serde_json::to_string(&figures).unwrap_or_default());
                     0
@@ -250,6 +255,7 @@ async fn scale_child(
     design: &str,
     elections: usize,
     seconds: u64,
+    store_pids: Vec<u32>,
 ) -> Result<scale::ScaleFigures, String> {
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
@@ -257,7 +263,7 @@ async fn scale_child(
             .with_writer(std::io::stderr)
             .init();
     }
-    scale::child(redis, design, elections, seconds).await
+    scale::child(redis, design, elections, seconds, store_pids).await
 }
 
 #[cfg(test)]

@@ -165,7 +165,8 @@ async fn measure(
     );
 
     cli_rows(plan, report, &url).await?;
-    scale_rows(plan, report, &url, &redis_url).await
+    let pids = (scale::known([pg.pid()]), scale::known([redis.pid()]));
+    scale_rows(plan, report, &url, &redis_url, pids).await
 }
 
 /// Two `tenure run` on the server: the leader's ended by SIGTERM, and by
@@ -189,13 +190,21 @@ async fn cli_rows(plan: &Plan, report: &mut Report, url: &str) -> Result<()> {
     cli_handover::ending_rows(report, "postgres", url, plan.crashes, &endings).await
 }
 
-/// A set of 10,000 partitions in one process, on PostgreSQL and on Redis.
-async fn scale_rows(plan: &Plan, report: &mut Report, url: &str, redis_url: &str) -> Result<()> {
+/// A set of 10,000 partitions in one process, on PostgreSQL and on Redis
+/// (with the server processes of each: `pids`).
+async fn scale_rows(
+    plan: &Plan,
+    report: &mut Report,
+    url: &str,
+    redis_url: &str,
+    (pids, redis_pids): (Vec<u32>, Vec<u32>),
+) -> Result<()> {
     let label = "postgres";
     let n = plan.cluster_partitions;
     eprintln!("  {label}: a set of {n} partitions in one process (Redis, then PostgreSQL) ...");
-    let redis_set = scale::run_child(redis_url, "tenure", n, plan.scale_seconds).await?;
-    let set = scale::run_child(url, "tenure", n, plan.scale_seconds).await?;
+    let redis_set =
+        scale::run_child(redis_url, "tenure", n, plan.scale_seconds, &redis_pids).await?;
+    let set = scale::run_child(url, "tenure", n, plan.scale_seconds, &pids).await?;
     let held = format!("{label}: {n} partitions held by one member");
     report.push(
         Row::plain(
@@ -214,6 +223,14 @@ async fn scale_rows(plan: &Plan, report: &mut Report, url: &str, redis_url: &str
             plan.scale_seconds
         )),
     );
+    report.push(scale::store_cpu_row(
+        &format!(
+            "{held}: the PostgreSQL server's CPU meanwhile, backends included (Redis: \
+             redis-server's), % of one core"
+        ),
+        &set,
+        Some(&redis_set),
+    ));
     report.push(
         Row::plain(
             &format!("{held}: peak RSS, MB"),

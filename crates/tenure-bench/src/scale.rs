@@ -1,6 +1,8 @@
 //! Many elections in one process: CPU share, peak RSS and Redis round
-//! trips per renew interval. Each measurement runs in a child process of
-//! its own, so that its peak RSS is its own. On etcd and ZooKeeper the
+//! trips per renew interval, and the CPU share of the store's server
+//! processes over the same window (a client that is cheap because its
+//! server is saturated is not cheap). Each measurement runs in a child
+//! process of its own, so that its peak RSS is its own. On etcd and ZooKeeper the
 //! child also counts the requests the members received during its window
 //! (etcd's metrics, ZooKeeper's four-letter words), and on ZooKeeper the
 //! sessions it holds.
@@ -15,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::etcd_metrics::{self, ByMethod};
 use crate::naive::NaiveElection;
+use crate::report::Row;
 use crate::zk_metrics::{self, Counts};
 
 /// Lease ttl of the scale runs; renewals every ttl/3.
@@ -25,6 +28,11 @@ pub struct ScaleFigures {
     pub elections: usize,
     pub held: usize,
     pub cpu_percent: f64,
+    /// The store's server processes (with their children: PostgreSQL's
+    /// backends), summed, over the same window; `None` without a server
+    /// (SQLite) or when no process was named.
+    #[serde(default)]
+    pub store_cpu_percent: Option<f64>,
     pub peak_rss_mb: f64,
     pub round_trips_per_interval: f64,
     /// Partition sets only ([`tenure::PartitionObserver::cycles`]): renewal
@@ -43,22 +51,54 @@ pub struct ScaleFigures {
     pub zk_per_interval: Option<Counts>,
 }
 
-/// Run `tenure-bench scale-child` and read its figures.
+/// The row of the store's CPU over a set's window (`figure` names it),
+/// beside the same set's on Redis when `redis` is given (a figure, not a
+/// target: the targets are the client's, and the 100,000 row's on one
+/// redis-server).
+pub fn store_cpu_row(figure: &str, set: &ScaleFigures, redis: Option<&ScaleFigures>) -> Row {
+    let row = Row::plain(
+        figure,
+        set.store_cpu_percent.unwrap_or(f64::NAN),
+        redis.map(|r| r.store_cpu_percent.unwrap_or(f64::NAN)),
+        "",
+        true,
+    )
+    .targeted(false);
+    match redis {
+        Some(_) => row.against("Redis"),
+        None => row,
+    }
+}
+
+/// The process ids of `pids` that are known (a server not started has none).
+pub fn known(pids: impl IntoIterator<Item = Option<u32>>) -> Vec<u32> {
+    pids.into_iter().flatten().collect()
+}
+
+/// Run `tenure-bench scale-child` and read its figures; `store` names the
+/// store's server processes (none for SQLite), whose CPU is measured too.
 pub async fn run_child(
     url: &str,
     design: &str,
     elections: usize,
     seconds: u64,
+    store: &[u32],
 ) -> Result<ScaleFigures, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let output = tokio::process::Command::new(exe)
+    let mut command = tokio::process::Command::new(exe);
+    command
         .args(["scale-child", "--redis", url, "--design", design])
         .args([
             "--elections",
             &elections.to_string(),
             "--seconds",
             &seconds.to_string(),
-        ])
+        ]);
+    if !store.is_empty() {
+        let pids: Vec<String> = store.iter().map(u32::to_string).collect();
+        command.args(["--store-pids", &pids.join(",")]);
+    }
+    let output = command
         .kill_on_drop(true)
         .output()
         .await
@@ -79,6 +119,7 @@ pub async fn child(
     design: &str,
     elections: usize,
     seconds: u64,
+    store: Vec<u32>,
 ) -> Result<ScaleFigures, String> {
     let names: Vec<String> = (0..elections)
         .map(|i| format!("scale-{design}-{i}"))
@@ -87,8 +128,8 @@ pub async fn child(
     let round_trips = Arc::new(AtomicU64::new(0));
     let stop = tokio_stop();
     match design {
-        "tenure" => tenure_child(url, names, elections, seconds, held, stop).await,
-        "naive" => naive_child(url, names, elections, seconds, held, round_trips).await,
+        "tenure" => tenure_child(url, names, elections, seconds, held, stop, store).await,
+        "naive" => naive_child(url, names, elections, seconds, held, round_trips, store).await,
         other => Err(format!("unknown design {other:?}")),
     }
 }
@@ -105,6 +146,7 @@ async fn tenure_child(
         tokio::sync::oneshot::Sender<()>,
         tokio::sync::oneshot::Receiver<()>,
     ),
+    store: Vec<u32>,
 ) -> Result<ScaleFigures, String> {
     let set = tenure::PartitionSet::builder(format!("scale-{elections}"), names)
         .redis(url)
@@ -132,6 +174,7 @@ async fn tenure_child(
     let members = Members {
         etcd: etcd_metrics::metrics_endpoints(url),
         zk: zk_metrics::members_of(url),
+        store,
     };
     let figures = window(seconds, &members, || {
         (observer.round_trips(), observer.cycles())
@@ -155,6 +198,7 @@ async fn naive_child(
     seconds: u64,
     held: Arc<AtomicU64>,
     round_trips: Arc<AtomicU64>,
+    store: Vec<u32>,
 ) -> Result<ScaleFigures, String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let conn = client
@@ -182,7 +226,11 @@ async fn naive_child(
     }
     let total = elections as u64;
     wait_until(|| held.load(Ordering::Relaxed) == total, TTL * 4).await?;
-    let figures = window(seconds, &Members::default(), || {
+    let members = Members {
+        store,
+        ..Members::default()
+    };
+    let figures = window(seconds, &members, || {
         (round_trips.load(Ordering::Relaxed), 0)
     })
     .await?;
@@ -211,11 +259,13 @@ async fn wait_until(mut done: impl FnMut() -> bool, limit: Duration) -> Result<(
     Ok(())
 }
 
-/// The members that count what they receive, of the store the child uses.
+/// The members that count what they receive, of the store the child
+/// uses, and the store's server processes.
 #[derive(Default)]
 struct Members {
     etcd: Option<Vec<String>>,
     zk: Option<Vec<String>>,
+    store: Vec<u32>,
 }
 
 /// What a steady window saw: CPU and wall seconds, round trips and renewal
@@ -223,6 +273,8 @@ struct Members {
 /// etcd or ZooKeeper members received, when the store is one of those.
 struct Window {
     cpu: f64,
+    /// The store's server processes' CPU seconds, if any were named.
+    store_cpu: Option<f64>,
     wall: f64,
     trips: u64,
     cycles: u64,
@@ -254,10 +306,12 @@ async fn window(
         Some(members) => Some(zk_metrics::Snapshot::read(members).await?),
         None => None,
     };
+    let store0 = store_cpu_seconds(&members.store);
     let (cpu0, (trips0, cycles0), t0) = (cpu_seconds(), counters(), Instant::now());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let (trips1, cycles1) = counters();
     let (cpu1, wall) = (cpu_seconds(), t0.elapsed().as_secs_f64());
+    let store1 = store_cpu_seconds(&members.store);
     let server = match (&members.etcd, server0) {
         (Some(members), Some(before)) => Some(etcd_metrics::scrape(members).await?.minus(&before)),
         _ => None,
@@ -270,6 +324,7 @@ async fn window(
     };
     Ok(Window {
         cpu: cpu1 - cpu0,
+        store_cpu: (!members.store.is_empty()).then_some(store1 - store0),
         wall,
         trips: trips1 - trips0,
         cycles: cycles1 - cycles0,
@@ -285,6 +340,7 @@ fn finish(elections: usize, held: usize, w: Window) -> ScaleFigures {
         elections,
         held,
         cpu_percent: w.cpu / w.wall * 100.0,
+        store_cpu_percent: w.store_cpu.map(|cpu| cpu / w.wall * 100.0),
         peak_rss_mb: peak_rss_mb(),
         round_trips_per_interval: w.trips as f64 / intervals,
         cycles_per_interval: counted.then(|| w.cycles as f64 / intervals),
@@ -296,18 +352,53 @@ fn finish(elections: usize, held: usize, w: Window) -> ScaleFigures {
 
 /// User + system CPU time of this process (Linux /proc).
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // After the command name: state(0) ... utime(11) stime(12), in clock ticks.
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
-        .sum();
-    // USER_HZ, which Linux fixes at 100 for /proc.
-    ticks / 100.0
+    Stat::read("self").map_or(0.0, |stat| stat.cpu_seconds)
+}
+
+/// User + system CPU time of the processes `pids` and of their children
+/// alive now (PostgreSQL's backends are children of its postmaster).
+fn store_cpu_seconds(pids: &[u32]) -> f64 {
+    if pids.is_empty() {
+        return 0.0;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|name| {
+            let pid: u32 = name.parse().ok()?;
+            let stat = Stat::read(&name)?;
+            (pids.contains(&pid) || pids.contains(&stat.ppid)).then_some(stat.cpu_seconds)
+        })
+        .sum()
+}
+
+/// What the bench reads of `/proc/PID/stat`.
+struct Stat {
+    ppid: u32,
+    cpu_seconds: f64,
+}
+
+impl Stat {
+    /// `/proc/{pid}/stat`, if the process is there.
+    fn read(pid: &str) -> Option<Stat> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // After the command name: state(0) ppid(1) ... utime(11) stime(12),
+        // in clock ticks.
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i)?.parse::<f64>().ok())
+            .sum();
+        Some(Stat {
+            ppid: fields.get(1)?.parse().ok()?,
+            // USER_HZ, which Linux fixes at 100 for /proc.
+            cpu_seconds: ticks / 100.0,
+        })
+    }
 }
 
 /// Peak resident set size of this process in MB (VmHWM).

@@ -229,7 +229,8 @@ async fn measure(
     );
 
     cli_rows(plan, report, &url).await?;
-    scale_rows(plan, report, &url, &redis_url).await
+    let redis_pids = scale::known([server.pid()]);
+    scale_rows(plan, report, &url, &redis_url, &redis_pids).await
 }
 
 /// Two `tenure run` on the file: the leader's ended by SIGTERM, and by
@@ -254,8 +255,15 @@ async fn cli_rows(plan: &Plan, report: &mut Report, url: &str) -> Result<()> {
     cli_handover::ending_rows(report, "sqlite", url, plan.crashes, &endings).await
 }
 
-/// A set of 10,000 partitions in one process, on SQLite and on Redis.
-async fn scale_rows(plan: &Plan, report: &mut Report, url: &str, redis_url: &str) -> Result<()> {
+/// A set of 10,000 partitions in one process, on SQLite and on Redis (whose
+/// server is `redis_pids`; SQLite has none).
+async fn scale_rows(
+    plan: &Plan,
+    report: &mut Report,
+    url: &str,
+    redis_url: &str,
+    redis_pids: &[u32],
+) -> Result<()> {
     let label = "sqlite";
     let n = plan.cluster_partitions;
     eprintln!("  {label}: a set of {n} partitions in one process (Redis, then SQLite) ...");
@@ -267,8 +275,8 @@ async fn scale_rows(plan: &Plan, report: &mut Report, url: &str, redis_url: &str
     } else {
         plan.scale_seconds.max(SESSION_WINDOW_SECONDS)
     };
-    let redis_set = scale::run_child(redis_url, "tenure", n, seconds).await?;
-    let set = scale::run_child(url, "tenure", n, seconds).await?;
+    let redis_set = scale::run_child(redis_url, "tenure", n, seconds, redis_pids).await?;
+    let set = scale::run_child(url, "tenure", n, seconds, &[]).await?;
     let held = format!("{label}: {n} partitions held by one member");
     report.push(
         Row::plain(
@@ -288,6 +296,11 @@ async fn scale_rows(plan: &Plan, report: &mut Report, url: &str, redis_url: &str
              section's redis-server."
         )),
     );
+    report.push(scale::store_cpu_row(
+        &format!("{held}: redis-server's CPU meanwhile, % of one core (SQLite: no server)"),
+        &redis_set,
+        None,
+    ));
     report.push(
         Row::plain(
             &format!("{held}: peak RSS, MB"),

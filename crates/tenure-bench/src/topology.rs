@@ -88,7 +88,8 @@ pub(crate) async fn cluster(plan: &Plan, report: &mut Report) -> Result<()> {
 
     let n = plan.cluster_partitions;
     eprintln!("  {label}: a set of {n} partitions in one process ...");
-    let set = scale::run_child(&url, "tenure", n, plan.scale_seconds).await?;
+    let pids = scale::known(cluster.nodes().iter().map(|node| node.pid()));
+    let set = scale::run_child(&url, "tenure", n, plan.scale_seconds, &pids).await?;
     scale_rows(report, label, &set, primaries);
 
     stop(cluster).await
@@ -135,6 +136,11 @@ fn scale_rows(report: &mut Report, label: &str, set: &scale::ScaleFigures, prima
         None,
         "<= 2 % (as 1 node)",
         set.cpu_percent <= 2.0,
+    ));
+    report.push(scale::store_cpu_row(
+        &format!("{label}: {n} partitions: the nodes' CPU meanwhile (all six), % of one core"),
+        set,
+        None,
     ));
     report.push(Row::plain(
         &format!("{label}: {n} partitions: peak RSS, MB"),

@@ -310,7 +310,10 @@ async fn measure(
 
     let n = plan.cluster_partitions;
     eprintln!("  {label}: a set of {n} partitions in one process (Redis, then ZooKeeper) ...");
-    let redis_set = scale::run_child(&redis_url, "tenure", n, plan.scale_seconds).await?;
-    let zk_set = scale::run_child(&zk_url, "tenure", n, plan.scale_seconds).await?;
+    let redis_pids = scale::known([server.pid()]);
+    let zk_pids = scale::known((0..ensemble.members()).map(|m| ensemble.pid(m)));
+    let redis_set =
+        scale::run_child(&redis_url, "tenure", n, plan.scale_seconds, &redis_pids).await?;
+    let zk_set = scale::run_child(&zk_url, "tenure", n, plan.scale_seconds, &zk_pids).await?;
     rows::scale(report, label, &zk_set, &redis_set, plan.scale_seconds)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{Floors, Idle, Takeovers, HANDOVER_P99_MS, REDIS, TAKEOVER_P99_MS};
 use crate::plan::Plan;
 use crate::report::{Report, Row};
-use crate::scale::ScaleFigures;
+use crate::scale::{self, ScaleFigures};
 use crate::stats::Samples;
 use crate::zk_metrics::Counts;
 
@@ -270,6 +270,13 @@ pub(super) fn scale(
              section's redis-server."
         )),
     );
+    report.push(scale::store_cpu_row(
+        &format!(
+            "{set}: the ZooKeeper members' CPU meanwhile (Redis: redis-server's), % of one core"
+        ),
+        zk,
+        Some(redis),
+    ));
     report.push(
         Row::plain(
             &format!("{set}: peak RSS, MB"),
