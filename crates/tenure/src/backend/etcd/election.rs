@@ -12,7 +12,7 @@ use super::codec::{
 };
 use super::layout::{counter_key, lease_key, witness_key};
 use super::session::Attached;
-use super::sweep::Pending;
+use super::sweep::{Pending, Swept};
 use super::{Address, EtcdStore};
 use crate::machine::{AcquireReply, AcquireRequest};
 use crate::term::Holder;
@@ -55,7 +55,7 @@ impl EtcdStore {
         let token = if self.bugs.tokens_without_clock {
             last.saturating_add(1)
         } else {
-            new_token(last)
+            new_token(last).max(self.token_floor(&keys.key))
         };
         let value = encode(request, token);
         let witness_value = witness_value(request.id, token);
@@ -75,7 +75,7 @@ impl EtcdStore {
                 seen,
                 ttl: Duration::from_millis(request.ttl_ms),
                 began,
-                doomed: false,
+                swept: Swept::default(),
             };
             let _ = pended.set(self.pend(pending));
             create_term(
@@ -88,12 +88,7 @@ impl EtcdStore {
         };
         let attached = self.on_sessions(request.id, request.ttl_ms, attach).await?;
         #[cfg(test)]
-        if self
-            .stall_acquire_answers
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            std::future::pending::<()>().await;
-        }
+        self.stall_answer().await;
         let unpend = || {
             if let Some(number) = pended.get() {
                 self.unpend(*number);
@@ -106,11 +101,13 @@ impl EtcdStore {
         };
         let txn = &attached.answer;
         if txn.succeeded() {
-            let created = self.created(keys, request, token, &attached, began);
-            if created.is_ok() {
-                unpend();
-            }
-            return created;
+            return self.created(
+                keys,
+                request,
+                token,
+                &attached,
+                (began, pended.get().copied()),
+            );
         }
         unpend();
         let (found, witness) = (nth_kv(txn, 0), nth_kv(txn, 1));
@@ -135,24 +132,32 @@ impl EtcdStore {
         request: &AcquireRequest<'_>,
         token: u64,
         attached: &Attached,
-        began: tokio::time::Instant,
+        (began, pended): (tokio::time::Instant, Option<u64>),
     ) -> Result<Option<AcquireReply>> {
         let txn = &attached.answer;
         let revision = txn.header().map_or(0, |h| h.revision());
         token_of(revision, &keys.key)?;
         self.saw_counter(&keys.counter, revision, token);
         if !attached.alive {
-            // Put on a lease expiring meanwhile: the key goes with it.
+            // Put on a lease expiring meanwhile: what went on the other
+            // lease stays pending, adopted by a retry of this attempt or
+            // deleted by the sweep.
             return Ok(None);
         }
-        self.kept(
-            &keys.key,
-            token,
-            revision,
-            attached.lease,
-            request.ttl_ms,
-            began,
-        );
+        let keep = || {
+            self.kept(
+                &keys.key,
+                token,
+                revision,
+                attached.lease,
+                request.ttl_ms,
+                began,
+            );
+        };
+        if !self.take_pending(pended, keep) {
+            // Answered over a ttl late: the sweep is deleting its key.
+            return Ok(None);
+        }
         Ok(Some(AcquireReply::Won { token }))
     }
 
@@ -205,16 +210,20 @@ impl EtcdStore {
             // Our own attempt wrote it before its answer was lost: the
             // keep-alive above has just renewed it. (Unless the sweep has
             // begun to delete it: then it is not ours to adopt.)
-            Some(h) if ours && !self.adopt_pending(&keys.key, h.token) => Ok(None),
             Some(h) if ours => {
-                self.kept(
-                    &keys.key,
-                    h.token,
-                    kv.create_revision(),
-                    lease,
-                    request.ttl_ms,
-                    began,
-                );
+                let keep = || {
+                    self.kept(
+                        &keys.key,
+                        h.token,
+                        kv.create_revision(),
+                        lease,
+                        request.ttl_ms,
+                        began,
+                    );
+                };
+                if !self.adopt_pending(&keys.key, h.token, keep) {
+                    return Ok(None);
+                }
                 Ok(Some(AcquireReply::Won { token: h.token }))
             }
             Some(h) => Ok(Some(AcquireReply::Held(h))),

@@ -157,11 +157,11 @@ pub(crate) struct EtcdStore {
     /// [`EtcdStore::pend`] gave them: see [`EtcdStore::sweep`].
     pending: Mutex<HashMap<u64, Pending>>,
     pended: AtomicU64,
-    /// Tests: an acquire whose transaction has been answered waits for
-    /// ever instead of reading its answer, as one whose answer is late
-    /// does until its caller gives up on it.
+    /// Tests: the next acquire whose transaction is answered waits until
+    /// this is notified before it reads its answer, as one whose answer is
+    /// late does (for ever, if it is never notified).
     #[cfg(test)]
-    stall_acquire_answers: std::sync::atomic::AtomicBool,
+    stall_next_answer: Mutex<Option<Arc<tokio::sync::Notify>>>,
     /// The token counter of each election as last seen, by counter key:
     /// its mod revision and value (see [`EtcdStore::acquire`]).
     counters: Mutex<HashMap<String, (i64, u64)>>,
@@ -203,7 +203,7 @@ impl EtcdStore {
             pending: Mutex::new(HashMap::new()),
             pended: AtomicU64::new(0),
             #[cfg(test)]
-            stall_acquire_answers: std::sync::atomic::AtomicBool::new(false),
+            stall_next_answer: Mutex::new(None),
             counters: Mutex::new(HashMap::new()),
             requests: Arc::new(AtomicU64::new(0)),
             cluster_id,
@@ -420,5 +420,31 @@ async fn first_status(
             url: url.to_string(),
             detail: format!("no answer within {call_timeout:?}"),
         }),
+    }
+}
+
+#[cfg(test)]
+impl EtcdStore {
+    /// Tests: the next acquire whose transaction is answered waits, before
+    /// it reads its answer, until the gate returned is notified.
+    fn stall_next_answer(&self) -> Arc<tokio::sync::Notify> {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        *self
+            .stall_next_answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(gate.clone());
+        gate
+    }
+
+    /// See [`EtcdStore::stall_next_answer`].
+    async fn stall_answer(&self) {
+        let gate = self
+            .stall_next_answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
     }
 }

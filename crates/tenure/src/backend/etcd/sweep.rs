@@ -20,12 +20,18 @@ use super::codec::nth_kv;
 use super::layout::key_dir;
 use super::EtcdStore;
 
-/// How long after its acquire began the sweep keeps looking for a
-/// pending term's key while the election's token counter has not moved
-/// (an acquire can still land while it has not: etcd may apply a
-/// proposal after the call that made it timed out). Beyond it the write is
-/// taken never to land.
+/// How long after its acquire began the store remembers a pending term
+/// the sweep has begun to delete. While the election's token counter has
+/// not moved, the sweep keeps looking for its key (an acquire can still
+/// land then: etcd may apply a proposal after the call that made it timed
+/// out); beyond it the write is taken never to land. And until then no
+/// retry may adopt what it wrote, nor may its own late answer win: a read
+/// of the key made before the sweep's delete landed can come back after it.
 const PENDING_AT_MOST: Duration = Duration::from_secs(60);
+
+/// The first wait between two looks of the sweep for an unanswered
+/// acquire's key that it did not find; it doubles at each look.
+const FIRST_LOOK_AGAIN: Duration = Duration::from_millis(250);
 
 /// A term this store began, for [`EtcdStore::sweep`].
 #[derive(Debug, Clone, Copy)]
@@ -59,12 +65,26 @@ pub(super) struct Pending {
     pub(super) counter: String,
     pub(super) seen: i64,
     pub(super) ttl: Duration,
-    /// Set when the sweep is about to delete what it wrote: from then on
-    /// a retry of the same attempt may not adopt it.
-    pub(super) doomed: bool,
     /// When the acquire began: its term's local deadline, had it been
     /// won, is at most this plus the ttl.
     pub(super) began: tokio::time::Instant,
+    /// What the sweep has done with it so far.
+    pub(super) swept: Swept,
+}
+
+/// What the sweep has done with a [`Pending`] acquire.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Swept {
+    /// The sweep has begun to delete what it wrote: from then on no retry
+    /// of the same attempt may adopt it, and its own answer may not win.
+    pub(super) doomed: bool,
+    /// Its write was found (and deleted), or can no longer land: nothing
+    /// is left to look for, and only the tombstone stays.
+    pub(super) settled: bool,
+    /// How often the sweep has looked for it without finding it, and when
+    /// it looks again.
+    pub(super) looks: u32,
+    pub(super) next_look: Option<tokio::time::Instant>,
 }
 
 impl EtcdStore {
@@ -78,23 +98,58 @@ impl EtcdStore {
         number
     }
 
-    /// Note that the answer of the acquire pended as `number` was read:
-    /// whatever it did, its caller knows.
+    /// Note that the answer of the acquire pended as `number` was read and
+    /// wrote nothing.
     pub(super) fn unpend(&self, number: u64) {
         self.pending_lock().remove(&number);
     }
 
+    /// The answer of the acquire pended as `number` says it won: whether
+    /// it may keep its term (then `keep` notes it, while the sweep cannot
+    /// look), or not, because the sweep has begun to delete what it wrote
+    /// (the answer came back more than a ttl after the acquire began).
+    pub(super) fn take_pending(&self, number: Option<u64>, keep: impl FnOnce()) -> bool {
+        let mut pending = self.pending_lock();
+        if let Some(number) = number {
+            if pending.get(&number).is_some_and(|p| p.swept.doomed) {
+                return false;
+            }
+            pending.remove(&number);
+        }
+        keep();
+        true
+    }
+
     /// Whether a retry may adopt the term (`key`, `token`) that an
-    /// earlier try of its attempt wrote, its answer lost: not once the
-    /// sweep has begun to delete it. Adopted, it is no longer pending.
-    pub(super) fn adopt_pending(&self, key: &str, token: u64) -> bool {
+    /// earlier try of its attempt wrote, its answer lost (then `keep`
+    /// notes it, while the sweep cannot look): not once the sweep has
+    /// begun to delete it. Adopted, it is no longer pending.
+    pub(super) fn adopt_pending(&self, key: &str, token: u64, keep: impl FnOnce()) -> bool {
         let mut pending = self.pending_lock();
         let of_term = |p: &Pending| p.key == key && p.token == token;
-        if pending.values().any(|p| of_term(p) && p.doomed) {
+        if pending.values().any(|p| of_term(p) && p.swept.doomed) {
             return false;
         }
         pending.retain(|_, p| !of_term(p));
+        keep();
         true
+    }
+
+    /// The least token a new try on `key` may take: above every token of
+    /// this store's pending tries there (tombstones included) and of its
+    /// kept term. So no two tries of this store ever write the same witness
+    /// value (it names only the id and the token), and the sweep's
+    /// compare of a witness finds the one try's that it looks for.
+    pub(super) fn token_floor(&self, key: &str) -> u64 {
+        let pending = self
+            .pending_lock()
+            .values()
+            .filter(|p| p.key == key)
+            .map(|p| p.token)
+            .max()
+            .unwrap_or(0);
+        let kept = self.terms_lock().get(key).map_or(0, |k| k.token);
+        pending.max(kept).saturating_add(1)
     }
 
     fn pending_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
@@ -230,15 +285,22 @@ impl EtcdStore {
     /// forgotten once its write is found, or can no longer land.
     async fn sweep_pending(&self) {
         let now = tokio::time::Instant::now();
-        let due: Vec<(u64, Pending)> = self
-            .pending_lock()
-            .iter_mut()
-            .filter(|(_, p)| now > p.began + p.ttl)
-            .map(|(number, p)| {
-                p.doomed = true;
-                (*number, p.clone())
-            })
-            .collect();
+        let due: Vec<(u64, Pending)> = {
+            let mut pending = self.pending_lock();
+            pending.retain(|_, p| !(p.swept.doomed && now > p.began + PENDING_AT_MOST));
+            pending
+                .iter_mut()
+                .filter(|(_, p)| {
+                    !p.swept.settled
+                        && now > p.began + p.ttl
+                        && p.swept.next_look.is_none_or(|at| now >= at)
+                })
+                .map(|(number, p)| {
+                    p.swept.doomed = true;
+                    (*number, p.clone())
+                })
+                .collect()
+        };
         for (number, pending) in due {
             let (key, token) = (&pending.key, pending.token);
             let witness_key = format!("{}/witness", key_dir(key));
@@ -256,6 +318,7 @@ impl EtcdStore {
                     TxnOp::txn(
                         Txn::new()
                             .when([
+                                Compare::create_revision(key.clone(), CompareOp::Equal, 0),
                                 Compare::value(
                                     witness_key.clone(),
                                     CompareOp::Equal,
@@ -270,10 +333,15 @@ impl EtcdStore {
                             .and_then([TxnOp::delete(witness_key.clone(), None)]),
                     ),
                 ]);
-            let swept = match self.txn(txn).await {
-                Ok(swept) => swept,
-                Err(err) => {
+            let swept = match tokio::time::timeout(self.call_timeout, self.txn(txn)).await {
+                Ok(Ok(swept)) => swept,
+                Ok(Err(err)) => {
                     tracing::debug!(key = %key, error = %err, "cannot look for an unanswered acquire's key yet");
+                    self.look_again(number, now);
+                    continue;
+                }
+                Err(_) => {
+                    self.look_again(number, now);
                     continue;
                 }
             };
@@ -282,9 +350,22 @@ impl EtcdStore {
                 tracing::info!(key = %key, token, "deleted the key of an acquire whose answer was never read");
             }
             let counter_moved = nth_kv(&swept, 0).map_or(0, |kv| kv.mod_revision()) != pending.seen;
-            if landed || counter_moved || now > pending.began + PENDING_AT_MOST {
-                self.unpend(number);
+            if landed || counter_moved {
+                if let Some(p) = self.pending_lock().get_mut(&number) {
+                    p.swept.settled = true;
+                }
+            } else {
+                self.look_again(number, now);
             }
+        }
+    }
+
+    /// The sweep did not find what the acquire pended as `number` wrote:
+    /// it looks again later, each wait twice the last.
+    fn look_again(&self, number: u64, now: tokio::time::Instant) {
+        if let Some(p) = self.pending_lock().get_mut(&number) {
+            p.swept.looks = p.swept.looks.saturating_add(1);
+            p.swept.next_look = Some(now + FIRST_LOOK_AGAIN * (1 << p.swept.looks.min(6)));
         }
     }
 }

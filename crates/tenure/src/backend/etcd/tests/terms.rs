@@ -8,6 +8,7 @@ use futures_util::future::join_all;
 use super::one_member;
 use crate::backend::address::Address;
 use crate::backend::etcd::layout::lease_key;
+use crate::backend::etcd::EtcdStore;
 use crate::machine::{AcquireReply, AcquireRequest, RenewReply};
 
 /// Against a real cluster: a renewal or resignation that names another
@@ -153,6 +154,33 @@ async fn terms_begun_at_once_share_one_session_lease() {
     assert_eq!(store.sessions_lock().len(), 2);
 }
 
+/// Start an acquire of `at` for `request` whose answer stalls (until the
+/// gate returned is notified), and poll it until its write has landed:
+/// the election's key names `request`'s id. Returns the acquire (pending,
+/// to drop or to finish), the gate, and the term it wrote.
+async fn acquire_until_written<'a>(
+    store: &'a EtcdStore,
+    at: Address<'a>,
+    request: &'a AcquireRequest<'a>,
+) -> (
+    std::pin::Pin<Box<dyn std::future::Future<Output = crate::Result<AcquireReply>> + Send + 'a>>,
+    std::sync::Arc<tokio::sync::Notify>,
+    crate::term::Holder,
+) {
+    let gate = store.stall_next_answer();
+    let mut acquiring = Box::pin(store.acquire(at, request));
+    loop {
+        tokio::select! {
+            answer = &mut acquiring => panic!("the stalled acquire answered: {answer:?}"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        if let Some(holder) = store.inspect(at).await.expect("inspect") {
+            assert_eq!(holder.id, request.id);
+            return (acquiring, gate, holder);
+        }
+    }
+}
+
 /// An acquire whose write landed but whose answer its caller never read
 /// (a campaign dropped, a call timed out): its key hangs on the session
 /// lease that the instance's other terms keep alive, held by a term
@@ -160,7 +188,6 @@ async fn terms_begun_at_once_share_one_session_lease() {
 /// began, so that another candidate is elected; not before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_whose_answer_was_never_read_is_swept_while_its_session_lives_on() {
-    use std::sync::atomic::Ordering;
     let (_cluster, store) = one_member().await;
     let request = AcquireRequest {
         id: "me",
@@ -177,18 +204,9 @@ async fn an_acquire_whose_answer_was_never_read_is_swept_while_its_session_lives
     else {
         panic!("the first candidate wins");
     };
-    store.stall_acquire_answers.store(true, Ordering::Relaxed);
     let began = tokio::time::Instant::now();
-    let dropped =
-        tokio::time::timeout(Duration::from_millis(300), store.acquire(ghost, &request)).await;
-    assert!(dropped.is_err(), "the acquire's answer is never read");
-    store.stall_acquire_answers.store(false, Ordering::Relaxed);
-    let written = store
-        .inspect(ghost)
-        .await
-        .expect("inspect")
-        .expect("the write landed");
-    assert_eq!(written.id, "me");
+    let (dropped, _gate, _) = acquire_until_written(&store, ghost, &request).await;
+    drop(dropped);
     let other = AcquireRequest {
         id: "other",
         ..request
@@ -219,7 +237,6 @@ async fn an_acquire_whose_answer_was_never_read_is_swept_while_its_session_lives
 /// would delete a live term's key and witness: two leaders).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_term_adopted_from_an_unanswered_acquire_is_not_swept() {
-    use std::sync::atomic::Ordering;
     let (_cluster, store) = one_member().await;
     let request = AcquireRequest {
         id: "me",
@@ -228,16 +245,8 @@ async fn a_term_adopted_from_an_unanswered_acquire_is_not_swept() {
         hold_off_ms: 2_000,
     };
     let at = Address::new("tenure", "adopted");
-    store.stall_acquire_answers.store(true, Ordering::Relaxed);
-    let dropped =
-        tokio::time::timeout(Duration::from_millis(300), store.acquire(at, &request)).await;
-    assert!(dropped.is_err(), "the acquire's answer is never read");
-    store.stall_acquire_answers.store(false, Ordering::Relaxed);
-    let written = store
-        .inspect(at)
-        .await
-        .expect("inspect")
-        .expect("the write landed");
+    let (dropped, _gate, written) = acquire_until_written(&store, at, &request).await;
+    drop(dropped);
     let AcquireReply::Won { token } = store.acquire(at, &request).await.expect("acquire") else {
         panic!("the retry adopts the term its first try wrote");
     };
@@ -251,5 +260,55 @@ async fn a_term_adopted_from_an_unanswered_acquire_is_not_swept() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let held = store.inspect(at).await.expect("inspect").expect("held");
+    assert_eq!((held.id.as_str(), held.token), ("me", token));
+}
+
+/// An acquire whose answer comes back after the sweep has deleted what it
+/// wrote must not win the term it wrote (its key and witness are gone: a
+/// candidate could be elected at once); it may win a new one, whose key
+/// is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_read_after_the_sweep_deleted_its_key_does_not_win_that_term() {
+    let (_cluster, store) = one_member().await;
+    let request = AcquireRequest {
+        id: "me",
+        attempt: "1",
+        ttl_ms: 2_000,
+        hold_off_ms: 2_000,
+    };
+    let (late, live) = (
+        Address::new("tenure", "late"),
+        Address::new("tenure", "live"),
+    );
+    let AcquireReply::Won { token: live_token } =
+        store.acquire(live, &request).await.expect("acquire")
+    else {
+        panic!("the first candidate wins");
+    };
+    let (acquiring, gate, written) = acquire_until_written(&store, late, &request).await;
+    // Keep the session alive until the sweep deletes the unanswered term.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let renewed = store.renew(live, "me", live_token, 2_000).await;
+            assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
+            store.sweep().await;
+            if store.inspect(late).await.expect("inspect").is_none() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("the sweep deletes the unanswered term");
+    gate.notify_one();
+    let AcquireReply::Won { token } = acquiring.await.expect("acquire") else {
+        panic!("the election is free: the acquire wins a term");
+    };
+    assert_ne!(token, written.token, "the deleted term was won");
+    let held = store
+        .inspect(late)
+        .await
+        .expect("inspect")
+        .expect("its key is there");
     assert_eq!((held.id.as_str(), held.token), ("me", token));
 }
