@@ -8,7 +8,8 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, KeyValue, PutOptions, Txn, TxnOp};
 
 use super::codec::{
-    decode, decode_counter, decode_witness, encode, new_token, nth_kv, token_of, witness_value,
+    decode, decode_counter, decode_witness, encode, is_witness_of, new_token, nth_kv, token_of,
+    witness_value,
 };
 use super::layout::{counter_key, lease_key, witness_key};
 use super::session::Attached;
@@ -121,7 +122,8 @@ impl EtcdStore {
         let Some(kv) = found else {
             return self.witnessed(keys, request, witness).await;
         };
-        self.held(keys, request, &attached, &kv, began).await
+        self.held(keys, request, &attached, (&kv, witness.as_ref()), began)
+            .await
     }
 
     /// [`EtcdStore::try_acquire`] when its transaction created the term
@@ -196,15 +198,27 @@ impl EtcdStore {
         keys: &TermKeys,
         request: &AcquireRequest<'_>,
         attached: &Attached,
-        kv: &KeyValue,
+        (kv, witness): (&KeyValue, Option<&KeyValue>),
         began: tokio::time::Instant,
     ) -> Result<Option<AcquireReply>> {
         let (lease, alive) = (attached.lease, attached.alive);
         let holder = self.holder(&keys.key, kv).await?;
         // (A follower whose session lapsed finds the key held all the
-        // same, and needs no new lease until it is free.)
+        // same, and needs no new lease until it is free.) Adopted only
+        // whole: its key and its witness, both on this instance's live
+        // session leases (a witness whose lease expired meanwhile is gone,
+        // and a term without it could let a candidate in early).
+        let witnessed = |token| {
+            witness
+                .zip(attached.witness)
+                .is_some_and(|(w, on)| is_witness_of(w, token, on))
+        };
         let ours = holder.as_ref().is_some_and(|h| {
-            h.id == request.id && h.attempt == request.attempt && kv.lease() == lease && alive
+            h.id == request.id
+                && h.attempt == request.attempt
+                && kv.lease() == lease
+                && alive
+                && witnessed(h.token)
         });
         match holder {
             // Our own attempt wrote it before its answer was lost: the

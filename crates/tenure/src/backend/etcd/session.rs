@@ -36,6 +36,9 @@ pub(super) struct Attached {
     /// Whether the keep-alive found the lease alive: a key the transaction
     /// attached to it lasts a ttl from then.
     pub(super) alive: bool,
+    /// The witness session lease the transaction put a witness on, if it
+    /// did ([`EtcdStore::on_sessions`]).
+    pub(super) witness: Option<i64>,
     pub(super) answer: etcd_client::TxnResponse,
 }
 
@@ -270,6 +273,7 @@ impl EtcdStore {
         Ok(Some(Attached {
             lease,
             alive,
+            witness: None,
             answer,
         }))
     }
@@ -318,6 +322,7 @@ impl EtcdStore {
         Ok(Some(Attached {
             lease,
             alive: alive && witness_alive,
+            witness: Some(witness),
             answer,
         }))
     }

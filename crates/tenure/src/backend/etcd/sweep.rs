@@ -20,13 +20,15 @@ use super::codec::nth_kv;
 use super::layout::key_dir;
 use super::EtcdStore;
 
-/// How long after its acquire began the store remembers a pending term
-/// the sweep has begun to delete. While the election's token counter has
-/// not moved, the sweep keeps looking for its key (an acquire can still
-/// land then: etcd may apply a proposal after the call that made it timed
-/// out); beyond it the write is taken never to land. And until then no
-/// retry may adopt what it wrote, nor may its own late answer win: a read
-/// of the key made before the sweep's delete landed can come back after it.
+/// How long after the sweep began to delete what a pending acquire wrote
+/// the store remembers it (at least; four call timeouts if that is
+/// longer). While the election's token counter has not moved, the sweep
+/// keeps looking for its key (an acquire can still land then: etcd may
+/// apply a proposal after the call that made it timed out); beyond it the
+/// write is taken never to land. And until then no retry may adopt what
+/// it wrote, nor may its own late answer win: a read of the key made
+/// before the sweep's delete landed can come back after it, within a call
+/// timeout.
 const PENDING_AT_MOST: Duration = Duration::from_secs(60);
 
 /// The first wait between two looks of the sweep for an unanswered
@@ -75,9 +77,10 @@ pub(super) struct Pending {
 /// What the sweep has done with a [`Pending`] acquire.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Swept {
-    /// The sweep has begun to delete what it wrote: from then on no retry
-    /// of the same attempt may adopt it, and its own answer may not win.
-    pub(super) doomed: bool,
+    /// The sweep has begun to delete what it wrote (then): from then on no
+    /// retry of the same attempt may adopt it, and its own answer may not
+    /// win.
+    pub(super) doomed: Option<tokio::time::Instant>,
     /// Its write was found (and deleted), or can no longer land: nothing
     /// is left to look for, and only the tombstone stays.
     pub(super) settled: bool,
@@ -108,10 +111,15 @@ impl EtcdStore {
     /// it may keep its term (then `keep` notes it, while the sweep cannot
     /// look), or not, because the sweep has begun to delete what it wrote
     /// (the answer came back more than a ttl after the acquire began).
+    /// An entry no longer there counts as doomed: only the sweep removes
+    /// one while its answer is awaited.
     pub(super) fn take_pending(&self, number: Option<u64>, keep: impl FnOnce()) -> bool {
         let mut pending = self.pending_lock();
         if let Some(number) = number {
-            if pending.get(&number).is_some_and(|p| p.swept.doomed) {
+            if pending
+                .get(&number)
+                .is_none_or(|p| p.swept.doomed.is_some())
+            {
                 return false;
             }
             pending.remove(&number);
@@ -127,7 +135,10 @@ impl EtcdStore {
     pub(super) fn adopt_pending(&self, key: &str, token: u64, keep: impl FnOnce()) -> bool {
         let mut pending = self.pending_lock();
         let of_term = |p: &Pending| p.key == key && p.token == token;
-        if pending.values().any(|p| of_term(p) && p.swept.doomed) {
+        if pending
+            .values()
+            .any(|p| of_term(p) && p.swept.doomed.is_some())
+        {
             return false;
         }
         pending.retain(|_, p| !of_term(p));
@@ -287,7 +298,8 @@ impl EtcdStore {
         let now = tokio::time::Instant::now();
         let due: Vec<(u64, Pending)> = {
             let mut pending = self.pending_lock();
-            pending.retain(|_, p| !(p.swept.doomed && now > p.began + PENDING_AT_MOST));
+            let remembered = PENDING_AT_MOST.max(self.call_timeout * 4);
+            pending.retain(|_, p| p.swept.doomed.is_none_or(|at| now <= at + remembered));
             pending
                 .iter_mut()
                 .filter(|(_, p)| {
@@ -296,7 +308,7 @@ impl EtcdStore {
                         && p.swept.next_look.is_none_or(|at| now >= at)
                 })
                 .map(|(number, p)| {
-                    p.swept.doomed = true;
+                    p.swept.doomed.get_or_insert(now);
                     (*number, p.clone())
                 })
                 .collect()

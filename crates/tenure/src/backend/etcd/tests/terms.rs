@@ -312,3 +312,47 @@ async fn an_answer_read_after_the_sweep_deleted_its_key_does_not_win_that_term()
         .expect("its key is there");
     assert_eq!((held.id.as_str(), held.token), ("me", token));
 }
+
+/// A retry adopts only a whole term: once the witness an unanswered try
+/// wrote is gone (its lease revoked by hand), the key alone is not
+/// adopted. A term without its witness would let a candidate in at once
+/// if the key were then deleted by hand too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_does_not_adopt_a_term_whose_witness_is_gone() {
+    use crate::backend::etcd::session::witness_session;
+    let (_cluster, store) = one_member().await;
+    let request = AcquireRequest {
+        id: "me",
+        attempt: "1",
+        ttl_ms: 2_000,
+        hold_off_ms: 2_000,
+    };
+    let at = Address::new("tenure", "unwitnessed");
+    let (dropped, _gate, written) = acquire_until_written(&store, at, &request).await;
+    drop(dropped);
+    let witness = store
+        .sessions_lock()
+        .get(&(witness_session("me"), 2_000))
+        .copied()
+        .expect("a witness session");
+    store
+        .call(|mut c| async move { c.lease_revoke(witness).await })
+        .await
+        .expect("revoked");
+    // The first retry finds the witness lease gone, the second has a new
+    // one: neither may adopt the term.
+    for _ in 0..2 {
+        match store.acquire(at, &request).await {
+            Ok(AcquireReply::Won { token }) => {
+                assert_ne!(
+                    token, written.token,
+                    "a term without its witness was adopted"
+                );
+            }
+            other => assert!(
+                matches!(other, Ok(AcquireReply::Held(_)) | Err(_)),
+                "{other:?}"
+            ),
+        }
+    }
+}
