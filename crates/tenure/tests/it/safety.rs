@@ -597,3 +597,60 @@ async fn a_foreign_witness_is_reported_and_never_written() {
     let value: String = conn.get("tenure:{foreign-witness}:witness").await.unwrap();
     assert_eq!(value, "not mine");
 }
+
+/// Every key an acquisition reads, holding a type tenure never writes
+/// there: the campaign reports that key and what it holds, and leaves it
+/// as it was. (The scripts read each key with the command of its type and
+/// ask its type only when Redis refuses that.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_key_of_the_wrong_type_is_reported_with_its_type_and_never_written() {
+    let server = redis();
+    let url = server.url();
+    past_hold_off(&url, "warm", SECOND).await;
+    let mut conn = raw(&url).await;
+    // (election, key, holds): the prefix's epoch last, as every election
+    // of the prefix reads it.
+    let cases = [
+        ("wt-lease", "tenure:{wt-lease}:lease", "list"),
+        ("wt-token", "tenure:{wt-token}:token", "hash"),
+        ("wt-witness", "tenure:{wt-witness}:witness", "hash"),
+        ("wt-epoch", "tenure:{wt-epoch}:epoch", "string"),
+        ("wt-prefix", "tenure:epoch", "list"),
+    ];
+    for (name, key, holds) in cases {
+        let _: () = conn.del(key).await.unwrap();
+        match holds {
+            "list" => {
+                let _: () = conn.rpush(key, "x").await.unwrap();
+            }
+            "hash" => {
+                let _: () = conn.hset(key, "x", "1").await.unwrap();
+            }
+            _ => {
+                let _: () = conn.set(key, "x").await.unwrap();
+            }
+        }
+        let e = election(&url, name, "a", SECOND).await;
+        let err = e.try_campaign().await.expect_err("foreign data");
+        assert!(
+            matches!(err, Error::ForeignData { key: ref k, .. } if k == key),
+            "{name}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains(&format!("holds a {holds}")),
+            "{name}: {err}"
+        );
+        let kept = match holds {
+            "list" => conn.lrange::<_, Vec<String>>(key, 0, -1).await.unwrap(),
+            "hash" => {
+                let fields: Vec<(String, String)> = conn.hgetall(key).await.unwrap();
+                fields.into_iter().flat_map(|(f, v)| [f, v]).collect()
+            }
+            _ => vec![conn.get::<_, String>(key).await.unwrap()],
+        };
+        let written: &[&str] = if holds == "hash" { &["x", "1"] } else { &["x"] };
+        assert_eq!(kept, written, "{name}: the key was written");
+        let ttl: i64 = conn.pttl(key).await.unwrap();
+        assert_eq!(ttl, -1, "{name}: an expiry was set on the key");
+    }
+}
