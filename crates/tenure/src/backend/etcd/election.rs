@@ -268,9 +268,12 @@ impl EtcdStore {
     pub(super) async fn resign(&self, at: Address<'_>, id: &str, token: u64) -> Result<bool> {
         let key = lease_key(at)?;
         let witness_key = witness_key(at)?;
-        let released = self.delete_term(&key, &witness_key, id, token).await;
+        // Forgotten only once the store has answered: a resign that failed
+        // (the cluster unreachable) may have left the key on the session
+        // lease, which the instance's other terms keep alive; the sweep
+        // deletes it a ttl after the term's last renewal.
+        let released = self.delete_term(&key, &witness_key, id, token).await?;
         self.released(&key, token);
-        let released = released?;
         if !released {
             self.delete_witness(&witness_key, id, token).await?;
         }

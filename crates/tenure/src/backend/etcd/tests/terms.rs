@@ -356,3 +356,68 @@ async fn a_retry_does_not_adopt_a_term_whose_witness_is_gone() {
         }
     }
 }
+
+/// A resign that fails (the cluster unreachable: nothing reached it)
+/// leaves its term's key on the session lease, which the instance's other
+/// terms keep alive. The store must not forget the term then: the sweep
+/// deletes its key a ttl after the term's last renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_whose_resign_failed_is_swept_while_its_session_lives_on() {
+    let cluster = etcd_process::EtcdCluster::builder()
+        .members(1)
+        .election_timeout(Duration::from_millis(500))
+        .start()
+        .expect("an etcd member");
+    let proxy = etcd_process::Proxy::start(cluster.client_port(0)).expect("a proxy");
+    let url = format!("etcd://127.0.0.1:{}", proxy.port());
+    let store = EtcdStore::connect(super::target(&url), Duration::from_secs(2))
+        .await
+        .expect("connected");
+    let request = AcquireRequest {
+        id: "me",
+        attempt: "1",
+        ttl_ms: 5_000,
+        hold_off_ms: 5_000,
+    };
+    let (ended, live) = (
+        Address::new("tenure", "ended"),
+        Address::new("tenure", "live"),
+    );
+    let won = |reply| match reply {
+        Ok(AcquireReply::Won { token }) => token,
+        other => panic!("{other:?}"),
+    };
+    let live_token = won(store.acquire(live, &request).await);
+    let ended_token = won(store.acquire(ended, &request).await);
+    proxy.cut();
+    let resigned = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.resign(ended, "me", ended_token),
+    )
+    .await
+    .expect("a resign fails, it does not hang");
+    assert!(resigned.is_err(), "{resigned:?}");
+    proxy.heal();
+    // Calls in flight when the proxy closed its connections fail: until
+    // the first answers again, transient errors are retried.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let renewed = store.renew(live, "me", live_token, 5_000).await;
+            match renewed {
+                Err(err) if err.is_transient() => {}
+                renewed => {
+                    assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
+                    store.sweep().await;
+                    match store.inspect(ended).await {
+                        Ok(None) => return,
+                        Ok(Some(_)) => {}
+                        Err(err) => assert!(err.is_transient(), "{err}"),
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .expect("the key of the term whose resign failed is deleted while the session lives on");
+}
