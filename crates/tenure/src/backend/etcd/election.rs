@@ -70,6 +70,7 @@ impl EtcdStore {
                 token,
                 value: value.clone(),
                 lease,
+                witness: keys.witness.clone(),
                 witness_value: witness_value.clone(),
                 witness_lease: witness,
                 counter: keys.counter.clone(),

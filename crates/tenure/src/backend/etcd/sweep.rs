@@ -58,7 +58,9 @@ pub(super) struct Pending {
     /// The value it puts at the election's key, on `lease`.
     pub(super) value: String,
     pub(super) lease: i64,
-    /// The value it puts at the election's witness, on `witness_lease`.
+    /// The election's witness, and the value it puts there, on
+    /// `witness_lease`.
+    pub(super) witness: String,
     pub(super) witness_value: String,
     pub(super) witness_lease: i64,
     /// The token counter's key, and the mod revision the transaction
@@ -315,7 +317,7 @@ impl EtcdStore {
         };
         for (number, pending) in due {
             let (key, token) = (&pending.key, pending.token);
-            let witness_key = format!("{}/witness", key_dir(key));
+            let witness_key = &pending.witness;
             let txn = Txn::new()
                 .when([
                     Compare::value(key.clone(), CompareOp::Equal, pending.value.clone()),
