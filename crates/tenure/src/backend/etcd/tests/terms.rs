@@ -154,6 +154,47 @@ async fn terms_begun_at_once_share_one_session_lease() {
     assert_eq!(store.sessions_lock().len(), 2);
 }
 
+/// The request of the instance these tests campaign as (ttl 2 s).
+const ME: AcquireRequest<'static> = AcquireRequest {
+    id: "me",
+    attempt: "1",
+    ttl_ms: 2_000,
+    hold_off_ms: 2_000,
+};
+
+/// A term of [`ME`] on the election `live`, whose renewals keep the
+/// instance's session leases alive: its token.
+async fn live_term(store: &EtcdStore) -> u64 {
+    match store.acquire(Address::new("tenure", "live"), &ME).await {
+        Ok(AcquireReply::Won { token }) => token,
+        other => panic!("the first candidate wins: {other:?}"),
+    }
+}
+
+/// Renew the live term `token` (keeping the session alive) and sweep,
+/// until `done` answers; at most 30 s, else fail with `what`.
+async fn with_session_alive<T>(
+    store: &EtcdStore,
+    token: u64,
+    what: &str,
+    mut done: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let live = Address::new("tenure", "live");
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let renewed = store.renew(live, ME.id, token, ME.ttl_ms).await;
+            assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
+            store.sweep().await;
+            if let Some(answer) = done().await {
+                return answer;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}"))
+}
+
 /// Start an acquire of `at` for `request` whose answer stalls (until the
 /// gate returned is notified), and poll it until its write has landed:
 /// the election's key names `request`'s id. Returns the acquire (pending,
@@ -189,45 +230,32 @@ async fn acquire_until_written<'a>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_whose_answer_was_never_read_is_swept_while_its_session_lives_on() {
     let (_cluster, store) = one_member().await;
-    let request = AcquireRequest {
-        id: "me",
-        attempt: "1",
-        ttl_ms: 2_000,
-        hold_off_ms: 2_000,
-    };
-    let (ghost, live) = (
-        Address::new("tenure", "ghost"),
-        Address::new("tenure", "live"),
-    );
-    let AcquireReply::Won { token: live_token } =
-        store.acquire(live, &request).await.expect("acquire")
-    else {
-        panic!("the first candidate wins");
-    };
+    let ghost = Address::new("tenure", "ghost");
+    let live_token = live_term(&store).await;
     let began = tokio::time::Instant::now();
-    let (dropped, _gate, _) = acquire_until_written(&store, ghost, &request).await;
+    let (dropped, _gate, _) = acquire_until_written(&store, ghost, &ME).await;
     drop(dropped);
-    let other = AcquireRequest {
-        id: "other",
-        ..request
-    };
-    let elected_at = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let renewed = store.renew(live, "me", live_token, 2_000).await;
-            assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
-            store.sweep().await;
-            match store.acquire(ghost, &other).await.expect("acquire") {
-                AcquireReply::Won { .. } => return tokio::time::Instant::now(),
-                AcquireReply::Held(h) => assert_eq!(h.id, "me"),
-                AcquireReply::HoldOff { .. } => panic!("nothing was deleted by hand"),
+    let other = AcquireRequest { id: "other", ..ME };
+    let elected_at = with_session_alive(
+        &store,
+        live_token,
+        "another candidate is elected while the session lives on",
+        async || match store.acquire(ghost, &other).await.expect("acquire") {
+            AcquireReply::Won { .. } => Some(tokio::time::Instant::now()),
+            AcquireReply::Held(h) => {
+                assert_eq!(h.id, "me");
+                None
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("another candidate is elected while the session lives on");
+            AcquireReply::HoldOff { .. } => panic!("nothing was deleted by hand"),
+        },
+    )
+    .await;
     assert!(elected_at - began >= Duration::from_secs(2));
-    let live = store.inspect(live).await.expect("inspect").expect("held");
+    let live = store
+        .inspect(Address::new("tenure", "live"))
+        .await
+        .expect("inspect")
+        .expect("held");
     assert_eq!(live.token, live_token);
 }
 
@@ -238,16 +266,10 @@ async fn an_acquire_whose_answer_was_never_read_is_swept_while_its_session_lives
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_term_adopted_from_an_unanswered_acquire_is_not_swept() {
     let (_cluster, store) = one_member().await;
-    let request = AcquireRequest {
-        id: "me",
-        attempt: "1",
-        ttl_ms: 2_000,
-        hold_off_ms: 2_000,
-    };
     let at = Address::new("tenure", "adopted");
-    let (dropped, _gate, written) = acquire_until_written(&store, at, &request).await;
+    let (dropped, _gate, written) = acquire_until_written(&store, at, &ME).await;
     drop(dropped);
-    let AcquireReply::Won { token } = store.acquire(at, &request).await.expect("acquire") else {
+    let AcquireReply::Won { token } = store.acquire(at, &ME).await.expect("acquire") else {
         panic!("the retry adopts the term its first try wrote");
     };
     assert_eq!(token, written.token);
@@ -270,36 +292,24 @@ async fn a_term_adopted_from_an_unanswered_acquire_is_not_swept() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_read_after_the_sweep_deleted_its_key_does_not_win_that_term() {
     let (_cluster, store) = one_member().await;
-    let request = AcquireRequest {
-        id: "me",
-        attempt: "1",
-        ttl_ms: 2_000,
-        hold_off_ms: 2_000,
-    };
-    let (late, live) = (
-        Address::new("tenure", "late"),
-        Address::new("tenure", "live"),
-    );
-    let AcquireReply::Won { token: live_token } =
-        store.acquire(live, &request).await.expect("acquire")
-    else {
-        panic!("the first candidate wins");
-    };
-    let (acquiring, gate, written) = acquire_until_written(&store, late, &request).await;
+    let late = Address::new("tenure", "late");
+    let live_token = live_term(&store).await;
+    let (acquiring, gate, written) = acquire_until_written(&store, late, &ME).await;
     // Keep the session alive until the sweep deletes the unanswered term.
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            let renewed = store.renew(live, "me", live_token, 2_000).await;
-            assert_eq!(renewed.expect("renew"), RenewReply::Renewed);
-            store.sweep().await;
-            if store.inspect(late).await.expect("inspect").is_none() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await
-    .expect("the sweep deletes the unanswered term");
+    with_session_alive(
+        &store,
+        live_token,
+        "the sweep deletes the unanswered term",
+        async || {
+            store
+                .inspect(late)
+                .await
+                .expect("inspect")
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
     gate.notify_one();
     let AcquireReply::Won { token } = acquiring.await.expect("acquire") else {
         panic!("the election is free: the acquire wins a term");
@@ -321,14 +331,8 @@ async fn an_answer_read_after_the_sweep_deleted_its_key_does_not_win_that_term()
 async fn a_retry_does_not_adopt_a_term_whose_witness_is_gone() {
     use crate::backend::etcd::session::witness_session;
     let (_cluster, store) = one_member().await;
-    let request = AcquireRequest {
-        id: "me",
-        attempt: "1",
-        ttl_ms: 2_000,
-        hold_off_ms: 2_000,
-    };
     let at = Address::new("tenure", "unwitnessed");
-    let (dropped, _gate, written) = acquire_until_written(&store, at, &request).await;
+    let (dropped, _gate, written) = acquire_until_written(&store, at, &ME).await;
     drop(dropped);
     let witness = store
         .sessions_lock()
@@ -342,7 +346,7 @@ async fn a_retry_does_not_adopt_a_term_whose_witness_is_gone() {
     // The first retry finds the witness lease gone, the second has a new
     // one: neither may adopt the term.
     for _ in 0..2 {
-        match store.acquire(at, &request).await {
+        match store.acquire(at, &ME).await {
             Ok(AcquireReply::Won { token }) => {
                 assert_ne!(
                     token, written.token,
