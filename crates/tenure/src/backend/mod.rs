@@ -252,19 +252,22 @@ impl Store {
     /// a whole (no reply: the operations may or may not have run); the inner
     /// ones are each operation's own.
     pub async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
-        self.batch_counted(ops, &AtomicU64::new(0)).await
+        self.batch_counted(ops, &AtomicU64::new(0), None).await
     }
 
     /// [`Store::batch`], adding to `round_trips` the pipelines it sends
     /// (one per node it goes to, a retry after a redirection or a
-    /// script reload included).
+    /// script reload included). On Redis each pipeline waits up to
+    /// `limit` for its replies instead of the call timeout; the caller
+    /// bounds the whole (other stores bound their calls themselves).
     pub async fn batch_counted(
         &self,
         ops: &[Op<'_>],
         round_trips: &AtomicU64,
+        limit: Option<std::time::Duration>,
     ) -> Result<Vec<Result<Reply>>> {
         match self {
-            Store::Redis(shared) => shared.store.batch(ops, round_trips).await,
+            Store::Redis(shared) => shared.store.batch(ops, round_trips, limit).await,
             #[cfg(feature = "etcd")]
             Store::Etcd(store) => store.batch(ops, round_trips).await,
             #[cfg(feature = "zookeeper")]

@@ -13,7 +13,7 @@ use super::target::assign;
 use super::{PartitionSet, Running, Work};
 use crate::backend::{Op, Reply, RENEW_MANY};
 use crate::keeper::Keeper;
-use crate::machine::Reading;
+use crate::machine::{Reading, Timing};
 use crate::{metrics, Error, LostReason, Result};
 
 /// The most renewals sent in one round trip (as [`RENEW_MANY`]-sized
@@ -26,6 +26,35 @@ struct Renewals {
     members: Option<Vec<String>>,
     /// Whether some renewal went unanswered (its outcome is unknown).
     failed: bool,
+}
+
+/// How long a renewal round trip of `terms`, sent at `now`, may wait for
+/// its answer: until the latest of their deadlines (an answer after it
+/// saves none of them), and never less than the call timeout.
+///
+/// Why longer than the call timeout: a busy store can take more than that
+/// (about a second at a 3 s ttl) to renew 100,000 terms. Giving up on the
+/// round trip does not take its work off the store: the retry queues
+/// behind it and is answered later still, until every term lapses and is
+/// won again, over and over. Waiting while an answer can still save a term
+/// is safe: each term ends at its own deadline, answer or not, and a late
+/// answer never revives one.
+fn renewal_limit(
+    keeper: &Keeper<Work>,
+    terms: &[(usize, u64)],
+    timing: &Timing,
+    now: Instant,
+) -> Duration {
+    terms
+        .iter()
+        .filter_map(|(index, _)| keeper.get(*index))
+        .map(|kept| kept.state.deadline)
+        .max()
+        .map_or(timing.call_timeout, |latest| {
+            latest
+                .saturating_duration_since(now)
+                .max(timing.call_timeout)
+        })
 }
 
 impl PartitionSet {
@@ -69,12 +98,10 @@ impl PartitionSet {
             .map(|(index, token)| (self.partitions[*index].as_str(), *token))
             .collect();
         // The heartbeat first, then the renewals, a thousand to an
-        // operation. The whole call timeout, whatever the deadlines: a
-        // partition whose deadline passes meanwhile ends at its deadline by
-        // itself (its handle checks the clock), and the others keep their
-        // renewal. Sets beyond RENEW_CHUNK partitions renew in several
-        // round trips, so that no batch outgrows the call timeout; a failed
-        // one fails only its own.
+        // operation. A partition whose deadline passes meanwhile ends at
+        // its deadline by itself (its handle checks the clock), and the
+        // others keep their renewal. Sets beyond RENEW_CHUNK partitions
+        // renew in several round trips; a failed one fails only its own.
         let mut renewals = Renewals {
             members: None,
             failed: false,
@@ -98,7 +125,13 @@ impl PartitionSet {
                 terms: chunk,
             }));
             let chunk_sent = Instant::now();
-            let results = self.send(&ops, timing.call_timeout).await;
+            let limit = renewal_limit(
+                keeper,
+                &held[offset..offset + round_terms.len()],
+                timing,
+                chunk_sent,
+            );
+            let results = self.send(&ops, limit).await;
             keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());
             let mut results = results.into_iter().flatten();
             let slept = crate::clock::suspended();

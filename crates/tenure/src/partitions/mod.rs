@@ -281,9 +281,19 @@ impl PartitionSet {
         let mut retry: Option<Instant> = None;
         let mut acquisition: Option<BoxFuture<'_, Acquired>> = None;
         loop {
+            // In this order when several are ready: terms just won begin
+            // before a renewal cycle starts, so that it renews them too.
+            // Otherwise, after a slow cycle (the acquisition waits unread
+            // while a cycle is in flight), the next cycle would leave them
+            // out, and their first renewal would come two slow cycles after
+            // their acquisition was sent: past their deadline on a busy store.
             tokio::select! {
+                biased;
                 _ = &mut shutdown => break,
-                Some(command) = commands.recv() => self.serve(command, &mut running.keeper).await,
+                acquired = async { acquisition.as_mut().expect("guarded by is_some").await }, if acquisition.is_some() => {
+                    acquisition = None;
+                    self.acquired(acquired, &mut running, &mut work)?;
+                }
                 _ = ticker.tick() => {
                     retry = self.cycle(&mut running).await?;
                 }
@@ -292,10 +302,7 @@ impl PartitionSet {
                 _ = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {
                     retry = self.cycle(&mut running).await?;
                 }
-                acquired = async { acquisition.as_mut().expect("guarded by is_some").await }, if acquisition.is_some() => {
-                    acquisition = None;
-                    self.acquired(acquired, &mut running, &mut work)?;
-                }
+                Some(command) = commands.recv() => self.serve(command, &mut running.keeper).await,
             }
             if acquisition.is_none() {
                 acquisition = self.next_acquisition(&mut running);
@@ -311,7 +318,9 @@ impl PartitionSet {
     /// a dropped connection) yields `None`, and a timeout also replaces the
     /// connection.
     async fn send(&self, ops: &[Op<'_>], limit: Duration) -> Option<Vec<Result<Reply>>> {
-        let counted = self.store.batch_counted(ops, &self.observed.round_trips);
+        let counted = self
+            .store
+            .batch_counted(ops, &self.observed.round_trips, Some(limit));
         match timeout(limit, counted).await {
             Ok(Ok(replies)) => Some(replies),
             Ok(Err(err)) => {

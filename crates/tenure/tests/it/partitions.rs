@@ -417,3 +417,85 @@ async fn foreign_data_found_by_the_first_acquisitions_costs_its_partition_only()
     })
     .await;
 }
+
+/// The ids of the server's client connections, but for the one asking.
+fn connection_ids(server: &crate::support::RedisServer) -> Vec<String> {
+    let clients = server.command(&["CLIENT", "LIST"]).unwrap();
+    clients
+        .lines()
+        .filter(|line| !line.contains("cmd=client|list"))
+        .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_the_server_answers_after_the_call_timeout_is_waited_for_not_sent_again() {
+    // A server that holds every command for 1.2 s (busy, as a server
+    // renewing 100,000 terms can be for a second) answers a renewal long
+    // after the 300 ms call timeout, but well before the terms' deadlines
+    // (2.7 s after the renewal before). A set that gave up at the call
+    // timeout dropped its connection and sent the renewal again behind
+    // the work still queued: on a busy server, over and over.
+    let server = redis();
+    let ttl = Duration::from_secs(3);
+    let set = PartitionSet::builder("orders", partitions())
+        .redis(server.url())
+        .ttl(ttl)
+        .call_timeout(Duration::from_millis(300))
+        .id("m1")
+        .build()
+        .await
+        .expect("valid partition set");
+    let observer = set.observer();
+    let lost = Arc::new(Mutex::new(0_usize));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(set.run(
+        {
+            let lost = lost.clone();
+            move |_partition, term: tenure::Leadership| {
+                let lost = lost.clone();
+                async move {
+                    term.lost().await;
+                    *lost.lock().unwrap() += 1;
+                }
+            }
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("the set owns every partition", async || {
+        observer.owned_count() == PARTITIONS
+    })
+    .await;
+    let url = server.url();
+    let before = owners(&url).await;
+    let connections = connection_ids(&server);
+    assert!(!connections.is_empty(), "the set is connected");
+    let server = Arc::new(server);
+    let paused = server.clone();
+    tokio::task::spawn_blocking(move || {
+        paused.command(&["CLIENT", "PAUSE", "1200", "ALL"]).unwrap();
+        // Answered once the pause is over.
+        paused.command(&["PING"]).unwrap();
+    })
+    .await
+    .unwrap();
+    let from = observer.cycles();
+    eventually("a whole renewal cycle after the pause", async || {
+        observer.cycles() >= from + 2
+    })
+    .await;
+    let after = connection_ids(&server);
+    assert!(
+        after.iter().all(|id| connections.contains(id)),
+        "the set opened new connections (it gave up on a reply): {connections:?} before, \
+         {after:?} after"
+    );
+    assert_eq!(*lost.lock().unwrap(), 0, "a term ended");
+    assert_eq!(observer.owned_count(), PARTITIONS);
+    assert_eq!(owners(&url).await, before, "a partition changed hands");
+    let _ = stop.send(());
+    let _ = running.await;
+}

@@ -330,6 +330,34 @@ async fn a_slow_renewal_batch_keeps_every_term_it_renews_in_time() {
     a.leave().await;
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_set_whose_renewals_outlast_the_call_timeout_holds_steadily_instead_of_thrashing() {
+    // A saturated store: 60 µs a lease, one round trip at a time. Renewing
+    // 20,000 partitions takes 1.2 s, longer than the 1 s call timeout but
+    // well inside the 2.7 s from a renewal's sending to its deadline. A set
+    // that gives up on it at the call timeout sends it again on top of the
+    // work still queued, and its terms lapse and are won again, over and
+    // over (100,000 partitions on one redis-server did so).
+    let store = MemoryStore::new();
+    store.set_fault(tenure::Fault::Busy(Duration::from_micros(60)));
+    let journal = Journal::default();
+    let n = 20_000;
+    let a = Member::join(&store, "a", n, &journal, Duration::ZERO, None).await;
+    until(TTL * 20, || a.observer.owned().len() == n).await;
+    let won = journal.started.lock().unwrap().len();
+    let before = tokens(&store, n);
+    sleep(TTL * 5).await;
+    assert_eq!(
+        journal.returned.lock().unwrap().len(),
+        0,
+        "terms lapsed while the set held all {n}"
+    );
+    assert_eq!(tokens(&store, n), before, "a term was lost and taken again");
+    assert_eq!(won, n, "each partition won once while the set warmed up");
+    store.set_fault(tenure::Fault::None);
+    a.leave().await;
+}
+
 /// When the first term of a member that joins right after the store lost
 /// its data begins: the start-up hold-off it waits.
 async fn first_term_after_a_wipe(max_ttl: Option<Duration>) -> Duration {

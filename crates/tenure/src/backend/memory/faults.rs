@@ -52,6 +52,13 @@ pub enum Fault {
     /// long (a slow link or a busy server); a reply later than the call
     /// timeout is a timeout, as on Redis.
     Slow(Duration),
+    /// A saturated server: each lease a call touches costs this long (a
+    /// renewal of many terms costs one each), and the server serves one
+    /// round trip at a time, so a round trip's replies arrive once it has
+    /// worked through every round trip sent before it and this one. Calls
+    /// are carried out when sent; a reply later than the call timeout is a
+    /// timeout, and the work it cost stays queued, as on Redis.
+    Busy(Duration),
 }
 
 /// How a view's announcements (the hints that a lease was released, taken

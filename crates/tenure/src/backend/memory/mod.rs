@@ -176,15 +176,16 @@ impl MemoryStore {
     /// Carry out `ops` under one lock, as one round trip: each is counted,
     /// then the configured fault applies to the batch as a whole.
     pub(crate) async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {
-        let fault = {
+        let (fault, served_at) = {
             let mut state = self.lock();
             for op in ops {
                 state.count(op);
             }
-            self.fault(&state)
+            let fault = self.fault(&state);
+            (fault, state.serve(fault, ops))
         };
         match fault {
-            Fault::None | Fault::LoseReplies | Fault::Slow(_) => {}
+            Fault::None | Fault::LoseReplies | Fault::Slow(_) | Fault::Busy(_) => {}
             Fault::Fail => return Err(Error::Unavailable),
             Fault::Stall => std::future::pending().await,
         }
@@ -200,6 +201,9 @@ impl MemoryStore {
         };
         if let Fault::Slow(delay) = fault {
             tokio::time::sleep(delay).await;
+        }
+        if let Some(served_at) = served_at {
+            tokio::time::sleep_until(served_at).await;
         }
         Ok(replies)
     }

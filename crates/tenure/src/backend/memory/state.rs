@@ -42,6 +42,9 @@ pub(super) struct StoreState {
     pub(super) witnesses: HashMap<String, Witness>,
     /// See [`MemoryStore::unsafe_ignore_witness`].
     pub(super) ignore_witness: bool,
+    /// Under [`Fault::Busy`]: when the server is through with the round
+    /// trips sent so far.
+    pub(super) busy_until: Option<Instant>,
 }
 
 /// A term's witness (see [`StoreState::witnesses`]).
@@ -148,6 +151,28 @@ impl StoreState {
             .entry(election.to_string())
             .or_insert_with(|| watch::channel(Notices::default()).0)
             .send_modify(change);
+    }
+
+    /// When a round trip of `ops` sent now is served under `fault`: under
+    /// [`Fault::Busy`], after the work queued before it and its own (one
+    /// unit a lease it touches); otherwise at once (`None`).
+    pub(super) fn serve(&mut self, fault: Fault, ops: &[Op<'_>]) -> Option<Instant> {
+        let Fault::Busy(each) = fault else {
+            self.busy_until = None;
+            return None;
+        };
+        let leases: usize = ops
+            .iter()
+            .map(|op| match op {
+                Op::RenewMany { terms, .. } => terms.len(),
+                _ => 1,
+            })
+            .sum();
+        let now = Instant::now();
+        let start = self.busy_until.map_or(now, |busy| busy.max(now));
+        let served_at = start + each * u32::try_from(leases).unwrap_or(u32::MAX);
+        self.busy_until = Some(served_at);
+        Some(served_at)
     }
 
     pub(super) fn count(&mut self, op: &Op<'_>) {

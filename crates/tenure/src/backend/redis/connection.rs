@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, PubSub};
-use redis::{Client, Cmd, Pipeline, RedisFuture, Value};
+use redis::{Client, Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 use super::target::RedisTarget;
 use crate::{Error, Result};
@@ -76,15 +76,18 @@ impl Endpoint {
         }
     }
 
-    /// A connection whose calls time out after `call_timeout`; it connects
-    /// at its first call, and again after the connection drops.
+    /// A connection whose calls time out after `call_timeout` (unless
+    /// [`Connection::within`] says otherwise); it connects at its first
+    /// call, and again after the connection drops.
     pub fn connection(&self, call_timeout: Duration) -> Result<Connection> {
         let connect_timeout = call_timeout.max(Duration::from_secs(1));
         let inner = match self {
             Endpoint::Plain(client) => {
+                // No response timeout of the client's own: the limit is
+                // each call's (see `Connection::within`).
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(Some(call_timeout))
+                    .set_response_timeout(None)
                     .set_number_of_retries(1);
                 Inner::Plain(
                     ConnectionManager::new_lazy_with_config(client.clone(), config)
@@ -95,10 +98,12 @@ impl Endpoint {
             Endpoint::Tls(endpoint) => Inner::Tls(Arc::new(tls::TlsConnection::new(
                 endpoint.clone(),
                 connect_timeout,
-                call_timeout,
             ))),
         };
-        Ok(Connection { inner })
+        Ok(Connection {
+            inner,
+            limit: call_timeout,
+        })
     }
 
     /// A pub/sub connection, opened within `limit`.
@@ -158,9 +163,46 @@ fn tls_scheme(url: &str) -> Option<String> {
 /// A connection to one Redis node: every call bounded by a timeout, and a
 /// new connection after the old one drops. Cheap to clone (clones share
 /// the connection). [`super::routed::Connection`] routes over these.
+///
+/// The timeout is the connection's, not the client's response timeout,
+/// so that one call may wait longer than the others on the same
+/// connection ([`Connection::within`]): a partition set's renewal of
+/// 100,000 terms is one pipeline that a busy server may take more than the
+/// call timeout to answer, and the connection may have been built by the
+/// user and shared.
 #[derive(Clone)]
 pub(crate) struct Connection {
     inner: Inner,
+    /// How long a call waits for its reply.
+    limit: Duration,
+}
+
+impl Connection {
+    /// This connection (shared, not a new one), its calls waiting up to
+    /// `limit` for their replies.
+    pub fn within(&self, limit: Duration) -> Connection {
+        Connection {
+            inner: self.inner.clone(),
+            limit,
+        }
+    }
+}
+
+/// `call`, failed as the client fails a call without a reply in time (an
+/// I/O error of kind `TimedOut`, which [`RedisError::is_timeout`] knows)
+/// if it has none within `limit`. Dropping the call is safe on a
+/// multiplexed connection: a reply that comes later is thrown away.
+async fn bounded<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply within {limit:?}"),
+        ))),
+    }
 }
 
 #[derive(Clone)]
@@ -185,10 +227,11 @@ impl fmt::Debug for Connection {
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let limit = self.limit;
         match &mut self.inner {
-            Inner::Plain(conn) => conn.req_packed_command(cmd),
+            Inner::Plain(conn) => Box::pin(bounded(limit, conn.req_packed_command(cmd))),
             #[cfg(feature = "tls")]
-            Inner::Tls(conn) => Box::pin(conn.command(cmd)),
+            Inner::Tls(conn) => Box::pin(bounded(limit, conn.command(cmd))),
         }
     }
 
@@ -198,10 +241,14 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
+        let limit = self.limit;
         match &mut self.inner {
-            Inner::Plain(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Inner::Plain(conn) => Box::pin(bounded(
+                limit,
+                conn.req_packed_commands(pipeline, offset, count),
+            )),
             #[cfg(feature = "tls")]
-            Inner::Tls(conn) => Box::pin(conn.commands(pipeline, offset, count)),
+            Inner::Tls(conn) => Box::pin(bounded(limit, conn.commands(pipeline, offset, count))),
         }
     }
 
@@ -350,20 +397,14 @@ mod tls {
     pub(crate) struct TlsConnection {
         endpoint: Arc<TlsEndpoint>,
         connect_timeout: Duration,
-        call_timeout: Duration,
         current: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     }
 
     impl TlsConnection {
-        pub fn new(
-            endpoint: Arc<TlsEndpoint>,
-            connect_timeout: Duration,
-            call_timeout: Duration,
-        ) -> Self {
+        pub fn new(endpoint: Arc<TlsEndpoint>, connect_timeout: Duration) -> Self {
             TlsConnection {
                 endpoint,
                 connect_timeout,
-                call_timeout,
                 current: tokio::sync::Mutex::new(None),
             }
         }
@@ -380,7 +421,8 @@ mod tls {
                 return Ok(conn.clone());
             }
             let stream = self.endpoint.stream(self.connect_timeout).await?;
-            let config = AsyncConnectionConfig::new().set_response_timeout(Some(self.call_timeout));
+            // The limit is each call's (see `Connection::within`).
+            let config = AsyncConnectionConfig::new().set_response_timeout(None);
             let setup =
                 MultiplexedConnection::new_with_config(&self.endpoint.redis, stream, config);
             let (conn, driver) = tokio::time::timeout(self.connect_timeout, setup)

@@ -343,15 +343,17 @@ impl RedisStore {
     /// only the operations that found them missing are sent again, so
     /// nothing runs twice.
     ///
-    /// The outer error means that no operation got any reply; otherwise
-    /// each operation has its own result.
+    /// Each pipeline waits up to `limit` for its replies (the call timeout
+    /// if `None`). The outer error means that no operation got any reply;
+    /// otherwise each operation has its own result.
     pub async fn batch(
         &self,
         ops: &[Op<'_>],
         round_trips: &AtomicU64,
+        limit: Option<Duration>,
     ) -> Result<Vec<Result<Reply>>> {
         let (calls, parts) = self.plan(ops);
-        let outcomes = self.run(&calls, round_trips).await?;
+        let outcomes = self.run(&calls, round_trips, limit).await?;
         Ok(self.gather(ops, parts, outcomes))
     }
 

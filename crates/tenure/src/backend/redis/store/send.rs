@@ -44,6 +44,7 @@ impl RedisStore {
         &self,
         calls: &[Call],
         round_trips: &AtomicU64,
+        limit: Option<Duration>,
     ) -> Result<Vec<Outcome>> {
         let mut progress = Progress::new(calls.len());
         for _round in 0..MAX_ROUNDS {
@@ -59,7 +60,7 @@ impl RedisStore {
                         (&calls[*i].cmd, asking)
                     })
                     .collect();
-                self.pipeline(node, commands)
+                self.pipeline(node, commands, limit)
             });
             round_trips.fetch_add(groups.len() as u64, Ordering::Relaxed);
             let results = futures_util::future::join_all(sent).await;
@@ -195,11 +196,13 @@ impl RedisStore {
     }
 
     /// One pipeline to one node; `(command, asking)` pairs, where `asking`
-    /// sends `ASKING` first (its reply is dropped).
+    /// sends `ASKING` first (its reply is dropped). It waits up to `limit`
+    /// for the replies, or the connection's call timeout.
     async fn pipeline(
         &self,
         node: &Node,
         commands: Vec<(&redis::Cmd, bool)>,
+        limit: Option<Duration>,
     ) -> Result<Vec<RedisResult<Value>>> {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
@@ -209,8 +212,12 @@ impl RedisStore {
             }
             pipe.add_command((*command).clone());
         }
+        let mut conn = match limit {
+            Some(limit) => node.conn().within(limit),
+            None => node.conn(),
+        };
         let mut results = pipe
-            .query_async::<Vec<RedisResult<Value>>>(&mut node.conn())
+            .query_async::<Vec<RedisResult<Value>>>(&mut conn)
             .await
             .map_err(|e| self.target().classify(e))?
             .into_iter();
