@@ -28,9 +28,16 @@ struct Renewals {
     failed: bool,
 }
 
-/// How long a renewal round trip of `terms`, sent at `now`, may wait for
-/// its answer: until the latest of their deadlines (an answer after it
-/// saves none of them), and never less than the call timeout.
+/// The longest a renewal round trip waits, in call timeouts: a set whose
+/// store stalls still serves its handles' commands, hands partitions over
+/// and shuts down within a few call timeouts, whatever the ttl.
+const LONGEST_RENEWAL_WAIT: u32 = 4;
+
+/// How long a renewal round trip of `terms`, sent at `now` (with the host's
+/// suspend time read as `slept`), may wait for its answer: until shortly
+/// before the latest of their deadlines (an answer after it saves none of
+/// them), at least the call timeout and at most [`LONGEST_RENEWAL_WAIT`] of
+/// them.
 ///
 /// Why longer than the call timeout: a busy store can take more than that
 /// (about a second at a 3 s ttl) to renew 100,000 terms. Giving up on the
@@ -38,23 +45,33 @@ struct Renewals {
 /// behind it and is answered later still, until every term lapses and is
 /// won again, over and over. Waiting while an answer can still save a term
 /// is safe: each term ends at its own deadline, answer or not, and a late
-/// answer never revives one.
+/// answer never revives one. It ends one retry interval before that
+/// deadline, so that on a cluster whose one node does not answer, the
+/// answers of the others are taken in while they still count. The cost: a
+/// connection that died without a word is given up on later than before,
+/// too late to save the terms by a retry.
 fn renewal_limit(
     keeper: &Keeper<Work>,
     terms: &[(usize, u64)],
     timing: &Timing,
     now: Instant,
+    slept: Duration,
 ) -> Duration {
-    terms
+    let latest = terms
         .iter()
         .filter_map(|(index, _)| keeper.get(*index))
-        .map(|kept| kept.state.deadline)
-        .max()
-        .map_or(timing.call_timeout, |latest| {
-            latest
-                .saturating_duration_since(now)
-                .max(timing.call_timeout)
-        })
+        .filter_map(|kept| kept.state.deadline_as_of(slept))
+        .max();
+    let Some(latest) = latest else {
+        return timing.call_timeout;
+    };
+    latest
+        .saturating_duration_since(now)
+        .saturating_sub(timing.retry_every)
+        .clamp(
+            timing.call_timeout,
+            timing.call_timeout.saturating_mul(LONGEST_RENEWAL_WAIT),
+        )
 }
 
 impl PartitionSet {
@@ -130,6 +147,7 @@ impl PartitionSet {
                 &held[offset..offset + round_terms.len()],
                 timing,
                 chunk_sent,
+                sent_at.slept,
             );
             let results = self.send(&ops, limit).await;
             keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());

@@ -37,6 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{interval, sleep_until, timeout, Instant, MissedTickBehavior};
@@ -281,28 +282,23 @@ impl PartitionSet {
         let mut retry: Option<Instant> = None;
         let mut acquisition: Option<BoxFuture<'_, Acquired>> = None;
         loop {
-            // In this order when several are ready: terms just won begin
-            // before a renewal cycle starts, so that it renews them too.
-            // Otherwise, after a slow cycle (the acquisition waits unread
-            // while a cycle is in flight), the next cycle would leave them
-            // out, and their first renewal would come two slow cycles after
-            // their acquisition was sent: past their deadline on a busy store.
             tokio::select! {
-                biased;
                 _ = &mut shutdown => break,
-                acquired = async { acquisition.as_mut().expect("guarded by is_some").await }, if acquisition.is_some() => {
-                    acquisition = None;
-                    self.acquired(acquired, &mut running, &mut work)?;
-                }
+                Some(command) = commands.recv() => self.serve(command, &mut running.keeper).await,
                 _ = ticker.tick() => {
+                    self.acquired_by_now(&mut acquisition, &mut running, &mut work)?;
                     retry = self.cycle(&mut running).await?;
                 }
                 // A failed renewal batch is tried again soon, like a single
                 // election's renewal, not only at the next tick.
                 _ = sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {
+                    self.acquired_by_now(&mut acquisition, &mut running, &mut work)?;
                     retry = self.cycle(&mut running).await?;
                 }
-                Some(command) = commands.recv() => self.serve(command, &mut running.keeper).await,
+                acquired = async { acquisition.as_mut().expect("guarded by is_some").await }, if acquisition.is_some() => {
+                    acquisition = None;
+                    self.acquired(acquired, &mut running, &mut work)?;
+                }
             }
             if acquisition.is_none() {
                 acquisition = self.next_acquisition(&mut running);
@@ -314,13 +310,41 @@ impl PartitionSet {
         Ok(())
     }
 
+    /// Begin the terms of an acquisition that has been answered by now,
+    /// before a renewal cycle starts, so that the cycle renews them too.
+    /// An answer that came during the last cycle waited unread; left to
+    /// the loop, it might be read after the next cycle began, and the
+    /// first renewal of its terms would come two cycles after their
+    /// acquisition was sent: past their deadline on a busy store.
+    fn acquired_by_now<F, Fut>(
+        &self,
+        acquisition: &mut Option<BoxFuture<'_, Acquired>>,
+        running: &mut Running,
+        work: &mut F,
+    ) -> Result<()>
+    where
+        F: FnMut(String, Leadership) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let answered = acquisition.as_mut().and_then(|f| f.as_mut().now_or_never());
+        if let Some(acquired) = answered {
+            *acquisition = None;
+            self.acquired(acquired, running, work)?;
+        }
+        Ok(())
+    }
+
     /// One round trip; a failure of the round trip as a whole (a timeout,
     /// a dropped connection) yields `None`, and a timeout also replaces the
     /// connection.
     async fn send(&self, ops: &[Op<'_>], limit: Duration) -> Option<Vec<Result<Reply>>> {
+        // The store's own wait ends a little before this one, so that a
+        // round trip to several nodes (a cluster) whose one node does not
+        // answer still yields the answers of the others.
+        let inner = limit - limit / 10;
         let counted = self
             .store
-            .batch_counted(ops, &self.observed.round_trips, Some(limit));
+            .batch_counted(ops, &self.observed.round_trips, Some(inner));
         match timeout(limit, counted).await {
             Ok(Ok(replies)) => Some(replies),
             Ok(Err(err)) => {

@@ -431,30 +431,32 @@ fn connection_ids(server: &crate::support::RedisServer) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_the_server_answers_after_the_call_timeout_is_waited_for_not_sent_again() {
-    // A server that holds every command for 1.2 s (busy, as a server
-    // renewing 100,000 terms can be for a second) answers a renewal long
-    // after the 300 ms call timeout, but well before the terms' deadlines
-    // (2.7 s after the renewal before). A set that gave up at the call
-    // timeout dropped its connection and sent the renewal again behind
-    // the work still queued: on a busy server, over and over.
+    // A server that holds every command for 2 s (busy, as a server
+    // renewing 100,000 terms can be for a second) answers the renewal sent
+    // during it long after the 400 ms call timeout, but before the terms'
+    // deadlines (2.7 s after the renewal before). A set that gave up at the
+    // call timeout dropped its connection and sent the renewal again
+    // behind the work still queued: on a busy server, over and over.
     let server = redis();
     let ttl = Duration::from_secs(3);
     let set = PartitionSet::builder("orders", partitions())
         .redis(server.url())
         .ttl(ttl)
-        .call_timeout(Duration::from_millis(300))
+        .call_timeout(Duration::from_millis(400))
         .id("m1")
         .build()
         .await
         .expect("valid partition set");
     let observer = set.observer();
     let lost = Arc::new(Mutex::new(0_usize));
+    let (terms_tx, mut terms) = tokio::sync::mpsc::unbounded_channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(set.run(
         {
             let lost = lost.clone();
             move |_partition, term: tenure::Leadership| {
                 let lost = lost.clone();
+                let _ = terms_tx.send(term.clone());
                 async move {
                     term.lost().await;
                     *lost.lock().unwrap() += 1;
@@ -469,14 +471,19 @@ async fn a_renewal_the_server_answers_after_the_call_timeout_is_waited_for_not_s
         observer.owned_count() == PARTITIONS
     })
     .await;
+    let term = terms.recv().await.expect("a term began");
     let url = server.url();
     let before = owners(&url).await;
     let connections = connection_ids(&server);
     assert!(!connections.is_empty(), "the set is connected");
+    // Pause right after a renewal was answered: the next one is sent
+    // about 1 s into the pause and waits about 1 s for its answer.
+    let renewed = term.deadline();
+    eventually("a renewal is answered", async || term.deadline() > renewed).await;
     let server = Arc::new(server);
     let paused = server.clone();
     tokio::task::spawn_blocking(move || {
-        paused.command(&["CLIENT", "PAUSE", "1200", "ALL"]).unwrap();
+        paused.command(&["CLIENT", "PAUSE", "2000", "ALL"]).unwrap();
         // Answered once the pause is over.
         paused.command(&["PING"]).unwrap();
     })

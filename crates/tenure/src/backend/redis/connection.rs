@@ -15,7 +15,7 @@
 //! never touches the process default.
 
 use std::fmt;
-#[cfg(feature = "tls")]
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +92,7 @@ impl Endpoint {
                 Inner::Plain(
                     ConnectionManager::new_lazy_with_config(client.clone(), config)
                         .map_err(Error::from_redis)?,
+                    Arc::new(AtomicBool::new(false)),
                 )
             }
             #[cfg(feature = "tls")]
@@ -103,6 +104,7 @@ impl Endpoint {
         Ok(Connection {
             inner,
             limit: call_timeout,
+            connect_timeout,
         })
     }
 
@@ -168,13 +170,16 @@ fn tls_scheme(url: &str) -> Option<String> {
 /// so that one call may wait longer than the others on the same
 /// connection ([`Connection::within`]): a partition set's renewal of
 /// 100,000 terms is one pipeline that a busy server may take more than the
-/// call timeout to answer, and the connection may have been built by the
-/// user and shared.
+/// call timeout to answer, while every other call on it keeps the call
+/// timeout. A call that must connect first has the connect timeout on top,
+/// as when the client's own timeouts applied.
 #[derive(Clone)]
 pub(crate) struct Connection {
     inner: Inner,
     /// How long a call waits for its reply.
     limit: Duration,
+    /// How long connecting may take, before a call is sent.
+    connect_timeout: Duration,
 }
 
 impl Connection {
@@ -182,9 +187,34 @@ impl Connection {
     /// `limit` for their replies.
     pub fn within(&self, limit: Duration) -> Connection {
         Connection {
-            inner: self.inner.clone(),
             limit,
+            ..self.clone()
         }
+    }
+}
+
+/// How long a call on a [`ConnectionManager`] may take: `limit` on a
+/// connection that is up, plus `connect_timeout` on one that may have to
+/// connect first (the manager connects inside the call, out of sight).
+fn plain_limit(connected: &AtomicBool, limit: Duration, connect_timeout: Duration) -> Duration {
+    if connected.load(Ordering::Relaxed) {
+        limit
+    } else {
+        limit + connect_timeout
+    }
+}
+
+/// Note what a call's `result` says of the connection: up after any reply
+/// (an error reply included), maybe down (the manager connects again)
+/// after an I/O error other than a timeout.
+fn note_connection<T>(connected: &AtomicBool, result: &RedisResult<T>) {
+    match result {
+        Ok(_) => connected.store(true, Ordering::Relaxed),
+        Err(err) if err.is_timeout() => {}
+        Err(err) if err.is_io_error() || err.is_connection_dropped() => {
+            connected.store(false, Ordering::Relaxed)
+        }
+        Err(_) => connected.store(true, Ordering::Relaxed),
     }
 }
 
@@ -207,7 +237,8 @@ async fn bounded<T>(
 
 #[derive(Clone)]
 enum Inner {
-    Plain(ConnectionManager),
+    /// The manager, and whether its connection is known to be up.
+    Plain(ConnectionManager, Arc<AtomicBool>),
     #[cfg(feature = "tls")]
     Tls(Arc<tls::TlsConnection>),
 }
@@ -215,7 +246,7 @@ enum Inner {
 impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match &self.inner {
-            Inner::Plain(_) => "plain",
+            Inner::Plain(..) => "plain",
             #[cfg(feature = "tls")]
             Inner::Tls(_) => "tls",
         };
@@ -227,11 +258,16 @@ impl fmt::Debug for Connection {
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let limit = self.limit;
+        let (limit, connect_timeout) = (self.limit, self.connect_timeout);
         match &mut self.inner {
-            Inner::Plain(conn) => Box::pin(bounded(limit, conn.req_packed_command(cmd))),
+            Inner::Plain(conn, connected) => Box::pin(async move {
+                let limit = plain_limit(connected, limit, connect_timeout);
+                let result = bounded(limit, conn.req_packed_command(cmd)).await;
+                note_connection(connected, &result);
+                result
+            }),
             #[cfg(feature = "tls")]
-            Inner::Tls(conn) => Box::pin(bounded(limit, conn.command(cmd))),
+            Inner::Tls(conn) => Box::pin(conn.command(cmd, limit)),
         }
     }
 
@@ -241,20 +277,23 @@ impl ConnectionLike for Connection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        let limit = self.limit;
+        let (limit, connect_timeout) = (self.limit, self.connect_timeout);
         match &mut self.inner {
-            Inner::Plain(conn) => Box::pin(bounded(
-                limit,
-                conn.req_packed_commands(pipeline, offset, count),
-            )),
+            Inner::Plain(conn, connected) => Box::pin(async move {
+                let limit = plain_limit(connected, limit, connect_timeout);
+                let call = conn.req_packed_commands(pipeline, offset, count);
+                let result = bounded(limit, call).await;
+                note_connection(connected, &result);
+                result
+            }),
             #[cfg(feature = "tls")]
-            Inner::Tls(conn) => Box::pin(bounded(limit, conn.commands(pipeline, offset, count))),
+            Inner::Tls(conn) => Box::pin(conn.commands(pipeline, offset, count, limit)),
         }
     }
 
     fn get_db(&self) -> i64 {
         match &self.inner {
-            Inner::Plain(conn) => conn.get_db(),
+            Inner::Plain(conn, _) => conn.get_db(),
             #[cfg(feature = "tls")]
             Inner::Tls(conn) => conn.db(),
         }
@@ -442,9 +481,11 @@ mod tls {
             }
         }
 
-        pub async fn command(&self, cmd: &Cmd) -> RedisResult<Value> {
+        /// `cmd`, its reply awaited up to `limit` once connected
+        /// (connecting has its own timeouts).
+        pub async fn command(&self, cmd: &Cmd, limit: Duration) -> RedisResult<Value> {
             let mut conn = self.get().await?;
-            let result = conn.req_packed_command(cmd).await;
+            let result = super::bounded(limit, conn.req_packed_command(cmd)).await;
             if let Err(err) = &result {
                 self.forget_if_broken(err).await;
             }
@@ -456,9 +497,11 @@ mod tls {
             pipeline: &Pipeline,
             offset: usize,
             count: usize,
+            limit: Duration,
         ) -> RedisResult<Vec<Value>> {
             let mut conn = self.get().await?;
-            let result = conn.req_packed_commands(pipeline, offset, count).await;
+            let call = conn.req_packed_commands(pipeline, offset, count);
+            let result = super::bounded(limit, call).await;
             if let Err(err) = &result {
                 self.forget_if_broken(err).await;
             }
