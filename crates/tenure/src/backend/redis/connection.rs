@@ -183,11 +183,13 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// This connection (shared, not a new one), its calls waiting up to
-    /// `limit` for their replies.
+    /// This connection (shared, not a new one), each of its calls done
+    /// within `limit`, connecting first included: a caller that asks for
+    /// a limit has one deadline for the whole call.
     pub fn within(&self, limit: Duration) -> Connection {
         Connection {
             limit,
+            connect_timeout: Duration::ZERO,
             ..self.clone()
         }
     }
@@ -200,22 +202,30 @@ fn plain_limit(connected: &AtomicBool, limit: Duration, connect_timeout: Duratio
     if connected.load(Ordering::Relaxed) {
         limit
     } else {
-        limit + connect_timeout
+        limit.saturating_add(connect_timeout)
     }
 }
 
-/// Note what a call's `result` says of the connection: up after any reply
-/// (an error reply included), maybe down (the manager connects again)
-/// after an I/O error other than a timeout.
+/// Note what a call's `result` says of the connection: up after a reply
+/// (an error reply of the server's included); maybe down after anything
+/// else but a timeout (the manager may be connecting again).
 fn note_connection<T>(connected: &AtomicBool, result: &RedisResult<T>) {
     match result {
         Ok(_) => connected.store(true, Ordering::Relaxed),
         Err(err) if err.is_timeout() => {}
-        Err(err) if err.is_io_error() || err.is_connection_dropped() => {
-            connected.store(false, Ordering::Relaxed)
+        Err(err) if matches!(err.kind(), redis::ErrorKind::Server(_)) => {
+            connected.store(true, Ordering::Relaxed)
         }
-        Err(_) => connected.store(true, Ordering::Relaxed),
+        Err(_) => connected.store(false, Ordering::Relaxed),
     }
+}
+
+/// How long a TLS call may take in all: connecting (a TCP connect, the
+/// handshake and the connection's setup, each within the connect
+/// timeout) on top of `limit`; none under [`Connection::within`].
+#[cfg(feature = "tls")]
+fn tls_limit(limit: Duration, connect_timeout: Duration) -> Duration {
+    limit.saturating_add(connect_timeout.saturating_mul(3))
 }
 
 /// `call`, failed as the client fails a call without a reply in time (an
@@ -267,7 +277,10 @@ impl ConnectionLike for Connection {
                 result
             }),
             #[cfg(feature = "tls")]
-            Inner::Tls(conn) => Box::pin(conn.command(cmd, limit)),
+            Inner::Tls(conn) => Box::pin(bounded(
+                tls_limit(limit, connect_timeout),
+                conn.command(cmd, limit),
+            )),
         }
     }
 
@@ -287,7 +300,10 @@ impl ConnectionLike for Connection {
                 result
             }),
             #[cfg(feature = "tls")]
-            Inner::Tls(conn) => Box::pin(conn.commands(pipeline, offset, count, limit)),
+            Inner::Tls(conn) => Box::pin(bounded(
+                tls_limit(limit, connect_timeout),
+                conn.commands(pipeline, offset, count, limit),
+            )),
         }
     }
 
