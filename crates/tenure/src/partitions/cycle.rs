@@ -33,11 +33,11 @@ struct Renewals {
 /// and shuts down within a few call timeouts, whatever the ttl.
 const LONGEST_RENEWAL_WAIT: u32 = 4;
 
-/// How long a renewal round trip of `terms`, sent at `now` (with the host's
-/// suspend time read as `slept`), may wait for its answer: until shortly
-/// before the latest of their deadlines (an answer after it saves none of
-/// them), at least the call timeout and at most [`LONGEST_RENEWAL_WAIT`] of
-/// them.
+/// How long a renewal round trip sent at `now` may wait for its answer,
+/// when the latest deadline of the terms it renews is `latest` (`None`:
+/// a heartbeat alone): until shortly before that deadline (an answer after
+/// it saves none of them), at least the call timeout and at most
+/// [`LONGEST_RENEWAL_WAIT`] of them.
 ///
 /// Why longer than the call timeout: a busy store can take more than that
 /// (about a second at a 3 s ttl) to renew 100,000 terms. Giving up on the
@@ -50,18 +50,7 @@ const LONGEST_RENEWAL_WAIT: u32 = 4;
 /// answers of the others are taken in while they still count. The cost: a
 /// connection that died without a word is given up on later than before,
 /// too late to save the terms by a retry.
-fn renewal_limit(
-    keeper: &Keeper<Work>,
-    terms: &[(usize, u64)],
-    timing: &Timing,
-    now: Instant,
-    slept: Duration,
-) -> Duration {
-    let latest = terms
-        .iter()
-        .filter_map(|(index, _)| keeper.get(*index))
-        .filter_map(|kept| kept.state.deadline_as_of(slept))
-        .max();
+fn renewal_limit(latest: Option<Instant>, timing: &Timing, now: Instant) -> Duration {
     let Some(latest) = latest else {
         return timing.call_timeout;
     };
@@ -84,12 +73,17 @@ impl PartitionSet {
         running.look_for_work = true;
         let timing = &self.timing;
         let sent_at = Reading::take();
-        let held: Vec<(usize, u64)> = running
-            .keeper
-            .iter()
-            .map(|(index, kept)| (index, kept.state.token))
-            .collect();
-        let renewals = self.renew(&mut running.keeper, &held, sent_at).await?;
+        // The terms to renew, and the latest of their deadlines (read in
+        // the same pass: a set of 100,000 is not looked up again).
+        let mut held: Vec<(usize, u64)> = Vec::new();
+        let mut latest: Option<Instant> = None;
+        for (index, kept) in running.keeper.iter() {
+            held.push((index, kept.state.token));
+            latest = latest.max(kept.state.deadline_as_of(sent_at.slept));
+        }
+        let renewals = self
+            .renew(&mut running.keeper, &held, latest, sent_at)
+            .await?;
         let now = Instant::now();
         let retry = (renewals.failed && !held.is_empty()).then(|| now + timing.retry_every);
 
@@ -102,11 +96,13 @@ impl PartitionSet {
     }
 
     /// The heartbeat and the renewal of every term `held`, as of `sent_at`:
-    /// one round trip per [`RENEW_CHUNK`] terms.
+    /// one round trip per [`RENEW_CHUNK`] terms, each waiting as
+    /// [`renewal_limit`] says for `latest`, the latest of their deadlines.
     async fn renew(
         &self,
         keeper: &mut Keeper<Work>,
         held: &[(usize, u64)],
+        latest: Option<Instant>,
         sent_at: Reading,
     ) -> Result<Renewals> {
         let timing = &self.timing;
@@ -142,14 +138,9 @@ impl PartitionSet {
                 terms: chunk,
             }));
             let chunk_sent = Instant::now();
-            let limit = renewal_limit(
-                keeper,
-                &held[offset..offset + round_terms.len()],
-                timing,
-                chunk_sent,
-                sent_at.slept,
-            );
-            let results = self.send(&ops, limit).await;
+            let results = self
+                .send(&ops, renewal_limit(latest, timing, chunk_sent))
+                .await;
             keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());
             let mut results = results.into_iter().flatten();
             let slept = crate::clock::suspended();
@@ -268,5 +259,39 @@ impl PartitionSet {
         if !resign.is_empty() {
             self.resign_all(keeper, &resign).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> Timing {
+        // ttl 3 s: renew every 1 s, call timeout 1 s, retry every 100 ms.
+        Timing::new(Duration::from_secs(3), None, None, None).unwrap()
+    }
+
+    #[test]
+    fn a_renewal_waits_until_a_retry_interval_before_the_latest_deadline() {
+        let (timing, now) = (timing(), Instant::now());
+        let latest = now + Duration::from_millis(1700);
+        assert_eq!(
+            renewal_limit(Some(latest), &timing, now),
+            Duration::from_millis(1600)
+        );
+    }
+
+    #[test]
+    fn a_renewal_waits_at_least_one_call_timeout_and_at_most_four() {
+        let (timing, now) = (timing(), Instant::now());
+        // A heartbeat alone, terms past their deadline, a deadline far off.
+        assert_eq!(renewal_limit(None, &timing, now), timing.call_timeout);
+        let past = now.checked_sub(Duration::from_secs(1));
+        assert_eq!(renewal_limit(past, &timing, now), timing.call_timeout);
+        let far = now + Duration::from_secs(3600);
+        assert_eq!(
+            renewal_limit(Some(far), &timing, now),
+            timing.call_timeout * LONGEST_RENEWAL_WAIT
+        );
     }
 }
