@@ -16,8 +16,9 @@ use crate::keeper::Keeper;
 use crate::machine::{Reading, Timing};
 use crate::{metrics, Error, LostReason, Result};
 
-/// The most renewals sent in one round trip (as [`RENEW_MANY`]-sized
-/// operations): a set of up to 100,000 partitions renews in one round trip.
+/// The most renewals sent in one batch (as [`RENEW_MANY`]-sized
+/// operations): a set of up to 100,000 partitions renews in one batch (on
+/// Redis one pipeline, written in slices of 10,000 renewals).
 const RENEW_CHUNK: usize = 100_000;
 
 /// What the renewal round trips of a cycle found.
@@ -96,7 +97,7 @@ impl PartitionSet {
     }
 
     /// The heartbeat and the renewal of every term `held`, as of `sent_at`:
-    /// one round trip per [`RENEW_CHUNK`] terms, each waiting as
+    /// one batch per [`RENEW_CHUNK`] terms, each waiting as
     /// [`renewal_limit`] says for `latest`, the latest of their deadlines.
     async fn renew(
         &self,

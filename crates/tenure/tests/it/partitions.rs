@@ -374,6 +374,74 @@ async fn a_steady_sets_renewals_skip_the_full_reading_of_each_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_renewal_pipeline_goes_in_slices_and_each_answer_reaches_its_own_term() {
+    // 12,000 renewals are more than 36,000 arguments: a pipeline of two
+    // slices, the second sent once the first is answered (the client holds
+    // one slice at a time, not 100,000 renewals at once). Every answer
+    // must reach its own term: the second slice's lost or given to the
+    // first's terms would end 10,000 terms at their deadlines.
+    const MANY: usize = 12_000;
+    let ttl = Duration::from_secs(3);
+    let server = redis();
+    let names: Vec<String> = (0..MANY).map(|p| format!("bulk-{p}")).collect();
+    let set = PartitionSet::builder("bulk", names)
+        .redis(server.url())
+        .ttl(ttl)
+        .id("m1")
+        .build()
+        .await
+        .expect("valid partition set");
+    let observer = set.observer();
+    let lost = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(set.run(
+        {
+            let lost = lost.clone();
+            move |_partition, term: tenure::Leadership| {
+                let lost = lost.clone();
+                async move {
+                    term.lost().await;
+                    lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        },
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    eventually("the set owns every partition", async || {
+        observer.owned_count() == MANY
+    })
+    .await;
+    let (cycles, trips) = (observer.cycles(), observer.round_trips());
+    let pexpire = calls_of(&server, "pexpire");
+    // Five cycles: more than a ttl, so a term whose renewals went astray
+    // has reached its deadline.
+    eventually("five more renewal cycles", async || {
+        observer.cycles() >= cycles + 5
+    })
+    .await;
+    let (done, sent) = (observer.cycles() - cycles, observer.round_trips() - trips);
+    assert!(
+        sent >= 2 * (done - 1),
+        "{sent} round trips in {done} cycles of {MANY} renewals: not sliced"
+    );
+    let renewed = calls_of(&server, "pexpire") - pexpire;
+    assert!(
+        renewed >= 2 * MANY as u64 * (done - 1),
+        "{renewed} PEXPIREs in {done} cycles of {MANY} partitions"
+    );
+    assert_eq!(
+        lost.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "terms ended"
+    );
+    assert_eq!(observer.owned_count(), MANY);
+    let _ = stop.send(());
+    let _ = running.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sets_acquisitions_read_the_servers_epoch_once_a_call_not_once_a_partition() {
     let server = redis();
     let url = server.url();

@@ -40,10 +40,13 @@ pub(crate) struct RedisStore {
     scripts: Scripts,
 }
 
-/// One command of a batch: the slot it goes to, and the command.
+/// One call of a batch: the slot it goes to, and which part of which
+/// operations it carries out. Its command is built only when it is sent
+/// ([`RedisStore::call_command`]): a partition set's 100,000 renewals are
+/// never all in memory as commands at once.
 struct Call {
     slot: u16,
-    cmd: redis::Cmd,
+    part: Part,
 }
 
 /// One part of an operation, or several operations: most operations are
@@ -352,17 +355,24 @@ impl RedisStore {
         round_trips: &AtomicU64,
         limit: Option<Duration>,
     ) -> Result<Vec<Result<Reply>>> {
-        let (calls, parts) = self.plan(ops);
-        let outcomes = self.run(&calls, round_trips, limit).await?;
-        Ok(self.gather(ops, parts, outcomes))
+        let calls = self.plan(ops);
+        let outcomes = self.run(ops, &calls, round_trips, limit).await?;
+        Ok(self.gather(ops, calls, outcomes))
+    }
+
+    /// The command of one call of the batch `ops`.
+    fn call_command(&self, ops: &[Op<'_>], part: &Part) -> redis::Cmd {
+        match &part.acquires {
+            Some(indices) => self.acquire_many_command(ops, indices),
+            None => self.command(&ops[part.op], part.terms.as_deref()),
+        }
     }
 
     /// The calls that carry out `ops`, and which part of which operation
     /// each call is: one call per operation, but a [`Op::RenewMany`] on a
     /// cluster is one call per slot of its terms.
-    fn plan(&self, ops: &[Op<'_>]) -> (Vec<Call>, Vec<Part>) {
+    fn plan(&self, ops: &[Op<'_>]) -> Vec<Call> {
         let cluster = self.topology.is_cluster();
-        let mut parts = Vec::with_capacity(ops.len());
         let mut calls = Vec::with_capacity(ops.len());
         // A run of acquisitions, by slot (one slot outside a cluster),
         // waiting to be sent as acquire_many calls when the run ends.
@@ -376,7 +386,7 @@ impl RedisStore {
                 }
                 continue;
             }
-            self.plan_acquisitions(ops, &mut run, &mut calls, &mut parts);
+            Self::plan_acquisitions(&mut run, &mut calls);
             match op {
                 Op::RenewMany { prefix, terms, .. } if cluster => {
                     let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
@@ -387,12 +397,11 @@ impl RedisStore {
                     for (slot, indices) in by_slot {
                         calls.push(Call {
                             slot,
-                            cmd: self.command(op, Some(&indices)),
-                        });
-                        parts.push(Part {
-                            op: i,
-                            terms: Some(indices),
-                            acquires: None,
+                            part: Part {
+                                op: i,
+                                terms: Some(indices),
+                                acquires: None,
+                            },
                         });
                     }
                 }
@@ -402,72 +411,56 @@ impl RedisStore {
                     let slot = if cluster { Self::routing_slot(op) } else { 0 };
                     calls.push(Call {
                         slot,
-                        cmd: self.command(op, None),
-                    });
-                    parts.push(Part {
-                        op: i,
-                        terms: None,
-                        acquires: None,
+                        part: Part {
+                            op: i,
+                            terms: None,
+                            acquires: None,
+                        },
                     });
                 }
             }
         }
-        self.plan_acquisitions(ops, &mut run, &mut calls, &mut parts);
-        (calls, parts)
+        Self::plan_acquisitions(&mut run, &mut calls);
+        calls
     }
 
     /// The calls of a run of acquisitions (`run`, by slot; emptied): one
     /// `acquire.lua` call for an acquisition alone in its slot, else one
     /// `acquire_many.lua` call per [`ACQUISITIONS_PER_CALL`]. Only a run is grouped,
     /// so no acquisition moves past another operation of the batch.
-    fn plan_acquisitions(
-        &self,
-        ops: &[Op<'_>],
-        run: &mut Vec<(u16, Vec<usize>)>,
-        calls: &mut Vec<Call>,
-        parts: &mut Vec<Part>,
-    ) {
+    fn plan_acquisitions(run: &mut Vec<(u16, Vec<usize>)>, calls: &mut Vec<Call>) {
         for (slot, indices) in run.drain(..) {
             for chunk in indices.chunks(ACQUISITIONS_PER_CALL) {
-                if let [one] = chunk {
-                    calls.push(Call {
-                        slot,
-                        cmd: self.command(&ops[*one], None),
-                    });
-                    parts.push(Part {
-                        op: *one,
-                        terms: None,
-                        acquires: None,
-                    });
-                } else {
-                    calls.push(Call {
-                        slot,
-                        cmd: self.acquire_many_command(ops, chunk),
-                    });
-                    parts.push(Part {
+                let acquires = match chunk {
+                    [_] => None,
+                    _ => Some(chunk.to_vec()),
+                };
+                calls.push(Call {
+                    slot,
+                    part: Part {
                         op: chunk[0],
                         terms: None,
-                        acquires: Some(chunk.to_vec()),
-                    });
-                }
+                        acquires,
+                    },
+                });
             }
         }
     }
 
-    /// Each operation's reply, from the outcomes of its calls (`parts`, as
+    /// Each operation's reply, from the outcomes of its calls (as
     /// [`RedisStore::plan`] made them): a split renewal's terms are put
     /// back in their order.
     fn gather(
         &self,
         ops: &[Op<'_>],
-        parts: Vec<Part>,
+        calls: Vec<Call>,
         outcomes: Vec<Outcome>,
     ) -> Vec<Result<Reply>> {
         // Redacted once: a cluster batch may hold thousands of replies.
         let url = self.target().redacted();
         let mut replies: Vec<Option<Result<Reply>>> = (0..ops.len()).map(|_| None).collect();
         let mut many: HashMap<usize, Vec<Option<Result<RenewReply>>>> = HashMap::new();
-        for (part, outcome) in parts.into_iter().zip(outcomes) {
+        for (part, outcome) in calls.into_iter().map(|call| call.part).zip(outcomes) {
             if let Some(indices) = part.acquires {
                 for (i, result) in indices
                     .iter()
