@@ -91,13 +91,14 @@ const MEMBER_TTL_MS: u64 = 300;
 const CHECK_EVERY: Duration = Duration::from_millis(5);
 
 /// The kinds of fault a schedule injects, as counted in [`Stats::faults`].
-pub const FAULTS: [&str; 13] = [
+pub const FAULTS: [&str; 14] = [
     "slow replies (within the call timeout)",
     "late replies (after the call timeout)",
     "lost requests",
     "lost replies",
     "refused calls",
     "store outage",
+    "saturated store",
     "store data loss (wipe)",
     "store rollback (restore)",
     "lease deleted by hand (announced)",
@@ -963,6 +964,32 @@ impl Sim {
         let lasting = Duration::from_millis(self.rng.random_range(50..=1500));
         let until = Instant::now() + lasting;
         let kind = self.rng.random_range(0..100);
+        if kind < 4 {
+            // A saturated server (Fault::Busy): every lease a call touches
+            // costs this long, one round trip at a time, for everyone, and
+            // a call given up on still costs its work. Replies come later
+            // and later, past call timeouts; a set that sent its renewals
+            // again behind its own queued work never caught up (stop 46).
+            if self.busy(Target::Store) {
+                return;
+            }
+            let per_lease = Duration::from_millis(self.rng.random_range(1..=20));
+            self.store.set_fault(Fault::Busy(per_lease));
+            self.count_fault("saturated store");
+            self.note(|| {
+                format!(
+                    "store: saturated, {} ms a lease, for {} ms",
+                    per_lease.as_millis(),
+                    lasting.as_millis()
+                )
+            });
+            self.episodes.push(Episode {
+                target: Target::Store,
+                until,
+                pause: None,
+            });
+            return;
+        }
         if kind < 10 {
             if self.busy(Target::Store) {
                 return;

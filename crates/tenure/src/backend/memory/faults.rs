@@ -97,10 +97,18 @@ pub(super) struct View {
 
 impl MemoryStore {
     /// The fault that applies to this handle's calls now: the whole
-    /// store's, else the view's own.
+    /// store's, else the view's own. A saturated store ([`Fault::Busy`])
+    /// still never hears a call that its view stalls or refuses, nor
+    /// answers one whose replies the view loses: a paused client stays
+    /// paused while the server is busy.
     pub(super) fn fault(&self, state: &StoreState) -> Fault {
-        match (state.fault, &self.view) {
-            (Fault::None, Some(view)) => lock(view).fault,
+        let view = self
+            .view
+            .as_ref()
+            .map_or(Fault::None, |view| lock(view).fault);
+        match (state.fault, view) {
+            (Fault::None, view) => view,
+            (Fault::Busy(_), view @ (Fault::Stall | Fault::Fail | Fault::LoseReplies)) => view,
             (fault, _) => fault,
         }
     }

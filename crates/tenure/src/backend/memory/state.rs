@@ -157,8 +157,9 @@ impl StoreState {
     /// [`Fault::Busy`], after the work queued before it and its own (one
     /// unit a lease it touches); otherwise at once (`None`).
     pub(super) fn serve(&mut self, fault: Fault, ops: &[Op<'_>]) -> Option<Instant> {
+        // The queue outlives the fault: a later saturation starts from
+        // whichever is later, its end or now.
         let Fault::Busy(each) = fault else {
-            self.busy_until = None;
             return None;
         };
         let leases: usize = ops
