@@ -658,7 +658,7 @@ fn set_cost_rows(
         .noted(
             "The set's own count (PartitionObserver::round_trips): on etcd every gRPC call of a \
              cycle, on Redis every pipeline (one round trip carrying the heartbeat and every \
-             renewal).",
+             renewal; a longer one than 10,000 renewals goes in slices, one round trip each).",
         ),
     );
 }

@@ -165,7 +165,8 @@
 //!
 //! [`PartitionSet`] shares N partitions (each a full election) fairly among
 //! the live members of a group, renewing all of a member's leases in one
-//! round trip per interval (per 10,000 leases on Redis). See [`PartitionSet`].
+//! round trip per interval (on Redis, one per 10,000 leases beyond that).
+//! See [`PartitionSet`].
 //!
 //! # Metrics and logs
 //!

@@ -247,8 +247,9 @@ impl Store {
         }
     }
 
-    /// Carry out `ops` in one round trip: one pipeline on Redis, one lock
-    /// on the memory store. The outer error means the round trip failed as
+    /// Carry out `ops` in one round trip: one pipeline on Redis (per node;
+    /// a long one in slices, see `RedisStore::pipeline`), one lock on the
+    /// memory store. The outer error means the round trip failed as
     /// a whole (no reply: the operations may or may not have run); the inner
     /// ones are each operation's own.
     pub async fn batch(&self, ops: &[Op<'_>]) -> Result<Vec<Result<Reply>>> {

@@ -1,5 +1,6 @@
 //! The renewal cycle, once per renew interval: the heartbeat and every
-//! renewal in one round trip, then the target from the members seen, and
+//! renewal in one batch (one round trip up to 10,000 renewals on Redis),
+//! then the target from the members seen, and
 //! the hand-over of what left it. Apart from acquisitions, which run beside
 //! it so that they never delay a renewal.
 
@@ -65,7 +66,7 @@ fn renewal_limit(latest: Option<Instant>, timing: &Timing, now: Instant) -> Dura
 }
 
 impl PartitionSet {
-    /// One cycle: heartbeat and renewals (one round trip), then the target
+    /// One cycle: heartbeat and renewals (one batch), then the target
     /// from the members, and releases of what left it. Returns when to try
     /// again if the renewals failed. Acquisitions are not made here (see
     /// [`PartitionSet::next_acquisition`]).
@@ -115,7 +116,7 @@ impl PartitionSet {
         // operation. A partition whose deadline passes meanwhile ends at
         // its deadline by itself (its handle checks the clock), and the
         // others keep their renewal. Sets beyond RENEW_CHUNK partitions
-        // renew in several round trips; a failed one fails only its own.
+        // renew in several batches; a failed one fails only its own.
         let mut renewals = Renewals {
             members: None,
             failed: false,
@@ -142,7 +143,12 @@ impl PartitionSet {
             let results = self
                 .send(&ops, renewal_limit(latest, timing, chunk_sent))
                 .await;
-            keeper.batch_renewed(chunk_sent.elapsed(), results.is_none());
+            // A batch some of whose calls went unanswered (a node of a
+            // cluster, or the later slices of a long pipeline) failed.
+            let failed = results
+                .as_ref()
+                .is_none_or(|replies| replies.iter().any(Result::is_err));
+            keeper.batch_renewed(chunk_sent.elapsed(), failed);
             let mut results = results.into_iter().flatten();
             let slept = crate::clock::suspended();
             if round == 0 {

@@ -147,7 +147,9 @@ impl PartitionObserver {
 
     /// Round trips to the store made so far: pipelines and single calls,
     /// one per node a batch goes to (on a Redis Cluster, one per primary
-    /// that holds some of the batch's keys).
+    /// that holds some of the batch's keys), and on Redis one per slice of
+    /// a long pipeline (about 30,000 arguments: 10,000 renewals on one
+    /// server, about 3,750 per primary on a cluster).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {

@@ -375,12 +375,14 @@ async fn a_steady_sets_renewals_skip_the_full_reading_of_each_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_renewal_pipeline_goes_in_slices_and_each_answer_reaches_its_own_term() {
-    // 12,000 renewals are more than 36,000 arguments: a pipeline of two
+    // 12,345 renewals are more than 36,000 arguments: a pipeline of two
     // slices, the second sent once the first is answered (the client holds
     // one slice at a time, not 100,000 renewals at once). Every answer
-    // must reach its own term: the second slice's lost or given to the
-    // first's terms would end 10,000 terms at their deadlines.
-    const MANY: usize = 12_000;
+    // must reach its own term: the second slice's lost would end 2,345
+    // terms at their deadlines (or show as cycles retried early), and its
+    // calls' answers given to others would not match their lengths (the
+    // last call renews 345 terms, the others 1,000).
+    const MANY: usize = 12_345;
     let ttl = Duration::from_secs(3);
     let server = redis();
     let names: Vec<String> = (0..MANY).map(|p| format!("bulk-{p}")).collect();
@@ -413,15 +415,31 @@ async fn a_long_renewal_pipeline_goes_in_slices_and_each_answer_reaches_its_own_
         observer.owned_count() == MANY
     })
     .await;
-    let (cycles, trips) = (observer.cycles(), observer.round_trips());
     let pexpire = calls_of(&server, "pexpire");
-    // Five cycles: more than a ttl, so a term whose renewals went astray
-    // has reached its deadline.
-    eventually("five more renewal cycles", async || {
-        observer.cycles() >= cycles + 5
+    let lost_before = lost.load(std::sync::atomic::Ordering::SeqCst);
+    let (start, cycles, trips) = (Instant::now(), observer.cycles(), observer.round_trips());
+    // Longer than a ttl: a term whose renewals went astray has reached
+    // its deadline by then.
+    let renew_every = ttl / 3;
+    eventually("a ttl and a renew interval", async || {
+        start.elapsed() >= ttl + renew_every
     })
     .await;
     let (done, sent) = (observer.cycles() - cycles, observer.round_trips() - trips);
+    let elapsed = start.elapsed();
+    assert_eq!(
+        lost.load(std::sync::atomic::Ordering::SeqCst) - lost_before,
+        0,
+        "terms ended"
+    );
+    assert_eq!(observer.owned_count(), MANY);
+    // No cycle was retried early (a retry follows a renewal that went
+    // unanswered): about one per renew interval.
+    let regular = (elapsed.as_millis() / renew_every.as_millis()) as u64 + 2;
+    assert!(
+        done >= 3 && done <= regular,
+        "{done} cycles in {elapsed:?}: renewals failed and were retried"
+    );
     assert!(
         sent >= 2 * (done - 1),
         "{sent} round trips in {done} cycles of {MANY} renewals: not sliced"
@@ -431,12 +449,6 @@ async fn a_long_renewal_pipeline_goes_in_slices_and_each_answer_reaches_its_own_
         renewed >= 2 * MANY as u64 * (done - 1),
         "{renewed} PEXPIREs in {done} cycles of {MANY} partitions"
     );
-    assert_eq!(
-        lost.load(std::sync::atomic::Ordering::SeqCst),
-        0,
-        "terms ended"
-    );
-    assert_eq!(observer.owned_count(), MANY);
     let _ = stop.send(());
     let _ = running.await;
 }

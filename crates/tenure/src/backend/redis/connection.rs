@@ -183,12 +183,6 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// How long a call may take, unless [`Connection::within`] says
-    /// otherwise (connecting aside).
-    pub fn limit(&self) -> Duration {
-        self.limit
-    }
-
     /// This connection (shared, not a new one), each of its calls done
     /// within `limit`, connecting first included: a caller that asks for
     /// a limit has one deadline for the whole call.

@@ -76,7 +76,11 @@ impl RedisStore {
                 if let Some(err) = failure {
                     self.topology.failed(&node);
                     for i in &members[answered..] {
-                        progress.fail(*i, copy_error(&err));
+                        if answered == 0 {
+                            progress.fail(*i, copy_error(&err));
+                        } else {
+                            progress.unanswered(*i, &err);
+                        }
                     }
                 }
             }
@@ -205,11 +209,13 @@ impl RedisStore {
     /// A long pipeline (a partition set's renewals or acquisitions: 100,000
     /// of them) is written in slices of about [`SLICE_ARGS`] arguments,
     /// each built and sent when the one before is answered, all within one
-    /// deadline. The server works through a slice in milliseconds and
-    /// waits one round trip between two; in exchange the client holds one
+    /// deadline (`limit`; without one, each slice has the connection's
+    /// own). The server works through a slice in milliseconds and waits
+    /// one round trip between two; in exchange the client holds one
     /// slice's commands, their encoding and its copy in the connection's
     /// write buffer (which keeps its size while the connection lives)
-    /// instead of all of them: that was about 40 MB for 100,000 renewals.
+    /// instead of all of them: that was about 60 MB of the peak RSS of a
+    /// set of 100,000 partitions.
     async fn pipeline(
         &self,
         node: &Node,
@@ -220,12 +226,22 @@ impl RedisStore {
         round_trips: &AtomicU64,
     ) -> (Vec<RedisResult<Value>>, Option<Error>) {
         let conn = node.conn();
-        let deadline = Instant::now() + limit.unwrap_or_else(|| conn.limit());
+        let start = Instant::now();
         let mut out = Vec::with_capacity(commands.len());
         let mut rest = &commands[..];
         while !rest.is_empty() {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
+            // A caller's limit is one deadline for every slice; a slice
+            // with no time left is not sent (a timeout would still let
+            // it run, its outcome unknown).
+            let mut conn = match limit {
+                None => conn.clone(),
+                Some(limit) => match limit.saturating_sub(start.elapsed()) {
+                    left if left.is_zero() => return (out, Some(Error::Timeout(limit))),
+                    left => conn.within(left),
+                },
+            };
             let (mut args, mut taken) = (0, 0);
             for (i, asking) in rest {
                 if taken > 0 && args >= SLICE_ARGS {
@@ -241,12 +257,6 @@ impl RedisStore {
             }
             let (slice, after) = rest.split_at(taken);
             rest = after;
-            // The first slice of a call without a limit of its own keeps
-            // the connection's allowance for connecting first.
-            let mut conn = match (out.is_empty(), limit) {
-                (true, None) => conn.clone(),
-                _ => conn.within(deadline.saturating_duration_since(Instant::now())),
-            };
             round_trips.fetch_add(1, Ordering::Relaxed);
             let mut results = match pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn).await {
                 Ok(results) => results.into_iter(),
@@ -269,7 +279,9 @@ impl RedisStore {
 
 /// About how many arguments one slice of a pipeline carries before the
 /// next call starts another (see [`RedisStore::pipeline`]): 30,000 are
-/// 10,000 renewals, about a megabyte.
+/// 10,000 renewals on one server (ten `renew_many.lua` calls, about a
+/// megabyte), or about 3,750 on a cluster, where each slot's renewals are
+/// a call of their own.
 const SLICE_ARGS: usize = 30_000;
 
 /// Where the calls of one batch stand, across its rounds (see
@@ -299,6 +311,21 @@ impl Progress {
         let copy = copy_error(&err);
         self.first_failure.get_or_insert(err);
         self.outcomes[i] = Some(Outcome::Failed(copy));
+    }
+
+    /// Call `i` got no answer because its node's pipeline broke off with
+    /// `err` after answering earlier slices: its outcome is unknown, and
+    /// whatever broke the connection (a TLS alert of a server going down,
+    /// a refused login on reconnecting) says nothing of this call, so it
+    /// fails as a transient error, as a batch that got no answer at all
+    /// does.
+    fn unanswered(&mut self, i: usize, err: &Error) {
+        let failed = if err.is_transient() {
+            copy_error(err)
+        } else {
+            Error::redis(format!("no reply after the connection broke off: {err}"))
+        };
+        self.outcomes[i] = Some(Outcome::Failed(failed));
     }
 
     /// Every call's outcome (a call still without one gave up after
