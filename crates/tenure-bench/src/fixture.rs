@@ -85,6 +85,69 @@ pub(crate) async fn first_term(e: &Election) -> Result<Leadership> {
     e.campaign().await.map_err(|e| e.to_string())
 }
 
+/// The floor of a hand-over by announcement, as [`handovers`] makes one:
+/// after 30 ms idle, one client's EVALSHA publishes on a channel, and a
+/// subscriber, on hearing it, sends an EVALSHA of its own; from the first
+/// call to the second's answer. Release, announcement and acquisition
+/// with nothing between them: the least a hand-over by announcement costs
+/// on this host, two round trips of a woken client and one message.
+pub(crate) async fn handover_floor(url: &str, rounds: usize) -> Result<Samples> {
+    use futures_util::StreamExt;
+    const CHANNEL: &str = "bench-handover-floor";
+    let failed = |e: redis::RedisError| e.to_string();
+    let client = redis::Client::open(url).map_err(failed)?;
+    let mut leader = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(failed)?;
+    let mut follower = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(failed)?;
+    let mut pubsub = client.get_async_pubsub().await.map_err(failed)?;
+    pubsub.subscribe(CHANNEL).await.map_err(failed)?;
+    let mut messages = pubsub.into_on_message();
+    let release = redis::Script::new("redis.call('PUBLISH', ARGV[1], 'released') return 1");
+    let acquire = redis::Script::new("return 1");
+    // Loaded before the first round, so every call is an EVALSHA.
+    let _: i64 = acquire.invoke_async(&mut follower).await.map_err(failed)?;
+    let _: String = release
+        .prepare_invoke()
+        .load_async(&mut leader)
+        .await
+        .map_err(failed)?;
+    let (heard_tx, mut heard) = mpsc::channel(1);
+    let listener = tokio::spawn(async move {
+        while messages.next().await.is_some() {
+            let answered: redis::RedisResult<i64> = acquire.invoke_async(&mut follower).await;
+            if heard_tx
+                .send(answered.map(|_| Instant::now()).map_err(failed))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+    });
+    let mut samples = Samples::default();
+    for _ in 0..rounds {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let t = Instant::now();
+        let _: i64 = release
+            .arg(CHANNEL)
+            .invoke_async(&mut leader)
+            .await
+            .map_err(failed)?;
+        let answered = heard
+            .recv()
+            .await
+            .ok_or("the hand-over floor's subscriber stopped")??;
+        samples.push(answered - t);
+    }
+    listener.abort();
+    Ok(samples)
+}
+
 /// The election [`handovers`] hands over.
 pub(crate) const HANDOVER_ELECTION: &str = "bench-handover";
 
