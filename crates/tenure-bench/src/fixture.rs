@@ -129,23 +129,27 @@ pub(crate) async fn handover_floor(url: &str, rounds: usize) -> Result<Samples> 
             }
         }
     });
-    let mut samples = Samples::default();
-    for _ in 0..rounds {
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        let t = Instant::now();
-        let _: i64 = release
-            .arg(CHANNEL)
-            .invoke_async(&mut leader)
-            .await
-            .map_err(failed)?;
-        let answered = heard
-            .recv()
-            .await
-            .ok_or("the hand-over floor's subscriber stopped")??;
-        samples.push(answered - t);
+    let measured = async {
+        let mut samples = Samples::default();
+        for _ in 0..rounds {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let t = Instant::now();
+            let _: i64 = release
+                .arg(CHANNEL)
+                .invoke_async(&mut leader)
+                .await
+                .map_err(failed)?;
+            let answered = heard
+                .recv()
+                .await
+                .ok_or("the hand-over floor's subscriber stopped")??;
+            samples.push(answered - t);
+        }
+        Ok(samples)
     }
+    .await;
     listener.abort();
-    Ok(samples)
+    measured
 }
 
 /// The election [`handovers`] hands over.

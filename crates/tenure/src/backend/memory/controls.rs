@@ -17,7 +17,11 @@ impl MemoryStore {
     /// Make every later call fail, hang, or work again. On a
     /// [`MemoryStore::view`] this is the view's own fault: only calls made
     /// through it are affected (a fault of the whole store, set on the
-    /// store itself, applies to views too and takes precedence).
+    /// store itself, applies to views too and takes precedence, except
+    /// that a view's own [`Fault::Stall`], [`Fault::Fail`] or
+    /// [`Fault::LoseReplies`] still applies on a [`Fault::Busy`] store).
+    /// Setting the store's fault ends a saturation's backlog: work queued
+    /// under one [`Fault::Busy`] does not carry over into the next.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tenure::Result<()> {
@@ -32,7 +36,11 @@ impl MemoryStore {
     pub fn set_fault(&self, fault: Fault) {
         match &self.view {
             Some(view) => lock(view).fault = fault,
-            None => self.lock().fault = fault,
+            None => {
+                let mut state = self.lock();
+                state.fault = fault;
+                state.busy_until = None;
+            }
         }
     }
 
@@ -227,6 +235,7 @@ impl MemoryStore {
         state.runs = snapshot.runs.clone();
         state.witnesses = snapshot.witnesses.clone();
         state.hold_off_since.clear();
+        state.busy_until = None;
         state.wiped = true;
     }
 
@@ -256,6 +265,7 @@ impl MemoryStore {
         state.runs.clear();
         state.witnesses.clear();
         state.hold_off_since.clear();
+        state.busy_until = None;
         state.wiped = true;
     }
 

@@ -100,7 +100,9 @@ impl MemoryStore {
     /// store's, else the view's own. A saturated store ([`Fault::Busy`])
     /// still never hears a call that its view stalls or refuses, nor
     /// answers one whose replies the view loses: a paused client stays
-    /// paused while the server is busy.
+    /// paused while the server is busy. (Such a call costs the busy server
+    /// nothing, and a view's own [`Fault::Slow`] gives way to the store's
+    /// [`Fault::Busy`]: simplifications, both.)
     pub(super) fn fault(&self, state: &StoreState) -> Fault {
         let view = self
             .view

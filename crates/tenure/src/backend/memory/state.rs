@@ -157,8 +157,8 @@ impl StoreState {
     /// [`Fault::Busy`], after the work queued before it and its own (one
     /// unit a lease it touches); otherwise at once (`None`).
     pub(super) fn serve(&mut self, fault: Fault, ops: &[Op<'_>]) -> Option<Instant> {
-        // The queue outlives the fault: a later saturation starts from
-        // whichever is later, its end or now.
+        // The queue is cleared when the store's fault is set (see
+        // `MemoryStore::set_fault`), not by a call under another fault.
         let Fault::Busy(each) = fault else {
             return None;
         };

@@ -50,6 +50,8 @@ impl RedisStore {
         limit: Option<Duration>,
     ) -> Result<Vec<Outcome>> {
         let mut progress = Progress::new(calls.len());
+        // One deadline for the whole batch, its redirections included.
+        let deadline = limit.map(|limit| (Instant::now(), limit));
         for _round in 0..MAX_ROUNDS {
             let groups = self.group_by_node(calls, &mut progress).await;
             if groups.is_empty() {
@@ -63,24 +65,30 @@ impl RedisStore {
                         (*i, asking)
                     })
                     .collect();
-                self.pipeline(node, ops, calls, commands, limit, round_trips)
+                self.pipeline(node, ops, calls, commands, deadline, round_trips)
             });
             let results = futures_util::future::join_all(sent).await;
+            // Once any node answered, the batch has replies of its own and
+            // the calls a broken connection left unanswered fail one by
+            // one, as transient errors (see `Progress::unanswered`).
+            progress.answered |= results.iter().any(|(values, _)| !values.is_empty());
             let mut next = NextRound::default();
-            for ((node, members), (values, failure)) in groups.into_iter().zip(results) {
-                progress.answered |= !values.is_empty();
+            for ((node, members), (values, broken)) in groups.into_iter().zip(results) {
                 let answered = values.len();
                 for (i, value) in members.iter().zip(values) {
                     self.take_reply(*i, &node, value, &mut progress, &mut next);
                 }
-                if let Some(err) = failure {
+                let Some(broken) = broken else { continue };
+                // A slice not sent for want of time says nothing of the
+                // connection.
+                if broken.sent {
                     self.topology.failed(&node);
-                    for i in &members[answered..] {
-                        if answered == 0 {
-                            progress.fail(*i, copy_error(&err));
-                        } else {
-                            progress.unanswered(*i, &err);
-                        }
+                }
+                for i in &members[answered..] {
+                    if progress.answered {
+                        progress.unanswered(*i, &broken.err);
+                    } else {
+                        progress.fail(*i, copy_error(&broken.err));
                     }
                 }
             }
@@ -202,15 +210,15 @@ impl RedisStore {
     /// `calls`, of the batch `ops`) paired with whether to send `ASKING`
     /// first (its reply is dropped). It waits up to `limit` for the
     /// replies, or the connection's call timeout, and adds each round trip
-    /// it makes to `round_trips`. Returns the replies of
-    /// the calls answered, in order, and the error that ended the pipeline
-    /// before the rest were (the rest may or may not have run).
+    /// it makes to `round_trips`. Returns the replies of the calls
+    /// answered, in order, and what ended the pipeline before the rest
+    /// were (the rest may or may not have run).
     ///
     /// A long pipeline (a partition set's renewals or acquisitions: 100,000
     /// of them) is written in slices of about [`SLICE_ARGS`] arguments,
     /// each built and sent when the one before is answered, all within one
-    /// deadline (`limit`; without one, each slice has the connection's
-    /// own). The server works through a slice in milliseconds and waits
+    /// deadline (`deadline`: the limit, counted from the batch's start;
+    /// without one, each slice has the connection's own call timeout). The server works through a slice in milliseconds and waits
     /// one round trip between two; in exchange the client holds one
     /// slice's commands, their encoding and its copy in the connection's
     /// write buffer (which keeps its size while the connection lives)
@@ -222,11 +230,10 @@ impl RedisStore {
         ops: &[Op<'_>],
         calls: &[Call],
         commands: Vec<(usize, bool)>,
-        limit: Option<Duration>,
+        deadline: Option<(Instant, Duration)>,
         round_trips: &AtomicU64,
-    ) -> (Vec<RedisResult<Value>>, Option<Error>) {
+    ) -> (Vec<RedisResult<Value>>, Option<Broken>) {
         let conn = node.conn();
-        let start = Instant::now();
         let mut out = Vec::with_capacity(commands.len());
         let mut rest = &commands[..];
         while !rest.is_empty() {
@@ -235,10 +242,13 @@ impl RedisStore {
             // A caller's limit is one deadline for every slice; a slice
             // with no time left is not sent (a timeout would still let
             // it run, its outcome unknown).
-            let mut conn = match limit {
+            let mut conn = match deadline {
                 None => conn.clone(),
-                Some(limit) => match limit.saturating_sub(start.elapsed()) {
-                    left if left.is_zero() => return (out, Some(Error::Timeout(limit))),
+                Some((start, limit)) => match limit.saturating_sub(start.elapsed()) {
+                    left if left.is_zero() => {
+                        let err = Error::Timeout(limit);
+                        return (out, Some(Broken { err, sent: false }));
+                    }
                     left => conn.within(left),
                 },
             };
@@ -260,7 +270,10 @@ impl RedisStore {
             round_trips.fetch_add(1, Ordering::Relaxed);
             let mut results = match pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn).await {
                 Ok(results) => results.into_iter(),
-                Err(err) => return (out, Some(self.target().classify(err))),
+                Err(err) => {
+                    let err = self.target().classify(err);
+                    return (out, Some(Broken { err, sent: true }));
+                }
             };
             for (_, asking) in slice {
                 if *asking {
@@ -283,6 +296,14 @@ impl RedisStore {
 /// megabyte), or about 3,750 on a cluster, where each slot's renewals are
 /// a call of their own.
 const SLICE_ARGS: usize = 30_000;
+
+/// What ended a node's pipeline before every call was answered.
+struct Broken {
+    err: Error,
+    /// Whether the slice it ended was sent: a slice left unsent for want of
+    /// time says nothing of the connection.
+    sent: bool,
+}
 
 /// Where the calls of one batch stand, across its rounds (see
 /// [`RedisStore::run`]).
@@ -313,17 +334,17 @@ impl Progress {
         self.outcomes[i] = Some(Outcome::Failed(copy));
     }
 
-    /// Call `i` got no answer because its node's pipeline broke off with
-    /// `err` after answering earlier slices: its outcome is unknown, and
-    /// whatever broke the connection (a TLS alert of a server going down,
-    /// a refused login on reconnecting) says nothing of this call, so it
-    /// fails as a transient error, as a batch that got no answer at all
-    /// does.
+    /// Call `i` got no answer because its node's pipeline ended with `err`
+    /// while the batch has answers of its own (earlier slices, or other
+    /// nodes): its outcome is unknown, and whatever ended the connection
+    /// (a TLS alert of a server going down, a refused login on
+    /// reconnecting) says nothing of this call, so it fails as a transient
+    /// error, as a batch that got no answer at all does.
     fn unanswered(&mut self, i: usize, err: &Error) {
         let failed = if err.is_transient() {
             copy_error(err)
         } else {
-            Error::redis(format!("no reply after the connection broke off: {err}"))
+            Error::redis(format!("no reply: {err}"))
         };
         self.outcomes[i] = Some(Outcome::Failed(failed));
     }
