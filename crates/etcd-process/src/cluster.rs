@@ -117,12 +117,24 @@ impl EtcdBuilder {
             match cluster.start_members(&all, "new") {
                 Ok(()) if self.tls.is_some() => return Ok(cluster),
                 Ok(()) => {
-                    cluster.ids = cluster
+                    let ids = cluster
                         .members
                         .iter()
                         .map(|m| m.status().map(|s| s.id))
-                        .collect::<Result<_, _>>()?;
-                    return Ok(cluster);
+                        .collect::<Result<_, _>>();
+                    match ids {
+                        Ok(ids) => {
+                            cluster.ids = ids;
+                            return Ok(cluster);
+                        }
+                        // A member that lost the race for its metrics port
+                        // exits at once, and the process that won it (a
+                        // member of another test's cluster) may answer its
+                        // `/health`: the member's own client port then
+                        // refuses the status request.
+                        Err(_) if attempt < 3 && cluster.lost_a_port_race() => {}
+                        Err(e) => return Err(cluster.with_logs(e)),
+                    }
                 }
                 // Dropping the cluster kills its members and removes its
                 // directory before the retry.
@@ -582,6 +594,24 @@ impl EtcdCluster {
             port: member.client_port,
             detail: format!("{what}; log: {}", member.log_tail(5).replace('\n', " | ")),
         }
+    }
+
+    /// `err`, with whether each member still runs and the last lines of
+    /// its log, for a failure that happened after every member was seen
+    /// healthy.
+    fn with_logs(&self, err: Error) -> Error {
+        let members: Vec<String> = self
+            .members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let state = m
+                    .exited()
+                    .map_or("running".to_owned(), |s| format!("exited with {s}"));
+                format!("m{i} {state}: {}", m.log_tail(3).replace('\n', " | "))
+            })
+            .collect();
+        Error::Http(format!("{err}; members: {}", members.join("; ")))
     }
 
     /// Whether a member failed to start because another process took one
