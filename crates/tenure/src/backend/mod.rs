@@ -257,10 +257,11 @@ impl Store {
     }
 
     /// [`Store::batch`], adding to `round_trips` the pipelines it sends
-    /// (one per node it goes to, a retry after a redirection or a
-    /// script reload included; on Redis one per slice of a long one). On Redis each pipeline waits up to
-    /// `limit` for its replies instead of the call timeout; the caller
-    /// bounds the whole (other stores bound their calls themselves).
+    /// (one per node it goes to, a retry after a redirection or a script
+    /// reload included; on Redis one per slice of a long one). On Redis
+    /// the batch waits up to `limit` for its replies instead of the call
+    /// timeout; the caller bounds the whole (other stores bound their
+    /// calls themselves).
     pub async fn batch_counted(
         &self,
         ops: &[Op<'_>],

@@ -1,8 +1,8 @@
 //! The renewal cycle, once per renew interval: the heartbeat and every
 //! renewal in one batch (one round trip up to 10,000 renewals on Redis),
-//! then the target from the members seen, and
-//! the hand-over of what left it. Apart from acquisitions, which run beside
-//! it so that they never delay a renewal.
+//! then the target from the members seen, and the hand-over of what left
+//! it. Apart from acquisitions, which run beside it so that they never
+//! delay a renewal.
 
 use std::sync::atomic::Ordering;
 

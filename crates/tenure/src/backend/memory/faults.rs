@@ -225,4 +225,42 @@ mod tests {
         store.set_fault(crate::Fault::Fail);
         assert!(a.leader().await.is_err() && b.leader().await.is_err());
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_store_never_hears_a_stalled_view_and_its_backlog_ends_with_it() {
+        use crate::Fault;
+        let store = MemoryStore::new();
+        let view = store.view();
+        let a = Election::builder("jobs").memory(&view).id("a").build();
+        let a = a.await.expect("builds");
+        // A paused client stays paused on a saturated server.
+        store.set_fault(Fault::Busy(Duration::from_millis(100)));
+        view.set_fault(Fault::Stall);
+        assert!(
+            a.leader().await.is_err(),
+            "a stalled view's call was answered"
+        );
+        view.set_fault(Fault::None);
+        // Two seconds of queued work, then the saturation ends and another
+        // begins: the new one starts without the old one's backlog.
+        let queued: Vec<_> = (0..20)
+            .map(|_| {
+                let a = a.clone();
+                tokio::spawn(async move { a.leader().await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        store.set_fault(Fault::None);
+        store.set_fault(Fault::Busy(Duration::from_millis(1)));
+        let asked = Instant::now();
+        assert!(a.leader().await.is_ok());
+        let waited = asked.elapsed();
+        assert!(
+            waited < Duration::from_millis(50),
+            "served after {waited:?}"
+        );
+        for call in queued {
+            let _ = call.await;
+        }
+    }
 }

@@ -208,7 +208,7 @@ impl RedisStore {
 
     /// One pipeline to one node of `commands`, calls (indices into
     /// `calls`, of the batch `ops`) paired with whether to send `ASKING`
-    /// first (its reply is dropped). It waits up to `limit` for the
+    /// first (its reply is dropped). It waits until `deadline` for the
     /// replies, or the connection's call timeout, and adds each round trip
     /// it makes to `round_trips`. Returns the replies of the calls
     /// answered, in order, and what ended the pipeline before the rest
@@ -218,8 +218,9 @@ impl RedisStore {
     /// of them) is written in slices of about [`SLICE_ARGS`] arguments,
     /// each built and sent when the one before is answered, all within one
     /// deadline (`deadline`: the limit, counted from the batch's start;
-    /// without one, each slice has the connection's own call timeout). The server works through a slice in milliseconds and waits
-    /// one round trip between two; in exchange the client holds one
+    /// without one, each slice has the connection's own call timeout).
+    /// The server works through a slice in milliseconds and waits one
+    /// round trip between two; in exchange the client holds one
     /// slice's commands, their encoding and its copy in the connection's
     /// write buffer (which keeps its size while the connection lives)
     /// instead of all of them: that was about 60 MB of the peak RSS of a
