@@ -27,6 +27,11 @@ fn kill_9_of_the_leaders_tenure_kills_its_command_and_another_starts_after_expir
         leader.is_some()
     });
     let (leader_id, old_pid) = leader.unwrap();
+    // The command writes its PID before its token: wait for the token, or
+    // the kill below may come between the two.
+    eventually("the leader's command records its token", || {
+        tokens(&scratch, &leader_id).len() == 1
+    });
     let (victim, survivor) = if leader_id == "a" {
         (&a, "b")
     } else {
@@ -40,17 +45,12 @@ fn kill_9_of_the_leaders_tenure_kills_its_command_and_another_starts_after_expir
         child_pid(&scratch, survivor).is_some()
     });
     assert!(!alive(old_pid), "never two commands at once");
-    let tokens: Vec<u64> = [leader_id.as_str(), survivor]
-        .iter()
-        .map(|id| {
-            scratch
-                .read(&format!("tokens-{id}"))
-                .trim()
-                .parse()
-                .unwrap()
-        })
-        .collect();
-    assert!(tokens[1] > tokens[0], "{tokens:?}");
+    eventually("the survivor's command records its token", || {
+        tokens(&scratch, survivor).len() == 1
+    });
+    let old = tokens(&scratch, &leader_id);
+    let new = tokens(&scratch, survivor);
+    assert!(new[0] > old[0], "{old:?} then {new:?}");
 }
 
 #[test]
@@ -126,6 +126,11 @@ fn a_stolen_lease_kills_the_command_and_the_instance_campaigns_again() {
         &scratch,
     );
     eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    // The command writes its PID before its token: what stops it below
+    // must not come between the two.
+    eventually("a's command records its token", || {
+        tokens(&scratch, "a").len() == 1
+    });
     let first = child_pid(&scratch, "a").unwrap();
     server
         .command(&[
@@ -145,13 +150,9 @@ fn a_stolen_lease_kills_the_command_and_the_instance_campaigns_again() {
     eventually("the command is killed", || !alive(first));
     assert!(a.is_running(), "tenure keeps campaigning");
     eventually("a leads again once the thief's lease expired", || {
-        scratch.read("tokens-a").lines().count() == 2
+        tokens(&scratch, "a").len() == 2
     });
-    let tokens: Vec<u64> = scratch
-        .read("tokens-a")
-        .lines()
-        .map(|t| t.parse().unwrap())
-        .collect();
+    let tokens = tokens(&scratch, "a");
     assert!(tokens[1] > tokens[0], "a new term: {tokens:?}");
 }
 
@@ -168,17 +169,16 @@ fn a_redis_restart_that_lost_the_lease_restarts_the_command_with_a_higher_token(
         &scratch,
     );
     eventually("a's command starts", || child_pid(&scratch, "a").is_some());
+    // The command writes its PID before its token: what stops it below
+    // must not come between the two.
+    eventually("a's command records its token", || {
+        tokens(&scratch, "a").len() == 1
+    });
     let first = child_pid(&scratch, "a").unwrap();
     server.restart().unwrap();
     eventually("the command is stopped", || !alive(first));
-    eventually("a new term starts", || {
-        scratch.read("tokens-a").lines().count() == 2
-    });
-    let tokens: Vec<u64> = scratch
-        .read("tokens-a")
-        .lines()
-        .map(|t| t.parse().unwrap())
-        .collect();
+    eventually("a new term starts", || tokens(&scratch, "a").len() == 2);
+    let tokens = tokens(&scratch, "a");
     assert!(tokens[1] > tokens[0], "{tokens:?}");
     drop(a);
 }
