@@ -59,6 +59,9 @@ pub(crate) enum Peer {
     PythonRedisLock,
     /// pottery's `Redlock` on one master, extended by hand.
     Pottery,
+    /// rslock's Redlock on one master, its own renewal (`using`):
+    /// `peer-child --peer rslock`.
+    Rslock,
     /// tenure on etcd: `peer-child --etcd`.
     TenureEtcd,
     /// etcd's Election API through etcd-client, its lease kept alive by
@@ -68,11 +71,12 @@ pub(crate) enum Peer {
 
 impl Peer {
     /// The peers on Redis, tenure first.
-    pub(crate) const REDIS: [Peer; 4] = [
+    pub(crate) const REDIS: [Peer; 5] = [
         Peer::Tenure,
         Peer::RedisPy,
         Peer::PythonRedisLock,
         Peer::Pottery,
+        Peer::Rslock,
     ];
 
     /// The peers on etcd, tenure first.
@@ -80,7 +84,10 @@ impl Peer {
 
     /// Whether this binary's `peer-child` is its driver (not Python).
     fn built_in(self) -> bool {
-        matches!(self, Peer::Tenure | Peer::TenureEtcd | Peer::EtcdElection)
+        matches!(
+            self,
+            Peer::Tenure | Peer::TenureEtcd | Peer::EtcdElection | Peer::Rslock
+        )
     }
 
     fn on_etcd(self) -> bool {
@@ -103,6 +110,7 @@ impl Peer {
             Peer::RedisPy => "redis-py",
             Peer::PythonRedisLock => "python-redis-lock",
             Peer::Pottery => "pottery",
+            Peer::Rslock => "rslock",
             Peer::EtcdElection => "etcd-election",
         }
     }
@@ -114,6 +122,7 @@ impl Peer {
             Peer::RedisPy => "redis-py Lock",
             Peer::PythonRedisLock => "python-redis-lock",
             Peer::Pottery => "pottery Redlock",
+            Peer::Rslock => "rslock Redlock",
             Peer::TenureEtcd => "tenure on etcd",
             Peer::EtcdElection => "etcd-client election",
         }
@@ -135,6 +144,9 @@ impl Peer {
                 "checks nothing: its docs run the job inside `with lock:`, and its renewal thread cannot stop the job"
             }
             Peer::Pottery => "reads the key (locked()) before each act: a store round trip an act",
+            Peer::Rslock => {
+                "checks nothing: it runs inside rslock's using(), which drops it only when a renewal fails, so it acts on after SIGCONT until that renewal's timer is polled"
+            }
         }
     }
 
@@ -151,6 +163,9 @@ impl Peer {
             Peer::Pottery => {
                 "pottery's extend() by hand every ttl/3; a follower's blocked acquire retries SET NX after up to 0.2 s, and unlocks after each failed try (Redlock's rule)"
             }
+            Peer::Rslock => {
+                "rslock's own renewal in using(), 0.5 s before the lock's validity ends (so fewer renewals than tenure, with half a second for one to arrive); a follower's acquire_no_guard() retries SET NX after up to 0.2 s, 3 tries a round and the next round at once, and unlocks after each failed try (Redlock's rule)"
+            }
             Peer::EtcdElection => {
                 "its lease kept alive by hand every ttl/3 on one stream; a follower waits in Campaign, in etcd, and keeps its own lease alive"
             }
@@ -164,6 +179,7 @@ impl Peer {
             Peer::RedisPy => "SET NX PX, blocked acquire polls every 0.1 s",
             Peer::PythonRedisLock => "BLPOP on a signal list, timeout = expiry",
             Peer::Pottery => "SET NX PX, retries after up to 0.2 s",
+            Peer::Rslock => "SET NX PX, retries after up to 0.2 s",
             Peer::TenureEtcd => "release announced on a watch, followers wake at the expiry",
             Peer::EtcdElection => "Campaign waits in etcd for the key before it to go",
         }
@@ -1040,13 +1056,14 @@ pub(crate) struct ChildArgs {
 pub(crate) async fn child(peer: &str, args: ChildArgs) -> Result<()> {
     match (peer, &args.etcd) {
         ("tenure", _) => tenure_child(args).await,
+        ("rslock", _) => rslock_child(args).await,
         ("etcd-election", Some(etcd)) => {
             let etcd = etcd.clone();
             etcd_election_child(&etcd, args).await
         }
         ("etcd-election", None) => Err("the etcd-election peer needs --etcd".into()),
         (other, _) => Err(format!(
-            "no such peer built in: {other} (tenure, etcd-election; the Python peers run in peers/driver.py)"
+            "no such peer built in: {other} (tenure, rslock, etcd-election; the Python peers run in peers/driver.py)"
         )),
     }
 }
@@ -1127,6 +1144,67 @@ async fn until_release() {
     while let Ok(Some(line)) = lines.next_line().await {
         if line.trim() == "release" {
             break;
+        }
+    }
+}
+
+/// rslock (Redlock), the most used Rust Redis lock, the way its docs show
+/// for work that outlives one ttl: `LockManager::using`, which acquires
+/// (`acquire_no_guard`: `lock()` until it succeeds), runs the job, extends
+/// the lock 0.5 s before its validity ends, drops the job when an
+/// extension fails, and unlocks when the job returns. On one master, as
+/// every Redis peer here runs. Its lock is a plain string key, the
+/// resource's name.
+async fn rslock_child(args: ChildArgs) -> Result<()> {
+    let ChildArgs {
+        redis,
+        name,
+        ttl,
+        id,
+        act,
+        ..
+    } = args;
+    let manager = rslock::LockManager::new(vec![redis.clone()]);
+    let mut log = match act {
+        Some((every, list)) => Some((every, list, connect(&redis).await?)),
+        None => None,
+    };
+    println!("key {name}");
+    println!("ready");
+    let job = async || {
+        println!("held {}", mono_ns());
+        let acting = async {
+            let Some((every, list, conn)) = log.as_mut() else {
+                return std::future::pending().await;
+            };
+            let mut tick = tokio::time::interval(*every);
+            loop {
+                tick.tick().await;
+                let _: redis::RedisResult<i64> = redis::cmd("RPUSH")
+                    .arg(&*list)
+                    .arg(&id)
+                    .query_async(conn)
+                    .await;
+            }
+        };
+        tokio::select! {
+            () = until_release() => {}
+            () = acting => {}
+        }
+        println!("releasing {}", mono_ns());
+    };
+    match manager.using(name.as_bytes(), ttl, job).await {
+        Ok(()) => {
+            println!("released");
+            Ok(())
+        }
+        Err(err) => {
+            // The lock was lost under the job (an extension failed); the
+            // harness asks for the release later, or ends the process.
+            until_release().await;
+            println!("releasing {}", mono_ns());
+            println!("release-failed the lock was lost: {err}");
+            Err(format!("rslock: {err}"))
         }
     }
 }

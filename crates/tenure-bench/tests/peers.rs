@@ -1,6 +1,6 @@
 //! The peers section's smoke test: every peer driver (the bench's
-//! `peer-child` for tenure and etcd-client's election, the Python drivers
-//! under `peers/`) holds, hands over, is taken over after `kill -9`, is
+//! `peer-child` for tenure, rslock and etcd-client's election, the Python
+//! drivers under `peers/`) holds, hands over, is taken over after `kill -9`, is
 //! counted acting late after SIGSTOP and sends its idle requests, one
 //! round each on a private redis-server and a private etcd cluster. It
 //! runs the bench binary, which the built-in candidates are a subcommand
@@ -21,6 +21,7 @@ fn every_peer_driver_hands_over_and_is_caught_acting_late() {
         "RedisPy on Redis",
         "PythonRedisLock on Redis",
         "Pottery on Redis",
+        "Rslock on Redis",
         "TenureEtcd on etcd",
         "EtcdElection on etcd",
     ] {

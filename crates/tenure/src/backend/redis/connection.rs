@@ -29,7 +29,10 @@ use crate::{Error, Result};
 /// used for every connection to it.
 #[derive(Clone)]
 pub(crate) enum Endpoint {
-    Plain(Client),
+    /// Boxed: a `Client` is large (hundreds of bytes once the redis
+    /// crate's own TLS is built in, as another crate of a workspace may
+    /// ask), and an endpoint is cloned for every connection.
+    Plain(Box<Client>),
     #[cfg(feature = "tls")]
     Tls(Arc<tls::TlsEndpoint>),
 }
@@ -55,7 +58,7 @@ impl Endpoint {
             ));
         }
         match tls_scheme(url) {
-            None => parse(url).map(Endpoint::Plain),
+            None => parse(url).map(|client| Endpoint::Plain(Box::new(client))),
             #[cfg(feature = "tls")]
             Some(plain) => {
                 if url.ends_with("#insecure") {
@@ -90,7 +93,7 @@ impl Endpoint {
                     .set_response_timeout(None)
                     .set_number_of_retries(1);
                 Inner::Plain(
-                    ConnectionManager::new_lazy_with_config(client.clone(), config)
+                    ConnectionManager::new_lazy_with_config(Client::clone(client), config)
                         .map_err(Error::from_redis)?,
                     Arc::new(AtomicBool::new(false)),
                 )
