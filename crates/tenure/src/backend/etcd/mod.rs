@@ -150,6 +150,9 @@ pub(crate) struct EtcdStore {
     /// clock is not kept alive but replaced, since etcd holds a keep-alive
     /// of an expired lease until it removes it (up to 500 ms later).
     refreshed: Mutex<HashMap<i64, tokio::time::Instant>>,
+    /// Each session lease's keep-alive stream, kept open between renewals
+    /// with every answer read (see [`EtcdStore::keep_alive`]).
+    streams: session::Streams,
     /// The terms this store began and has not seen released, by key: see
     /// [`EtcdStore::sweep`].
     terms: Mutex<HashMap<String, Kept>>,
@@ -199,6 +202,7 @@ impl EtcdStore {
             sessions: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             refreshed: Mutex::new(HashMap::new()),
+            streams: session::Streams::default(),
             terms: Mutex::new(HashMap::new()),
             pending: Mutex::new(HashMap::new()),
             pended: AtomicU64::new(0),

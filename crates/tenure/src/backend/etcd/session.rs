@@ -42,6 +42,49 @@ pub(super) struct Attached {
     pub(super) answer: etcd_client::TxnResponse,
 }
 
+/// An open keep-alive stream of one lease, every answer on it read: the
+/// next answer is the answer to the next keep-alive sent on it.
+pub(super) struct KeptStream {
+    keeper: etcd_client::LeaseKeeper,
+    answers: etcd_client::LeaseKeepAliveStream,
+}
+
+/// The keep-alive streams kept open: a slot per session lease in use,
+/// opened when the lease is granted and closed when it is forgotten, that
+/// holds its stream between keep-alives.
+///
+/// A stream is taken out of its slot while a keep-alive is on it and put
+/// back only once its answer was read, so a keep-alive cut off (timed out,
+/// cancelled, beaten by a hedge) takes its stream with it, and no late
+/// answer is ever read as a new one's. A keep-alive still in flight when
+/// its lease is forgotten finds no slot, and its stream is dropped.
+#[derive(Default, Clone)]
+pub(super) struct Streams(Arc<Mutex<HashMap<i64, Option<KeptStream>>>>);
+
+impl Streams {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Option<KeptStream>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn open(&self, lease: i64) {
+        self.lock().insert(lease, None);
+    }
+
+    fn take(&self, lease: i64) -> Option<KeptStream> {
+        self.lock().get_mut(&lease).and_then(Option::take)
+    }
+
+    fn keep(&self, lease: i64, stream: KeptStream) {
+        if let Some(slot) = self.lock().get_mut(&lease) {
+            *slot = Some(stream);
+        }
+    }
+
+    fn close(&self, lease: i64) {
+        self.lock().remove(&lease);
+    }
+}
+
 /// The outcome of one keep-alive: positive when the lease lives on (for
 /// its granted ttl from when etcd's leader received it), zero when it is
 /// gone.
@@ -80,6 +123,7 @@ impl EtcdStore {
         let asked = tokio::time::Instant::now();
         let lease = self.grant(ttl_ms).await?;
         self.refreshed_lock().insert(lease, asked);
+        self.streams.open(lease);
         self.sessions_lock().insert((id.to_string(), ttl_ms), lease);
         Ok((lease, true))
     }
@@ -100,6 +144,7 @@ impl EtcdStore {
         if sessions.get(&key) == Some(&lease) {
             sessions.remove(&key);
             self.refreshed_lock().remove(&lease);
+            self.streams.close(lease);
         }
     }
 
@@ -145,10 +190,7 @@ impl EtcdStore {
         Ok(granted)
     }
 
-    /// Send one keep-alive of `lease` (on a stream of its own, so that a
-    /// late answer can never be taken for another's) and wait for its
-    /// answer: the client reads it and reports a lease that is gone as an
-    /// error of its own, which is no error here.
+    /// Send one keep-alive of `lease` and wait for its answer.
     ///
     /// Within a [`EtcdStore::batch`], one keep-alive per lease is sent and
     /// its answer shared.
@@ -177,42 +219,85 @@ impl EtcdStore {
         answer.map_err(|err| copy_error(&err))
     }
 
-    /// One keep-alive of `lease`, sent now.
+    /// One keep-alive of `lease`, sent now: on the lease's kept stream if
+    /// it has one, else on a new stream, which is kept for the next.
     ///
-    /// The client reads the first answer of a keep-alive stream itself and
-    /// shows only whether the lease lives, not which cluster answered; so a
-    /// second keep-alive follows on the same stream (to the same member),
-    /// and its answer's cluster is checked. Another cluster can have a
+    /// Why a stream is kept, and how: opening one costs a message of its
+    /// own. The client sends a keep-alive when it opens a stream and reads
+    /// its answer itself, showing only whether the lease lives, not which
+    /// cluster answered; so a second keep-alive must follow on the stream
+    /// and its answer's cluster be checked. Another cluster can have a
     /// lease of the same id (a restore of this cluster's snapshot under a
     /// new cluster token keeps the leases): its keep-alive renews nothing
-    /// here and must not count as a renewal. A lease the first answer finds
-    /// gone counts as gone, whichever cluster said so: that only ends a term.
+    /// here and must not count as a renewal. A stream per renewal was two
+    /// keep-alives per lease and renewal; a kept stream is one. Every
+    /// answer on it names its cluster, and is checked.
+    ///
+    /// The answer read must be the answer to this keep-alive: etcd answers
+    /// the keep-alives of a stream one by one, in order, and a stream is
+    /// used again only when every answer on it was read ([`Streams`]).
+    ///
+    /// The kept stream is the first send of a hedged call, in the place of
+    /// the balanced client's; hedges open streams of their own to the
+    /// members in turn, as for any call. Only a first send's stream is
+    /// kept: one that a hedge opened is on the member the next call's first
+    /// hedge goes to, and were that member stopped, the kept stream and the
+    /// first hedge would both wait on it. So a stopped member costs a
+    /// keep-alive one hedge's patience, as it did with a stream per
+    /// keep-alive.
+    ///
+    /// A lease the first answer of a new stream finds gone counts as gone,
+    /// whichever cluster said so (the client reads that answer itself and
+    /// does not say; it only ends a term). Every other answer is checked
+    /// for its cluster first. A lease found gone gives up its stream.
     fn send_keep_alive(
         &self,
         lease: i64,
     ) -> impl std::future::Future<Output = std::result::Result<KeptAlive, Arc<Error>>> + Send + 'static
     {
-        let (clients, requests, url, cluster_id) = (
+        let (clients, requests, url, cluster_id, streams) = (
             self.clients.clone(),
             self.requests.clone(),
             self.url.clone(),
             self.cluster_id,
+            self.streams.clone(),
         );
         let patience = self.call_timeout / 3;
         async move {
-            let sent = send(&clients, &requests, patience, |mut c| async move {
-                let (mut keeper, mut answers) = c.lease_keep_alive(lease).await?;
-                keeper.keep_alive().await?;
-                answers.message().await
+            let kept = Mutex::new(streams.take(lease));
+            let sends = std::sync::atomic::AtomicUsize::new(0);
+            let sent = send(&clients, &requests, patience, |mut c| {
+                let stream = kept.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let first = sends.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+                async move {
+                    if let Some(mut stream) = stream {
+                        // A stream whose connection ended since (a member
+                        // restarted, a connection reset) fails at once:
+                        // then a new stream is opened, in the same send.
+                        if stream.keeper.keep_alive().await.is_ok() {
+                            if let Ok(Some(answer)) = stream.answers.message().await {
+                                return Ok(Some((answer, stream, first)));
+                            }
+                        }
+                    }
+                    let (keeper, answers) = c.lease_keep_alive(lease).await?;
+                    let mut stream = KeptStream { keeper, answers };
+                    stream.keeper.keep_alive().await?;
+                    let answer = stream.answers.message().await?;
+                    Ok(answer.map(|answer| (answer, stream, first)))
+                }
             });
             match sent.await {
-                Ok(Some(answer)) => {
+                Ok(Some((answer, stream, first))) => {
                     let answered = answer.header().map(|h| h.cluster_id());
                     from_cluster(cluster_id, answered, &url).map_err(Arc::new)?;
+                    if answer.ttl() > 0 && first {
+                        streams.keep(lease, stream);
+                    }
                     Ok(KeptAlive(answer.ttl().max(0)))
                 }
                 Ok(None) => Err(Arc::new(Error::Etcd {
-                    detail: "the keep-alive stream ended before its second answer".into(),
+                    detail: "the keep-alive stream ended before its answer".into(),
                 })),
                 Err(etcd_client::Error::LeaseKeepAliveError(why)) if why.contains("not found") => {
                     Ok(KeptAlive(0))
