@@ -264,11 +264,13 @@ impl EtcdStore {
         );
         let patience = self.call_timeout / 3;
         async move {
-            let kept = Mutex::new(streams.take(lease));
-            let sends = std::sync::atomic::AtomicUsize::new(0);
+            // The first send takes the outer `Some`: the kept stream, if
+            // any. Hedges find `None` and open streams of their own.
+            let kept = Mutex::new(Some(streams.take(lease)));
             let sent = send(&clients, &requests, patience, |mut c| {
-                let stream = kept.lock().unwrap_or_else(|p| p.into_inner()).take();
-                let first = sends.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0;
+                let first_send = kept.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let first = first_send.is_some();
+                let stream = first_send.flatten();
                 async move {
                     if let Some(mut stream) = stream {
                         // A stream whose connection ended since (a member
