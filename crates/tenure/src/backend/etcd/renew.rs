@@ -45,9 +45,10 @@ impl EtcdStore {
             TxnOp::get(key.clone(), None),
             TxnOp::get(witness_key.clone(), None),
         ]);
-        let (alive, witness_alive, got) = tokio::join!(
-            self.keep_alive(lease),
+        // The witness's keep-alive first (see `EtcdStore::on_sessions`).
+        let (witness_alive, alive, got) = tokio::join!(
             self.keep_alive(witness),
+            self.keep_alive(lease),
             self.txn(both)
         );
         let got = got?;
@@ -121,9 +122,10 @@ impl EtcdStore {
             .chunks(TERMS_PER_CHECK)
             .zip(keys.chunks(TERMS_PER_CHECK))
             .map(|(chunk, keys)| self.check_chunk(id, chunk, keys, lease, witness));
-        let (alive, witness_alive, checked) = tokio::join!(
-            self.keep_alive(lease),
+        // The witness's keep-alive first (see `EtcdStore::on_sessions`).
+        let (witness_alive, alive, checked) = tokio::join!(
             self.keep_alive(witness),
+            self.keep_alive(lease),
             join_all(checks)
         );
         let alive = match (alive, witness_alive) {
