@@ -15,10 +15,16 @@ Each peer is used the way its own documentation shows for a singleton job:
   (`num_extensions`), then `extend()` raises and the lock lapses under a
   holder still at work: the driver lifts that limit, as a long-running
   leader must.
+- `kazoo`: kazoo's `Election` recipe on ZooKeeper (`election.run(job)`: an
+  ephemeral sequential znode, each contender watching the one before it),
+  on a session whose timeout is the ttl. The job acts while kazoo's
+  connection state is `CONNECTED` and its session was never `LOST`, as
+  kazoo's docs on connection states tell a leader to check.
 
 The protocol, one line each way (stdout is flushed at every line):
 
-    key KEY           the Redis key that holds the lock (for its PTTL)
+    key KEY           the Redis key that holds the lock (for its PTTL), or
+                      the znode under which kazoo's contenders are
     ready             connected; about to block in acquire()
     held NS           holds the lock; NS is CLOCK_MONOTONIC in ns, the clock
                       every process of the host shares
@@ -28,7 +34,8 @@ The protocol, one line each way (stdout is flushed at every line):
 stdin: `release` releases and exits; end of input does the same.
 
 With `--act-ms N` the job acts every N ms while it believes it holds the
-lock: one `RPUSH ACT_LOG ID` on a connection of its own. The bench reads that
+lock: one `RPUSH ACT_LOG ID` on a connection of its own (on the
+redis-server of `--redis`, whatever the lock's store). The bench reads that
 list (the store's own order) to count acts made while another held.
 """
 
@@ -128,7 +135,61 @@ class Pottery:
         self.lock.release()
 
 
-PEERS = {"redis-py": RedisPy, "python-redis-lock": PythonRedisLock, "pottery": Pottery}
+class Kazoo:
+    """kazoo's Election recipe on ZooKeeper, the job run inside `run()`."""
+
+    def __init__(self, hosts: str, name: str, ttl: float, me: str) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.protocol.states import KazooState
+
+        self.connected = KazooState.CONNECTED
+        self.client = KazooClient(hosts=hosts, timeout=ttl)
+        self.client.start(timeout=10)
+        self.lost = False
+        self.client.add_listener(self.listen)
+        self.key = "/" + name
+        self.election = self.client.Election(self.key, me)
+        self.leading = threading.Event()
+        self.stop = threading.Event()
+        self.runner = threading.Thread(target=self.election.run, args=(self.lead,), daemon=True)
+
+    def listen(self, state) -> None:
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.LOST:
+            self.lost = True
+
+    def lead(self) -> None:
+        self.leading.set()
+        self.stop.wait()
+
+    def acquire(self) -> None:
+        self.runner.start()
+        self.leading.wait()
+
+    def may_act(self) -> bool:
+        return not self.lost and self.client.state == self.connected
+
+    def release(self) -> None:
+        # The job returns; run() leaves its `with lock:`, which deletes the
+        # contender's znode.
+        self.stop.set()
+        self.runner.join()
+        self.client.stop()
+
+
+PEERS = {
+    "redis-py": RedisPy,
+    "python-redis-lock": PythonRedisLock,
+    "pottery": Pottery,
+    "kazoo": Kazoo,
+}
+
+
+def zk_hosts(url: str) -> str:
+    """The `HOST:PORT,...` of a `zk://` URL."""
+    rest = url.removeprefix("zk://")
+    return rest.rsplit("@", 1)[-1].split("/", 1)[0]
 
 
 def act(peer, client: redis.Redis, log: str, me: str, every: float, done: threading.Event) -> None:
@@ -141,6 +202,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--peer", choices=sorted(PEERS), required=True)
     parser.add_argument("--redis", required=True)
+    parser.add_argument("--store", help="the lock's store when it is not --redis: zk://HOSTS")
     parser.add_argument("--name", required=True)
     parser.add_argument("--ttl-ms", type=int, required=True)
     parser.add_argument("--id", required=True)
@@ -150,7 +212,12 @@ def main() -> int:
 
     client = redis.Redis.from_url(args.redis)
     client.ping()
-    peer = PEERS[args.peer](client, args.name, args.ttl_ms / 1000)
+    if args.peer == "kazoo":
+        if not (args.store or "").startswith("zk://"):
+            parser.error("kazoo needs --store zk://HOSTS")
+        peer = Kazoo(zk_hosts(args.store), args.name, args.ttl_ms / 1000, args.id)
+    else:
+        peer = PEERS[args.peer](client, args.name, args.ttl_ms / 1000)
     say("key", peer.key)
     say("ready")
     peer.acquire()

@@ -98,8 +98,8 @@ enum Internal {
         #[arg(long, value_delimiter = ',')]
         store_pids: Vec<u32>,
     },
-    /// Internal: one candidate of a peer built in (tenure on Redis or
-    /// etcd, etcd-client's election), on the peer drivers' line protocol
+    /// Internal: one candidate of a peer built in (tenure on Redis, etcd
+    /// or ZooKeeper, rslock, etcd-client's election), on the peer drivers' line protocol
     /// (crates/tenure-bench/peers/driver.py).
     #[command(hide = true)]
     PeerChild {
@@ -107,9 +107,10 @@ enum Internal {
         peer: String,
         #[arg(long)]
         redis: String,
-        /// The store, when it is etcd (the acts still go to `--redis`).
+        /// The store, when it is not `--redis`: `etcd://...` or `zk://...`
+        /// (the acts still go to `--redis`).
         #[arg(long)]
-        etcd: Option<String>,
+        store: Option<String>,
         #[arg(long)]
         name: String,
         #[arg(long)]
@@ -160,7 +161,7 @@ fn main() {
             Some(Internal::PeerChild {
                 peer,
                 redis,
-                etcd,
+                store,
                 name,
                 ttl_ms,
                 id,
@@ -169,7 +170,7 @@ fn main() {
             }) => {
                 let args = peers::ChildArgs {
                     redis,
-                    etcd,
+                    store,
                     name,
                     ttl: std::time::Duration::from_millis(ttl_ms),
                     id,

@@ -1,9 +1,10 @@
 //! The peers section: tenure beside the libraries a user would pick
 //! instead, doing the same job on the same private servers in one run,
-//! each candidate a process of its own: the Python Redis locks on a
-//! redis-server, then etcd's own Election API (through `etcd-client`, the
-//! client the library uses) on a private 3-member etcd cluster, each beside
-//! tenure on the same store.
+//! each candidate a process of its own: the Python Redis locks and rslock
+//! on a redis-server, then etcd's own Election API (through `etcd-client`,
+//! the client the library uses) on a private 3-member etcd cluster, then
+//! kazoo's `Election` recipe on a private 3-member ZooKeeper ensemble, each
+//! beside tenure on the same store.
 //!
 //! Every candidate, tenure's included, is driven through one line protocol
 //! (described in `peers/driver.py`): it says `ready`, then `held NS` when
@@ -38,6 +39,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use zk_process::ZkEnsemble;
+use zookeeper_client as zk;
 
 use crate::etcd_metrics::{metrics_endpoints, scrape};
 use crate::fixture::{connect, requests_during, samples_len_jitter};
@@ -45,6 +48,7 @@ use crate::plan::Plan;
 use crate::report::{Report, Row};
 use crate::stats::Samples;
 use crate::svg::{Chart, Kind, Series};
+use crate::zk_metrics;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -67,6 +71,10 @@ pub(crate) enum Peer {
     /// etcd's Election API through etcd-client, its lease kept alive by
     /// hand: `peer-child --peer etcd-election`.
     EtcdElection,
+    /// tenure on ZooKeeper: `peer-child --store zk://...`.
+    TenureZk,
+    /// kazoo's `Election` recipe on ZooKeeper, in `peers/driver.py`.
+    Kazoo,
 }
 
 impl Peer {
@@ -82,31 +90,39 @@ impl Peer {
     /// The peers on etcd, tenure first.
     pub(crate) const ETCD: [Peer; 2] = [Peer::TenureEtcd, Peer::EtcdElection];
 
+    /// The peers on ZooKeeper, tenure first.
+    pub(crate) const ZK: [Peer; 2] = [Peer::TenureZk, Peer::Kazoo];
+
     /// Whether this binary's `peer-child` is its driver (not Python).
     fn built_in(self) -> bool {
         matches!(
             self,
-            Peer::Tenure | Peer::TenureEtcd | Peer::EtcdElection | Peer::Rslock
+            Peer::Tenure | Peer::TenureEtcd | Peer::TenureZk | Peer::EtcdElection | Peer::Rslock
         )
     }
 
-    fn on_etcd(self) -> bool {
-        matches!(self, Peer::TenureEtcd | Peer::EtcdElection)
+    /// Whether the lock is on a store other than the redis-server (which
+    /// every peer's acts go to): the driver is given `--store`.
+    fn off_redis(self) -> bool {
+        self.store() != "Redis"
     }
 
     /// The store the peer's rows name.
     fn store(self) -> &'static str {
-        if self.on_etcd() {
-            "etcd"
-        } else {
-            "Redis"
+        match self {
+            Peer::TenureEtcd | Peer::EtcdElection => "etcd",
+            Peer::TenureZk | Peer::Kazoo => "ZooKeeper",
+            Peer::Tenure | Peer::RedisPy | Peer::PythonRedisLock | Peer::Pottery | Peer::Rslock => {
+                "Redis"
+            }
         }
     }
 
     /// The name the driver takes (`--peer`).
     pub(crate) fn driver_name(self) -> &'static str {
         match self {
-            Peer::Tenure | Peer::TenureEtcd => "tenure",
+            Peer::Tenure | Peer::TenureEtcd | Peer::TenureZk => "tenure",
+            Peer::Kazoo => "kazoo",
             Peer::RedisPy => "redis-py",
             Peer::PythonRedisLock => "python-redis-lock",
             Peer::Pottery => "pottery",
@@ -125,14 +141,19 @@ impl Peer {
             Peer::Rslock => "rslock Redlock",
             Peer::TenureEtcd => "tenure on etcd",
             Peer::EtcdElection => "etcd-client election",
+            Peer::TenureZk => "tenure on ZooKeeper",
+            Peer::Kazoo => "kazoo Election",
         }
     }
 
     /// What the peer's job checks before it acts, for the notes.
     fn guard(self) -> &'static str {
         match self {
-            Peer::Tenure | Peer::TenureEtcd => {
+            Peer::Tenure | Peer::TenureEtcd | Peer::TenureZk => {
                 "checks is_leader(), a clock check, and passes its token"
+            }
+            Peer::Kazoo => {
+                "checks kazoo's connection state (CONNECTED, and the session never LOST), as kazoo's docs tell a leader to, so it acts on after SIGCONT until kazoo's connection thread has read that the ensemble closed its session"
             }
             Peer::EtcdElection => {
                 "checks a flag its keep-alive task clears when etcd answers a keep-alive with ttl 0 or the stream fails, so it acts on until that task runs after SIGCONT"
@@ -153,7 +174,10 @@ impl Peer {
     /// How the peer renews and waits, for the idle rows' notes.
     fn renews(self) -> &'static str {
         match self {
-            Peer::Tenure | Peer::TenureEtcd => "tenure every ttl/3",
+            Peer::Tenure | Peer::TenureEtcd | Peer::TenureZk => "tenure every ttl/3",
+            Peer::Kazoo => {
+                "kazoo's session (timeout = the ttl) kept alive by its connection thread's pings; a follower's znode watches the one before it, and its session pings too"
+            }
             Peer::RedisPy => {
                 "redis-py's Lock renewed by hand (reacquire) every ttl/3; a follower's blocked acquire sends SET NX every 0.1 s"
             }
@@ -182,6 +206,8 @@ impl Peer {
             Peer::Rslock => "SET NX PX, retries after up to 0.2 s",
             Peer::TenureEtcd => "release announced on a watch, followers wake at the expiry",
             Peer::EtcdElection => "Campaign waits in etcd for the key before it to go",
+            Peer::TenureZk => "release seen on a watch, followers wake at the expiry",
+            Peer::Kazoo => "each contender watches the znode before its own",
         }
     }
 }
@@ -230,8 +256,10 @@ impl Drivers {
             c.arg(&self.script);
             c
         };
-        if let (true, Store::Etcd { url, .. }) = (peer.on_etcd(), &job.store) {
-            command.arg("--etcd").arg(url);
+        if let (true, Store::Etcd { url, .. } | Store::Zk { url, .. }) =
+            (peer.off_redis(), &job.store)
+        {
+            command.arg("--store").arg(url);
         }
         command
             .arg("--peer")
@@ -267,6 +295,8 @@ enum Store {
     Redis { port: u16 },
     /// An etcd cluster: its URL and its members' `HOST:PORT`s.
     Etcd { url: String, members: Vec<String> },
+    /// A ZooKeeper ensemble: its `zk://` URL and its members' `HOST:PORT`s.
+    Zk { url: String, members: Vec<String> },
 }
 
 /// What every candidate of a group does.
@@ -607,7 +637,30 @@ pub(crate) async fn section(plan: &Plan, report: &mut Report) -> Result<()> {
         Ok::<_, String>(())
     }
     .await;
-    tokio::task::spawn_blocking(move || drop((cluster, server)))
+    tokio::task::spawn_blocking(move || drop(cluster))
+        .await
+        .map_err(|e| e.to_string())?;
+    outcome?;
+
+    let ensemble = start_zk().await?;
+    let outcome = async {
+        let (store, observer) = zk_store(&ensemble);
+        eprintln!(
+            "tenure-bench: ZooKeeper ensemble {} (3 members)",
+            ensemble.url()
+        );
+        let on = (url.as_str(), &store, &observer, &conn);
+        let measured = measure_all(plan, &drivers, &Peer::ZK, on).await?;
+        rows(
+            plan,
+            report,
+            &measured,
+            ("peers-zk-handover", "peers-zk-takeover"),
+        );
+        Ok::<_, String>(())
+    }
+    .await;
+    tokio::task::spawn_blocking(move || drop((ensemble, server)))
         .await
         .map_err(|e| e.to_string())?;
     outcome
@@ -644,6 +697,29 @@ async fn start_etcd() -> Result<EtcdCluster> {
     .map_err(|e| e.to_string())?
 }
 
+/// A private 3-member ZooKeeper ensemble, ticking every 100 ms as in the
+/// ZooKeeper section (sessions of any ttl from 200 ms to 60 s).
+async fn start_zk() -> Result<ZkEnsemble> {
+    tokio::task::spawn_blocking(|| {
+        ZkEnsemble::builder()
+            .tick_time(Duration::from_millis(100))
+            .start()
+            .map_err(|e| format!("cannot start a ZooKeeper ensemble: {e}"))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+fn zk_store(ensemble: &ZkEnsemble) -> (Store, Observer) {
+    let connect_string = ensemble.connect_string();
+    let members = connect_string.split(',').map(str::to_string).collect();
+    let store = Store::Zk {
+        url: ensemble.url(),
+        members,
+    };
+    (store, Observer::Zk(connect_string))
+}
+
 async fn etcd_store(cluster: &EtcdCluster) -> Result<(Store, Observer)> {
     let members = cluster.endpoints();
     let observer = Observer::Etcd(Box::new(crate::etcd::client(&members).await?));
@@ -656,10 +732,16 @@ async fn etcd_store(cluster: &EtcdCluster) -> Result<(Store, Observer)> {
 
 /// The bench's own client of a group's store, that times a crashed
 /// holder's expiry: Redis' PTTL of the key, or a watch on etcd that sees
-/// the key's delete.
+/// the key's delete, or a watch on ZooKeeper that sees the first znode at
+/// or under the driver's key deleted (the holder's, when its session
+/// expires).
 enum Observer {
     Redis(MultiplexedConnection),
     Etcd(Box<Client>),
+    /// The ensemble's connect string: a session is opened for each crash
+    /// round and closed after it, so that its pings are not counted in the
+    /// idle windows.
+    Zk(String),
 }
 
 /// Rounds of each peer's hand-over (each starts a process).
@@ -807,6 +889,18 @@ async fn takeovers(
                 let ago = Instant::now().saturating_duration_since(deleted);
                 mono_ns().saturating_sub(u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX))
             }
+            Observer::Zk(connect_string) => {
+                let session = crate::zk::client(connect_string).await?;
+                let mut watched =
+                    crate::zk::watch_znode(&session, &key, zk::AddWatchMode::PersistentRecursive)
+                        .await?;
+                group.kill(holder).await?;
+                let deleted = watched.next(zk::EventType::NodeDeleted, limit).await?;
+                let ago = Instant::now().saturating_duration_since(deleted);
+                drop(watched);
+                drop(session);
+                mono_ns().saturating_sub(u64::try_from(ago.as_nanos()).unwrap_or(u64::MAX))
+            }
         };
         let (next, held) = group.held_any(&followers, limit).await?;
         samples.push(Duration::from_nanos(held.saturating_sub(expiry)));
@@ -837,7 +931,9 @@ async fn idle(drivers: &Drivers, mut group: Group, terms: u32) -> Result<(f64, f
 /// The requests a store received during `window`: the commands MONITOR
 /// shows on Redis (not those scripts run), the gRPC messages etcd's
 /// members received (`grpc_server_msg_received_total`, summed; each
-/// keep-alive on a stream is one).
+/// keep-alive on a stream is one), the packets ZooKeeper's members
+/// received (`zk_packets_received`, summed: requests and the sessions'
+/// pings, less the four-letter words that read it).
 async fn requests(store: &Store, window: Duration) -> Result<f64> {
     match store {
         Store::Redis { port } => requests_during(*port, window).await,
@@ -845,6 +941,14 @@ async fn requests(store: &Store, window: Duration) -> Result<f64> {
             let before = scrape(members).await?;
             tokio::time::sleep(window).await;
             Ok(scrape(members).await?.minus(&before).total())
+        }
+        Store::Zk { members, .. } => {
+            let before = zk_metrics::Snapshot::read(members).await?;
+            tokio::time::sleep(window).await;
+            Ok(zk_metrics::Snapshot::read(members)
+                .await?
+                .since(&before)
+                .packets)
         }
     }
 }
@@ -920,15 +1024,19 @@ fn rows(
     };
     let ttl = plan.load_ttl.as_secs_f64();
     let store = us.store();
-    let expiry = if us.on_etcd() {
-        "from the key's delete as a watch saw it"
-    } else {
-        "from the lock's expiry as Redis saw it"
-    };
-    let counted = if us.on_etcd() {
-        "gRPC messages the members received, summed (grpc_server_msg_received_total; each keep-alive on a stream is one)"
-    } else {
-        "commands MONITOR saw (not those its scripts ran)"
+    let (expiry, counted) = match store {
+        "etcd" => (
+            "from the key's delete as a watch saw it",
+            "gRPC messages the members received, summed (grpc_server_msg_received_total; each keep-alive on a stream is one)",
+        ),
+        "ZooKeeper" => (
+            "from the holder's znode's delete (its session's expiry) as a watch saw it",
+            "packets the members received, summed (zk_packets_received: requests and each session's pings)",
+        ),
+        _ => (
+            "from the lock's expiry as Redis saw it",
+            "commands MONITOR saw (not those its scripts ran)",
+        ),
     };
     for (peer, theirs) in others {
         let name = peer.label();
@@ -1008,7 +1116,7 @@ fn rows(
             .enumerate()
             .map(|(n, (peer, figures))| Series {
                 label: format!("{}: {}", peer.label(), peer.how()),
-                kind: if *peer == Peer::Tenure {
+                kind: if peer.driver_name() == "tenure" {
                     Kind::Tenure
                 } else {
                     Kind::Peer(n)
@@ -1028,10 +1136,12 @@ fn rows(
         file: files.1,
         title: format!("Takeover after kill -9 of the holder on {store}: tenure and the peers"),
         subtitle: machine,
-        x_label: if us.on_etcd() {
-            format!("etcd deletes the key (ttl {ttl} s) → another process holds")
-        } else {
-            format!("the lock expires (ttl {ttl} s) → another process holds")
+        x_label: match store {
+            "etcd" => format!("etcd deletes the key (ttl {ttl} s) → another process holds"),
+            "ZooKeeper" => {
+                format!("the holder's session expires (ttl {ttl} s) → another process holds")
+            }
+            _ => format!("the lock expires (ttl {ttl} s) → another process holds"),
         },
         series: series(|f| &f.takeover),
     });
@@ -1039,11 +1149,11 @@ fn rows(
 
 /// What `peer-child` is told.
 pub(crate) struct ChildArgs {
-    /// The redis-server: the store unless `etcd` is given, and the acts'
+    /// The redis-server: the store unless `store` is given, and the acts'
     /// log.
     pub(crate) redis: String,
-    /// An etcd URL: the store.
-    pub(crate) etcd: Option<String>,
+    /// An `etcd://` or `zk://` URL: the store.
+    pub(crate) store: Option<String>,
     pub(crate) name: String,
     pub(crate) ttl: Duration,
     pub(crate) id: String,
@@ -1052,38 +1162,40 @@ pub(crate) struct ChildArgs {
 }
 
 /// `tenure-bench peer-child`: a candidate of one of the peers built in
-/// (`tenure`, `etcd-election`), on the drivers' protocol.
+/// (`tenure`, `rslock`, `etcd-election`), on the drivers' protocol.
 pub(crate) async fn child(peer: &str, args: ChildArgs) -> Result<()> {
-    match (peer, &args.etcd) {
+    match (peer, &args.store) {
         ("tenure", _) => tenure_child(args).await,
         ("rslock", _) => rslock_child(args).await,
-        ("etcd-election", Some(etcd)) => {
+        ("etcd-election", Some(etcd)) if etcd.starts_with("etcd://") => {
             let etcd = etcd.clone();
             etcd_election_child(&etcd, args).await
         }
-        ("etcd-election", None) => Err("the etcd-election peer needs --etcd".into()),
+        ("etcd-election", _) => Err("the etcd-election peer needs --store etcd://...".into()),
         (other, _) => Err(format!(
             "no such peer built in: {other} (tenure, rslock, etcd-election; the Python peers run in peers/driver.py)"
         )),
     }
 }
 
-/// tenure's candidate: the library as its docs show, on Redis or etcd.
+/// tenure's candidate: the library as its docs show, on Redis, etcd or
+/// ZooKeeper.
 async fn tenure_child(args: ChildArgs) -> Result<()> {
     let ChildArgs {
         redis,
-        etcd,
+        store,
         name,
         ttl,
         id,
         act,
     } = args;
-    let store = etcd.as_deref().unwrap_or(&redis);
-    let election = crate::fixture::election(store, &name, &id, ttl).await?;
-    if etcd.is_some() {
-        println!("key tenure/{name}");
-    } else {
-        println!("key tenure:{{{name}}}:lease");
+    let url = store.as_deref().unwrap_or(&redis);
+    let election = crate::fixture::election(url, &name, &id, ttl).await?;
+    // The lease's key in each store's layout (docs/src/key-layout.md).
+    match url.split_once("://").map(|(scheme, _)| scheme) {
+        Some("etcd") => println!("key tenure/{name}"),
+        Some("zk") => println!("key /tenure/{name}"),
+        _ => println!("key tenure:{{{name}}}:lease"),
     }
     println!("ready");
     let term = election.campaign().await.map_err(|e| e.to_string())?;
@@ -1314,7 +1426,7 @@ async fn etcd_election_child(etcd: &str, args: ChildArgs) -> Result<()> {
 
 /// `tenure-bench peer-smoke`: each driver holds, hands over on release
 /// and is counted by the harness, one round of each measurement on a
-/// private redis-server. The test suite runs it (tests/peers.rs): it needs
+/// private redis-server, etcd cluster and ZooKeeper ensemble. The test suite runs it (tests/peers.rs): it needs
 /// this binary itself, for tenure's `peer-child`.
 pub(crate) async fn smoke() -> Result<()> {
     let drivers = Drivers::locate()?;
@@ -1331,13 +1443,23 @@ pub(crate) async fn smoke() -> Result<()> {
         Observer::Redis(conn.clone()),
     );
     let cluster = start_etcd().await?;
+    let ensemble = match start_zk().await {
+        Ok(ensemble) => ensemble,
+        Err(err) => {
+            tokio::task::spawn_blocking(move || drop((cluster, server)))
+                .await
+                .map_err(|e| e.to_string())?;
+            return Err(err);
+        }
+    };
     let outcome = async {
         smoke_peers(&drivers, &url, &conn, &Peer::REDIS, &redis).await?;
         let etcd = etcd_store(&cluster).await?;
-        smoke_peers(&drivers, &url, &conn, &Peer::ETCD, &etcd).await
+        smoke_peers(&drivers, &url, &conn, &Peer::ETCD, &etcd).await?;
+        smoke_peers(&drivers, &url, &conn, &Peer::ZK, &zk_store(&ensemble)).await
     }
     .await;
-    tokio::task::spawn_blocking(move || drop((cluster, server)))
+    tokio::task::spawn_blocking(move || drop((ensemble, cluster, server)))
         .await
         .map_err(|e| e.to_string())?;
     outcome
@@ -1382,7 +1504,7 @@ async fn smoke_peers(
         match peer {
             // Its clock check stops it, and its token fences the rest:
             // never an act in the log after the new holder's first.
-            Peer::Tenure | Peer::TenureEtcd if stale != 0 => {
+            Peer::Tenure | Peer::TenureEtcd | Peer::TenureZk if stale != 0 => {
                 return Err(format!("tenure acted {stale} times after its successor"));
             }
             // Its job checks nothing: it acts on at once, which the

@@ -66,7 +66,7 @@ const CRASH_TTL: Duration = Duration::from_secs(1);
 const REDIS: &str = "Redis";
 
 /// A session of the bench's own (not the library's), on any member.
-async fn client(connect_string: &str) -> Result<zk::Client> {
+pub(crate) async fn client(connect_string: &str) -> Result<zk::Client> {
     let connecting = zk::Client::connector()
         .with_session_timeout(Duration::from_secs(10))
         .connect(connect_string);
@@ -76,11 +76,16 @@ async fn client(connect_string: &str) -> Result<zk::Client> {
         .map_err(|e| format!("cannot connect to ZooKeeper: {e}"))
 }
 
-/// A persistent watch on `path`; returns once the ensemble has set it, so
-/// every later change of the znode is seen.
-async fn watch_znode(client: &zk::Client, path: &str) -> Result<Arrivals<zk::EventType>> {
+/// A persistent watch on `path` (`Persistent`: the znode;
+/// `PersistentRecursive`: it and every znode under it); returns once the
+/// ensemble has set it, so every later change is seen.
+pub(crate) async fn watch_znode(
+    client: &zk::Client,
+    path: &str,
+    mode: zk::AddWatchMode,
+) -> Result<Arrivals<zk::EventType>> {
     let mut watcher = client
-        .watch(path, zk::AddWatchMode::Persistent)
+        .watch(path, mode)
         .await
         .map_err(|e| format!("cannot watch {path}: {e}"))?;
     Ok(Arrivals::spawn(|sender| async move {
@@ -108,7 +113,7 @@ async fn floors(connect_string: &str, n: usize) -> Result<Floors> {
     let writer = client(connect_string).await?;
     let watcher = client(connect_string).await?;
     let path = "/bench-floor";
-    let mut watched = watch_znode(&watcher, path).await?;
+    let mut watched = watch_znode(&watcher, path, zk::AddWatchMode::Persistent).await?;
     let mut floors = Floors {
         create: Samples::default(),
         watched: Samples::default(),
@@ -158,7 +163,12 @@ async fn takeovers_zk(url: &str, connect_string: &str, rounds: usize) -> Result<
         let name = format!("bench-crash-{round}");
         // The library's layout: election NAME under prefix `tenure` is the
         // ephemeral znode `/tenure/NAME`.
-        let mut watched = watch_znode(&observer, &format!("/tenure/{name}")).await?;
+        let mut watched = watch_znode(
+            &observer,
+            &format!("/tenure/{name}"),
+            zk::AddWatchMode::Persistent,
+        )
+        .await?;
         tokio::time::sleep(Duration::from_millis(
             samples_len_jitter(round + 11) % tick_ms,
         ))

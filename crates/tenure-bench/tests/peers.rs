@@ -1,10 +1,11 @@
 //! The peers section's smoke test: every peer driver (the bench's
 //! `peer-child` for tenure, rslock and etcd-client's election, the Python
-//! drivers under `peers/`) holds, hands over, is taken over after `kill -9`, is
-//! counted acting late after SIGSTOP and sends its idle requests, one
-//! round each on a private redis-server and a private etcd cluster. It
-//! runs the bench binary, which the built-in candidates are a subcommand
-//! of; the peers themselves run in the bench, not here.
+//! drivers under `peers/`, kazoo's among them) holds, hands over, is taken
+//! over after `kill -9`, is counted acting late after SIGSTOP and sends its
+//! idle requests, one round each on a private redis-server, etcd cluster
+//! and ZooKeeper ensemble. It runs the bench binary, which the built-in
+//! candidates are a subcommand of; the peers themselves run in the bench,
+//! not here.
 
 use std::process::Command;
 
@@ -24,6 +25,8 @@ fn every_peer_driver_hands_over_and_is_caught_acting_late() {
         "Rslock on Redis",
         "TenureEtcd on etcd",
         "EtcdElection on etcd",
+        "TenureZk on ZooKeeper",
+        "Kazoo on ZooKeeper",
     ] {
         assert!(
             stderr.contains(&format!("peer-smoke: {peer} ok")),
