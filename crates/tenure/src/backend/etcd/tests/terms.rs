@@ -196,9 +196,15 @@ async fn with_session_alive<T>(
 }
 
 /// Start an acquire of `at` for `request` whose answer stalls (until the
-/// gate returned is notified), and poll it until its write has landed:
-/// the election's key names `request`'s id. Returns the acquire (pending,
-/// to drop or to finish), the gate, and the term it wrote.
+/// gate returned is notified), and poll it until it waits at the gate with
+/// its write landed: the election's key names `request`'s id. Returns the
+/// acquire (pending, to drop or to finish), the gate, and the term it
+/// wrote.
+///
+/// Its key shows as soon as etcd applies the write, while the acquire may
+/// still wait for its keep-alives' answers, short of the gate: dropped
+/// then, it would leave the gate armed for the test's next acquire, which
+/// would wait at it for ever.
 async fn acquire_until_written<'a>(
     store: &'a EtcdStore,
     at: Address<'a>,
@@ -214,6 +220,14 @@ async fn acquire_until_written<'a>(
         tokio::select! {
             answer = &mut acquiring => panic!("the stalled acquire answered: {answer:?}"),
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        let at_the_gate = store
+            .stall_next_answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none();
+        if !at_the_gate {
+            continue;
         }
         if let Some(holder) = store.inspect(at).await.expect("inspect") {
             assert_eq!(holder.id, request.id);
