@@ -47,6 +47,7 @@ impl EtcdStore {
         ]);
         // The witness's keep-alive first (see `EtcdStore::on_sessions`).
         let (witness_alive, alive, got) = tokio::join!(
+            biased;
             self.keep_alive(witness),
             self.keep_alive(lease),
             self.txn(both)
@@ -124,6 +125,7 @@ impl EtcdStore {
             .map(|(chunk, keys)| self.check_chunk(id, chunk, keys, lease, witness));
         // The witness's keep-alive first (see `EtcdStore::on_sessions`).
         let (witness_alive, alive, checked) = tokio::join!(
+            biased;
             self.keep_alive(witness),
             self.keep_alive(lease),
             join_all(checks)

@@ -402,7 +402,9 @@ impl EtcdStore {
                 self.keep_alive(lease).await
             }
         };
+        // `biased`: polled in this order (join! otherwise rotates).
         let (witness_alive, alive, sent) = tokio::join!(
+            biased;
             kept(witness, witness_fresh),
             kept(lease, fresh),
             self.txn(txn(lease, witness))
