@@ -96,36 +96,83 @@ impl EtcdStore {
     /// Returns it and whether it was granted by this call (a grant is as
     /// good as a keep-alive sent now).
     pub(super) async fn session(&self, id: &str, ttl_ms: u64) -> Result<(i64, bool)> {
-        let ttl = Duration::from_millis(ttl_ms);
-        let known = || {
-            let lease = self
-                .sessions_lock()
-                .get(&(id.to_string(), ttl_ms))
-                .copied()?;
-            let refreshed = self.refreshed_lock().get(&lease).copied();
-            // With a tenth of the ttl to spare for the keep-alive's trip.
-            let lapsing =
-                refreshed.is_none_or(|at| tokio::time::Instant::now() + ttl / 10 >= at + ttl);
-            if lapsing {
-                self.forget(id, ttl_ms, lease);
-                return None;
-            }
-            Some(lease)
-        };
-        if let Some(lease) = known() {
+        if let Some(lease) = self.known_session(id, ttl_ms) {
             return Ok((lease, false));
         }
         let _granting = self.granting.lock().await;
-        if let Some(lease) = known() {
+        if let Some(lease) = self.known_session(id, ttl_ms) {
             // Granted by another operation meanwhile: not fresh for us.
             return Ok((lease, false));
         }
         let asked = tokio::time::Instant::now();
         let lease = self.grant(ttl_ms).await?;
+        self.granted(id, ttl_ms, lease, asked);
+        Ok((lease, true))
+    }
+
+    /// [`EtcdStore::session`] of `first` and of `second`: when both are
+    /// missing, they are granted together, in one round trip (a follower
+    /// whose two leases lapsed while it waited needs both at once, when the
+    /// key it waited for is released), `first`'s request sent first.
+    pub(super) async fn session_pair(
+        &self,
+        (first, second): (&str, &str),
+        ttl_ms: u64,
+    ) -> Result<((i64, bool), (i64, bool))> {
+        let both = (
+            self.known_session(first, ttl_ms),
+            self.known_session(second, ttl_ms),
+        );
+        if let (Some(a), Some(b)) = both {
+            return Ok(((a, false), (b, false)));
+        }
+        let _granting = self.granting.lock().await;
+        // Granted by another operation meanwhile: not fresh for us.
+        let both = (
+            self.known_session(first, ttl_ms),
+            self.known_session(second, ttl_ms),
+        );
+        let asked = tokio::time::Instant::now();
+        let grant = |known: Option<i64>| async move {
+            match known {
+                Some(lease) => Ok((lease, false)),
+                None => self.grant(ttl_ms).await.map(|lease| (lease, true)),
+            }
+        };
+        let (a, b) = tokio::join!(biased; grant(both.0), grant(both.1));
+        // A lease granted is kept even when the other's grant failed: the
+        // next operation uses it rather than leave it to lapse.
+        for (id, answer) in [(first, &a), (second, &b)] {
+            if let Ok((lease, true)) = answer {
+                self.granted(id, ttl_ms, *lease, asked);
+            }
+        }
+        Ok((a?, b?))
+    }
+
+    /// Note the lease just granted to (`id`, `ttl_ms`), asked for at `asked`.
+    fn granted(&self, id: &str, ttl_ms: u64, lease: i64, asked: tokio::time::Instant) {
         self.refreshed_lock().insert(lease, asked);
         self.streams.open(lease);
         self.sessions_lock().insert((id.to_string(), ttl_ms), lease);
-        Ok((lease, true))
+    }
+
+    /// The session lease of (`id`, `ttl_ms`) if this store has one that
+    /// is not about to lapse (one that is, is forgotten).
+    fn known_session(&self, id: &str, ttl_ms: u64) -> Option<i64> {
+        let ttl = Duration::from_millis(ttl_ms);
+        let lease = self
+            .sessions_lock()
+            .get(&(id.to_string(), ttl_ms))
+            .copied()?;
+        let refreshed = self.refreshed_lock().get(&lease).copied();
+        // With a tenth of the ttl to spare for the keep-alive's trip.
+        let lapsing = refreshed.is_none_or(|at| tokio::time::Instant::now() + ttl / 10 >= at + ttl);
+        if lapsing {
+            self.forget(id, ttl_ms, lease);
+            return None;
+        }
+        Some(lease)
     }
 
     fn refreshed_lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, tokio::time::Instant>> {
@@ -371,19 +418,22 @@ impl EtcdStore {
     /// first (by hand) leaves the witness behind. `alive` only when both
     /// keep-alives found their lease alive.
     ///
-    /// The witness's lease is granted, and kept alive, before the key's.
-    /// etcd's leader revokes expired leases in passes, every 500 ms. When a
-    /// holder crashes, its key and its witness go with their two leases. Had
-    /// the key's lease been refreshed first, the witness's would expire a
-    /// little later (a grant's round trip later, when both were just
-    /// granted), and in one crash of several it expired just after a pass:
-    /// the key went, and the witness, which rightly holds the follower off,
-    /// only at the next pass, half a second later (the bench's etcd takeover
-    /// p99 was 506 ms after the key's delete). Refreshed witness first, the
-    /// witness's lease never expires after the key's but by the keep-alives'
-    /// skew in flight (well under a millisecond): it goes in the same pass as
-    /// the key, or one before. Safety does not depend on the order: each
-    /// lease is refreshed after the instant a term's deadline counts from.
+    /// The witness's lease is never refreshed after the key's: the two are
+    /// granted together, the witness's request sent first, and kept alive
+    /// together, the witness's keep-alive sent first. etcd's leader revokes
+    /// expired leases in passes, every 500 ms. When a holder crashes, its
+    /// key and its witness go with their two leases. When the key's lease
+    /// was granted first and the witness's a round trip later, the
+    /// witness's expired that much later, and in one crash of several just
+    /// after a pass: the key went, and the witness, which rightly holds the
+    /// follower off, only at the next pass, half a second later (the
+    /// bench's etcd takeover p99 was 506 ms after the key's delete). Sent
+    /// together, witness first, the witness's lease expires after the key's
+    /// by no more than the two requests' skew in flight (well under a
+    /// millisecond): it goes in the same pass as the key, or one before,
+    /// but for a crash in the few microseconds of that skew before a pass.
+    /// Safety does not depend on the order: each lease is refreshed after
+    /// the instant a term's deadline counts from.
     pub(super) async fn on_sessions(
         &self,
         id: &str,
@@ -393,8 +443,8 @@ impl EtcdStore {
         let witness_id = witness_session(id);
         // The witness's lease first, in the grants and in the keep-alives
         // (see above).
-        let (witness, witness_fresh) = self.session(&witness_id, ttl_ms).await?;
-        let (lease, fresh) = self.session(id, ttl_ms).await?;
+        let ((witness, witness_fresh), (lease, fresh)) =
+            self.session_pair((&witness_id, id), ttl_ms).await?;
         let kept = |lease, fresh| async move {
             if fresh {
                 Ok(KeptAlive(1))
