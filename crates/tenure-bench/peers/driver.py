@@ -33,6 +33,10 @@ The protocol, one line each way (stdout is flushed at every line):
 
 stdin: `release` releases and exits; end of input does the same.
 
+With `--scale N` the process holds N locks at once (NAME-0 and on), each
+the way the peer's docs show for one, and says `holding K` every second
+until it says `held NS` once all are; it says `ready` first and no `key`.
+
 With `--act-ms N` the job acts every N ms while it believes it holds the
 lock: one `RPUSH ACT_LOG ID` on a connection of its own (on the
 redis-server of `--redis`, whatever the lock's store). The bench reads that
@@ -138,13 +142,11 @@ class Pottery:
 class Kazoo:
     """kazoo's Election recipe on ZooKeeper, the job run inside `run()`."""
 
-    def __init__(self, hosts: str, name: str, ttl: float, me: str) -> None:
-        from kazoo.client import KazooClient
+    def __init__(self, hosts: str, name: str, ttl: float, me: str, client=None) -> None:
         from kazoo.protocol.states import KazooState
 
         self.connected = KazooState.CONNECTED
-        self.client = KazooClient(hosts=hosts, timeout=ttl)
-        self.client.start(timeout=10)
+        self.client = client or kazoo_client(hosts, ttl)
         self.lost = False
         self.client.add_listener(self.listen)
         self.key = "/" + name
@@ -178,6 +180,15 @@ class Kazoo:
         self.client.stop()
 
 
+def kazoo_client(hosts: str, ttl: float):
+    """A started kazoo client whose session timeout is the ttl."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=hosts, timeout=ttl)
+    client.start(timeout=10)
+    return client
+
+
 PEERS = {
     "redis-py": RedisPy,
     "python-redis-lock": PythonRedisLock,
@@ -198,6 +209,57 @@ def act(peer, client: redis.Redis, log: str, me: str, every: float, done: thread
             client.rpush(log, me)
 
 
+def hold_many(args, client: redis.Redis, n: int) -> list:
+    """`--scale N`: hold N locks at once, named NAME-0 and on, each the way
+    the peer's docs show for one (its own renewal thread each); say
+    `holding K` every second and `held NS` once all are held."""
+    ttl = args.ttl_ms / 1000
+    names = [f"{args.name}-{i}" for i in range(n)]
+    held = [0]
+    count = threading.Lock()
+
+    def one_more() -> None:
+        with count:
+            held[0] += 1
+
+    def report() -> None:
+        said = time.monotonic()
+        while True:
+            time.sleep(0.1)
+            if held[0] >= n:
+                say("held", time.monotonic_ns())
+                return
+            if time.monotonic() - said >= 1:
+                say("holding", held[0])
+                said = time.monotonic()
+
+    threading.Thread(target=report, daemon=True).start()
+    peers = []
+    if args.peer == "kazoo":
+        shared = kazoo_client(zk_hosts(args.store), ttl)
+        stop = threading.Event()
+
+        def lead() -> None:
+            one_more()
+            stop.wait()
+
+        for name in names:
+            peer = Kazoo("", name, ttl, args.id, client=shared)
+            peer.lead = lead
+            peer.runner = threading.Thread(target=peer.election.run, args=(lead,), daemon=True)
+            peer.runner.start()
+            peers.append(peer)
+    else:
+        for name in names:
+            peer = PEERS[args.peer](client, name, ttl)
+            peer.acquire()
+            peers.append(peer)
+            one_more()
+    # Kept by the caller: python-redis-lock's renewal thread holds its lock
+    # by a weak reference, and stops once the lock is gone.
+    return peers
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--peer", choices=sorted(PEERS), required=True)
@@ -208,13 +270,30 @@ def main() -> int:
     parser.add_argument("--id", required=True)
     parser.add_argument("--act-ms", type=int)
     parser.add_argument("--act-log", default="bench:acts")
+    parser.add_argument("--scale", type=int, help="hold this many locks at once")
     args = parser.parse_args()
 
     client = redis.Redis.from_url(args.redis)
     client.ping()
+    if args.peer == "kazoo" and not (args.store or "").startswith("zk://"):
+        parser.error("kazoo needs --store zk://HOSTS")
+    if args.scale:
+        # redis-py's default pool opens at most 100 connections and raises
+        # MaxConnectionsError past them, which thousands of renewal threads
+        # reach; its documented fix is a blocking pool, whose threads wait
+        # for a free connection.
+        pool = redis.BlockingConnectionPool.from_url(args.redis, max_connections=100, timeout=None)
+        client = redis.Redis(connection_pool=pool)
+        say("ready")
+        peers = hold_many(args, client, args.scale)
+        for line in sys.stdin:
+            if line.strip() == "release":
+                break
+        # Ended by the harness: the locks lapse with the process.
+        say("releasing", time.monotonic_ns())
+        say("released")
+        return 0
     if args.peer == "kazoo":
-        if not (args.store or "").startswith("zk://"):
-            parser.error("kazoo needs --store zk://HOSTS")
         peer = Kazoo(zk_hosts(args.store), args.name, args.ttl_ms / 1000, args.id)
     else:
         peer = PEERS[args.peer](client, args.name, args.ttl_ms / 1000)

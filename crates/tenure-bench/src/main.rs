@@ -121,6 +121,11 @@ enum Internal {
         act_ms: Option<u64>,
         #[arg(long, default_value = "bench:acts")]
         act_log: String,
+        /// Hold this many locks (elections) at once instead of one, named
+        /// `NAME-0` and on (tenure: one partition set of as many
+        /// partitions); `held` once all are.
+        #[arg(long)]
+        scale: Option<usize>,
     },
     /// Internal: one round of each peers measurement with every peer
     /// driver, for the test suite (tests/peers.rs).
@@ -167,8 +172,10 @@ fn main() {
                 id,
                 act_ms,
                 act_log,
+                scale,
             }) => {
                 let args = peers::ChildArgs {
+                    scale,
                     redis,
                     store,
                     name,

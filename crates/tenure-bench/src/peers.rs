@@ -50,6 +50,8 @@ use crate::stats::Samples;
 use crate::svg::{Chart, Kind, Series};
 use crate::zk_metrics;
 
+mod scale;
+
 type Result<T> = std::result::Result<T, String>;
 
 /// A library that can do tenure's job, with its driver.
@@ -279,6 +281,9 @@ impl Drivers {
                 .arg("--act-log")
                 .arg(&job.log);
         }
+        if let Some(n) = job.scale {
+            command.arg("--scale").arg(n.to_string());
+        }
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -288,15 +293,33 @@ impl Drivers {
     }
 }
 
-/// The store a group's lock is on, as the harness counts its requests.
+/// The store a group's lock is on, as the harness counts its requests,
+/// with its server processes' ids (whose CPU the scale round counts).
 #[derive(Debug, Clone)]
 enum Store {
     /// The redis-server of `Job::url`, on this port.
-    Redis { port: u16 },
+    Redis { port: u16, pids: Vec<u32> },
     /// An etcd cluster: its URL and its members' `HOST:PORT`s.
-    Etcd { url: String, members: Vec<String> },
+    Etcd {
+        url: String,
+        members: Vec<String>,
+        pids: Vec<u32>,
+    },
     /// A ZooKeeper ensemble: its `zk://` URL and its members' `HOST:PORT`s.
-    Zk { url: String, members: Vec<String> },
+    Zk {
+        url: String,
+        members: Vec<String>,
+        pids: Vec<u32>,
+    },
+}
+
+impl Store {
+    /// The store's server processes.
+    fn pids(&self) -> &[u32] {
+        match self {
+            Store::Redis { pids, .. } | Store::Etcd { pids, .. } | Store::Zk { pids, .. } => pids,
+        }
+    }
 }
 
 /// What every candidate of a group does.
@@ -312,6 +335,8 @@ struct Job {
     act: Option<Duration>,
     /// The list acts are pushed to.
     log: String,
+    /// Hold this many locks at once (`--scale`).
+    scale: Option<usize>,
 }
 
 /// A line a candidate printed.
@@ -321,6 +346,8 @@ enum Event {
     Ready,
     Held(u64),
     Releasing(u64),
+    /// A scale round's count of locks held so far.
+    Holding(usize),
     Released,
     ReleaseFailed(String),
     /// Its stdout closed: it exited.
@@ -335,6 +362,7 @@ impl Event {
             ("ready", None) => Event::Ready,
             ("held", Some(ns)) => Event::Held(ns.parse().ok()?),
             ("releasing", Some(ns)) => Event::Releasing(ns.parse().ok()?),
+            ("holding", Some(n)) => Event::Holding(n.parse().ok()?),
             ("released", None) => Event::Released,
             ("release-failed", why) => Event::ReleaseFailed(why.unwrap_or_default().to_string()),
             _ => return None,
@@ -597,6 +625,8 @@ struct Figures {
     stale_acts: usize,
     /// tenure only: stale acts the log's token check refused.
     refused: usize,
+    /// The scale round.
+    scale: scale::Scaled,
 }
 
 /// The peers section.
@@ -611,6 +641,7 @@ pub(crate) async fn section(plan: &Plan, report: &mut Report) -> Result<()> {
     eprintln!("tenure-bench: redis-server on port {}", server.port());
     let store = Store::Redis {
         port: server.port(),
+        pids: crate::scale::known([server.pid()]),
     };
     let observer = Observer::Redis(conn.clone());
     let on = (url.as_str(), &store, &observer, &conn);
@@ -716,6 +747,7 @@ fn zk_store(ensemble: &ZkEnsemble) -> (Store, Observer) {
     let store = Store::Zk {
         url: ensemble.url(),
         members,
+        pids: crate::scale::known((0..ensemble.members()).map(|m| ensemble.pid(m))),
     };
     (store, Observer::Zk(connect_string))
 }
@@ -726,6 +758,7 @@ async fn etcd_store(cluster: &EtcdCluster) -> Result<(Store, Observer)> {
     let store = Store::Etcd {
         url: cluster.url(),
         members,
+        pids: crate::scale::known((0..cluster.members()).map(|m| cluster.pid(m))),
     };
     Ok((store, observer))
 }
@@ -750,6 +783,15 @@ fn handover_rounds(plan: &Plan) -> usize {
         10
     } else {
         40
+    }
+}
+
+/// Locks one process holds in the scale round.
+fn scale_locks(plan: &Plan) -> usize {
+    if plan.quick {
+        1_000
+    } else {
+        10_000
     }
 }
 
@@ -779,6 +821,7 @@ async fn measure(
         ttl,
         act,
         log: format!("bench:acts:{}:{}:{what}", peer.store(), peer.driver_name()),
+        scale: None,
     };
     let handover = handovers(
         drivers,
@@ -809,6 +852,13 @@ async fn measure(
         stale_acts += stale;
         refused += fenced;
     }
+    // A peer that cannot hold that many at all is a finding, not a
+    // failure of the section: its rows say why.
+    let n = scale_locks(plan);
+    let group = Group::new(peer, job("scale", None));
+    let scale = scale::measure(drivers, group, n, ttl * plan.load_terms)
+        .await
+        .unwrap_or_else(|why| scale::Scaled::failed(n, why));
     Ok(Figures {
         handover,
         takeover,
@@ -816,6 +866,7 @@ async fn measure(
         idle_follower,
         stale_acts,
         refused,
+        scale,
     })
 }
 
@@ -936,7 +987,7 @@ async fn idle(drivers: &Drivers, mut group: Group, terms: u32) -> Result<(f64, f
 /// pings, less the four-letter words that read it).
 async fn requests(store: &Store, window: Duration) -> Result<f64> {
     match store {
-        Store::Redis { port } => requests_during(*port, window).await,
+        Store::Redis { port, .. } => requests_during(*port, window).await,
         Store::Etcd { members, .. } => {
             let before = scrape(members).await?;
             tokio::time::sleep(window).await;
@@ -1109,6 +1160,9 @@ fn rows(
             )),
         );
     }
+    for (peer, theirs) in others {
+        scale_rows(report, store, (tenure, theirs), *peer);
+    }
     let machine = report.machine.short(plan.quick);
     let series = |pick: fn(&Figures) -> &Samples| -> Vec<Series> {
         measured
@@ -1147,6 +1201,67 @@ fn rows(
     });
 }
 
+/// The scale round's rows of `peer` beside tenure's, on `store`.
+fn scale_rows(
+    report: &mut Report,
+    store: &str,
+    (tenure, theirs): (&Figures, &Figures),
+    peer: Peer,
+) {
+    let name = peer.label();
+    let (us, them) = (&tenure.scale, &theirs.scale);
+    let what = format!(
+        "peers: {name}: {} locks held in one process on {store}",
+        us.asked
+    );
+    let held = |s: &scale::Scaled| match (&s.failure, s.held == s.asked) {
+        (Some(why), _) => format!(
+            "none: the process failed ({})",
+            // The last line of its stderr: the exception, for Python.
+            why.rsplit(" | ").next().unwrap_or(why).trim()
+        ),
+        (None, true) => format!("all {}", s.asked),
+        (None, false) => format!(
+            "{} of {} within {:?}",
+            s.held,
+            s.asked,
+            scale::hold_limit(s.asked)
+        ),
+    };
+    let rows = [
+        (
+            "requests per renew interval (ttl/3), counted by the store",
+            us.requests_per_interval,
+            them.requests_per_interval,
+        ),
+        ("CPU, % of one core", us.cpu_percent, them.cpu_percent),
+        ("peak RSS, MB", us.peak_rss_mb, them.peak_rss_mb),
+        (
+            "the store's server processes' CPU meanwhile, % of one core",
+            us.store_cpu_percent,
+            them.store_cpu_percent,
+        ),
+    ];
+    for (n, (figure, ours, peers)) in rows.into_iter().enumerate() {
+        let row = Row::plain(
+            &format!("{what}: {figure}"),
+            ours,
+            Some(peers),
+            "tenure leads",
+            us.held == us.asked && ours <= peers,
+        )
+        .against(name);
+        report.push(match n {
+            0 => row.noted(format!(
+                "one process, each peer holding every lock the way its docs show for one (tenure: one partition set of as many partitions, its one member), measured over the idle rows' window once all are held; held: tenure {}, {name} {}. Its CPU and peak RSS from /proc, the store's requests counted as in the idle rows",
+                held(us),
+                held(them)
+            )),
+            _ => row,
+        });
+    }
+}
+
 /// What `peer-child` is told.
 pub(crate) struct ChildArgs {
     /// The redis-server: the store unless `store` is given, and the acts'
@@ -1159,11 +1274,16 @@ pub(crate) struct ChildArgs {
     pub(crate) id: String,
     /// Act this often, to this list.
     pub(crate) act: Option<(Duration, String)>,
+    /// Hold this many locks at once (`scale.rs`).
+    pub(crate) scale: Option<usize>,
 }
 
 /// `tenure-bench peer-child`: a candidate of one of the peers built in
 /// (`tenure`, `rslock`, `etcd-election`), on the drivers' protocol.
 pub(crate) async fn child(peer: &str, args: ChildArgs) -> Result<()> {
+    if let Some(n) = args.scale {
+        return scale::child(peer, args, n).await;
+    }
     match (peer, &args.store) {
         ("tenure", _) => tenure_child(args).await,
         ("rslock", _) => rslock_child(args).await,
@@ -1188,6 +1308,7 @@ async fn tenure_child(args: ChildArgs) -> Result<()> {
         ttl,
         id,
         act,
+        ..
     } = args;
     let url = store.as_deref().unwrap_or(&redis);
     let election = crate::fixture::election(url, &name, &id, ttl).await?;
@@ -1321,6 +1442,69 @@ async fn rslock_child(args: ChildArgs) -> Result<()> {
     }
 }
 
+/// A lease of the ttl (whole seconds, as etcd grants them) on a client of
+/// its own, kept alive every ttl/3 on one stream by a task: `alive` until
+/// etcd answers ttl 0 or the stream fails. etcd-client has no session of
+/// its own; this is what etcd's `concurrency.Session` does.
+struct KeptLease {
+    client: Client,
+    lease: i64,
+    alive: Arc<std::sync::atomic::AtomicBool>,
+    keeping: tokio::task::JoinHandle<()>,
+}
+
+impl KeptLease {
+    async fn grant(etcd: &str, ttl: Duration) -> Result<KeptLease> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let endpoints: Vec<String> = metrics_endpoints(etcd)
+            .ok_or_else(|| format!("not an etcd:// URL: {etcd}"))?
+            .into_iter()
+            .map(|member| format!("http://{member}"))
+            .collect();
+        // No request timeout: Campaign waits as long as the holder holds.
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        let client = Client::connect(endpoints, Some(options))
+            .await
+            .map_err(|e| format!("cannot connect to etcd: {e}"))?;
+        let seconds = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let lease = client
+            .lease_client()
+            .grant(seconds, None)
+            .await
+            .map_err(|e| format!("lease grant: {e}"))?
+            .id();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (mut keeper, mut answers) = client
+            .lease_client()
+            .keep_alive(lease)
+            .await
+            .map_err(|e| format!("lease keep-alive: {e}"))?;
+        let keeping = {
+            let alive = alive.clone();
+            let every = Duration::from_secs_f64(seconds as f64 / 3.0);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let kept = match keeper.keep_alive().await {
+                        Ok(()) => matches!(answers.message().await, Ok(Some(a)) if a.ttl() > 0),
+                        Err(_) => false,
+                    };
+                    if !kept {
+                        alive.store(false, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            })
+        };
+        Ok(KeptLease {
+            client,
+            lease,
+            alive,
+            keeping,
+        })
+    }
+}
+
 /// etcd's Election API through etcd-client, the way etcd's own
 /// `concurrency` package uses it: a lease of the ttl (whole seconds, as
 /// etcd grants them), kept alive every ttl/3 on one stream; `Campaign`
@@ -1330,50 +1514,12 @@ async fn rslock_child(args: ChildArgs) -> Result<()> {
 /// clears when etcd answers ttl 0 or the stream fails. etcd-client has no
 /// session or deadline of its own to check instead.
 async fn etcd_election_child(etcd: &str, args: ChildArgs) -> Result<()> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let endpoints: Vec<String> = metrics_endpoints(etcd)
-        .ok_or_else(|| format!("not an etcd:// URL: {etcd}"))?
-        .into_iter()
-        .map(|member| format!("http://{member}"))
-        .collect();
-    // No request timeout: Campaign waits as long as the holder holds.
-    let options = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
-    let client = Client::connect(endpoints, Some(options))
-        .await
-        .map_err(|e| format!("cannot connect to etcd: {e}"))?;
-    let seconds = i64::try_from(args.ttl.as_secs().max(1)).unwrap_or(i64::MAX);
-    let lease = client
-        .lease_client()
-        .grant(seconds, None)
-        .await
-        .map_err(|e| format!("lease grant: {e}"))?
-        .id();
+    use std::sync::atomic::Ordering;
+    let kept = KeptLease::grant(etcd, args.ttl).await?;
+    let (client, lease, alive) = (&kept.client, kept.lease, kept.alive.clone());
     // etcd's election key: the name, '/', the lease in hex.
     println!("key {}/{lease:x}", args.name);
     println!("ready");
-    let alive = Arc::new(AtomicBool::new(true));
-    let (mut keeper, mut answers) = client
-        .lease_client()
-        .keep_alive(lease)
-        .await
-        .map_err(|e| format!("lease keep-alive: {e}"))?;
-    let keeping = {
-        let alive = alive.clone();
-        let every = Duration::from_secs_f64(seconds as f64 / 3.0);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let kept = match keeper.keep_alive().await {
-                    Ok(()) => matches!(answers.message().await, Ok(Some(a)) if a.ttl() > 0),
-                    Err(_) => false,
-                };
-                if !kept {
-                    alive.store(false, Ordering::SeqCst);
-                    return;
-                }
-            }
-        })
-    };
     let mut elections = client.election_client();
     let leader = elections
         .campaign(args.name.as_str(), args.id.as_str(), lease)
@@ -1407,7 +1553,7 @@ async fn etcd_election_child(etcd: &str, args: ChildArgs) -> Result<()> {
     if let Some(actor) = actor {
         actor.abort();
     }
-    keeping.abort();
+    kept.keeping.abort();
     let resigned = elections
         .resign(Some(ResignOptions::new().with_leader(leader)))
         .await;
@@ -1439,6 +1585,7 @@ pub(crate) async fn smoke() -> Result<()> {
     let redis = (
         Store::Redis {
             port: server.port(),
+            pids: crate::scale::known([server.pid()]),
         },
         Observer::Redis(conn.clone()),
     );
@@ -1480,6 +1627,7 @@ async fn smoke_peers(
             ttl: Duration::from_secs(1),
             act,
             log: format!("smoke:acts:{}:{}:{what}", peer.store(), peer.driver_name()),
+            scale: None,
         };
         let samples = handovers(drivers, Group::new(peer, job("handover", None)), 2).await?;
         if samples.sorted_ms().len() != 2 {
@@ -1500,6 +1648,14 @@ async fn smoke_peers(
         let (leader, follower) = idle(drivers, Group::new(peer, job("idle", None)), 1).await?;
         if leader <= 0.0 {
             return Err(format!("{peer:?}: an idle holder sent no request in a ttl"));
+        }
+        let group = Group::new(peer, job("scale", None));
+        let scaled = scale::measure(drivers, group, 20, Duration::from_secs(1)).await?;
+        if scaled.held != scaled.asked || scaled.requests_per_interval <= 0.0 {
+            return Err(format!(
+                "{peer:?}: the scale round held {} of {} locks, with {} requests per interval",
+                scaled.held, scaled.asked, scaled.requests_per_interval
+            ));
         }
         match peer {
             // Its clock check stops it, and its token fences the rest:
@@ -1539,6 +1695,8 @@ mod tests {
         assert_eq!(Event::parse("held 12"), Some(Event::Held(12)));
         assert_eq!(Event::parse("releasing 13"), Some(Event::Releasing(13)));
         assert_eq!(Event::parse("released"), Some(Event::Released));
+        assert_eq!(Event::parse("holding 12"), Some(Event::Holding(12)));
+        assert_eq!(Event::parse("holding some"), None);
         assert_eq!(
             Event::parse("release-failed NotAcquired"),
             Some(Event::ReleaseFailed("NotAcquired".into()))

@@ -355,9 +355,15 @@ fn cpu_seconds() -> f64 {
     Stat::read("self").map_or(0.0, |stat| stat.cpu_seconds)
 }
 
+/// User + system CPU time of the process `pid` (Linux /proc; 0 when it
+/// is gone).
+pub(crate) fn cpu_seconds_of(pid: u32) -> f64 {
+    Stat::read(&pid.to_string()).map_or(0.0, |stat| stat.cpu_seconds)
+}
+
 /// User + system CPU time of the processes `pids` and of their children
 /// alive now (PostgreSQL's backends are children of its postmaster).
-fn store_cpu_seconds(pids: &[u32]) -> f64 {
+pub(crate) fn store_cpu_seconds(pids: &[u32]) -> f64 {
     if pids.is_empty() {
         return 0.0;
     }
@@ -403,7 +409,13 @@ impl Stat {
 
 /// Peak resident set size of this process in MB (VmHWM).
 fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    peak_rss_mb_of("self")
+}
+
+/// Peak resident set size of the process `pid` (a number, or `self`) in
+/// MB (VmHWM); NaN when it is gone.
+pub(crate) fn peak_rss_mb_of(pid: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
