@@ -245,7 +245,6 @@ def hold_many(args, client: redis.Redis, n: int) -> list:
 
         for name in names:
             peer = Kazoo("", name, ttl, args.id, client=shared)
-            peer.lead = lead
             peer.runner = threading.Thread(target=peer.election.run, args=(lead,), daemon=True)
             peer.runner.start()
             peers.append(peer)

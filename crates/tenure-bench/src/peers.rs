@@ -1253,7 +1253,7 @@ fn scale_rows(
         .against(name);
         report.push(match n {
             0 => row.noted(format!(
-                "one process, each peer holding every lock the way its docs show for one (tenure: one partition set of as many partitions, its one member), measured over the idle rows' window once all are held; held: tenure {}, {name} {}. Its CPU and peak RSS from /proc, the store's requests counted as in the idle rows",
+                "one process, each peer holding every lock the way its docs show for one (tenure: one partition set of as many partitions, its one member), once all are held; held: tenure {}, {name} {}. Its CPU and peak RSS from /proc and the store's CPU over one window of the idle rows' length, then the store's requests over a second (MONITOR, on Redis, costs the server), counted as in the idle rows",
                 held(us),
                 held(them)
             )),

@@ -14,8 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
 use super::{requests, ChildArgs, Drivers, Event, Group, Result};
 use crate::peers::mono_ns;
 use crate::scale::{cpu_seconds_of, peak_rss_mb_of, store_cpu_seconds};
@@ -79,7 +77,7 @@ pub(super) async fn measure(
         .ok_or("no pid")?;
     let mut held = n;
     if let Err(err) = group.held(id, hold_limit(n)).await {
-        if !group.members.contains_key(&id) || err.contains("exited") {
+        if err.contains("exited") {
             return Err(err);
         }
         // Fewer than all: the count it last said.
@@ -126,25 +124,21 @@ pub(super) async fn measure(
 }
 
 /// `peer-child --scale N`: hold `n` locks, say `holding K` each second
-/// and `held NS` once all are held, then wait to be told to release (or
-/// ended).
+/// and `held NS` once all are held, until told to release (or ended):
+/// then exit, which lets every lock lapse, as a crash would (the harness
+/// kills the process anyway).
 pub(super) async fn child(peer: &str, args: ChildArgs, n: usize) -> Result<()> {
     let held = Arc::new(AtomicUsize::new(0));
     println!("ready");
-    let reporting = tokio::spawn(report(held.clone(), n));
-    let (stop, stopped) = watch::channel(false);
-    let holding = match peer {
-        "tenure" => tenure(&args, n, held.clone(), stopped).await,
-        "rslock" => rslock(&args, n, held.clone(), stopped),
-        "etcd-election" => etcd_election(&args, n, held.clone(), stopped).await,
-        other => Err(format!("no scale round for the peer {other}")),
-    };
-    let holding = holding?;
+    tokio::spawn(report(held.clone(), n));
+    match peer {
+        "tenure" => tenure(&args, n, held).await?,
+        "rslock" => rslock(&args, n, held),
+        "etcd-election" => etcd_election(&args, n, held).await?,
+        other => return Err(format!("no scale round for the peer {other}")),
+    }
     super::until_release().await;
     println!("releasing {}", mono_ns());
-    let _ = stop.send(true);
-    reporting.abort();
-    holding.abort();
     println!("released");
     Ok(())
 }
@@ -174,12 +168,7 @@ fn names(args: &ChildArgs, n: usize) -> Vec<String> {
 
 /// tenure: one partition set of `n` partitions, this process its only
 /// member; `held` follows the set's observer.
-async fn tenure(
-    args: &ChildArgs,
-    n: usize,
-    held: Arc<AtomicUsize>,
-    mut stopped: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>> {
+async fn tenure(args: &ChildArgs, n: usize, held: Arc<AtomicUsize>) -> Result<()> {
     let url = args.store.as_deref().unwrap_or(&args.redis);
     let set = tenure::PartitionSet::builder(args.name.as_str(), names(args, n))
         .redis(url)
@@ -193,11 +182,9 @@ async fn tenure(
         |_partition, term| async move {
             term.lost().await;
         },
-        async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        },
+        std::future::pending(),
     );
-    Ok(tokio::spawn(async move {
+    tokio::spawn(async move {
         let counting = async {
             loop {
                 held.store(observer.owned_count(), Ordering::SeqCst);
@@ -208,72 +195,46 @@ async fn tenure(
             _ = run => {}
             () = counting => {}
         }
-    }))
+    });
+    Ok(())
 }
 
 /// rslock: `n` jobs, each in `LockManager::using` of its own lock, as one
 /// job is.
-fn rslock(
-    args: &ChildArgs,
-    n: usize,
-    held: Arc<AtomicUsize>,
-    stopped: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>> {
+fn rslock(args: &ChildArgs, n: usize, held: Arc<AtomicUsize>) {
     let manager = rslock::LockManager::new(vec![args.redis.clone()]);
     let ttl = args.ttl;
-    let jobs: Vec<_> = names(args, n)
-        .into_iter()
-        .map(|name| {
-            let (manager, held, mut stopped) = (manager.clone(), held.clone(), stopped.clone());
-            tokio::spawn(async move {
-                let job = async || {
-                    held.fetch_add(1, Ordering::SeqCst);
-                    let _ = stopped.wait_for(|s| *s).await;
-                };
-                let _ = manager.using(name.as_bytes(), ttl, job).await;
-            })
-        })
-        .collect();
-    Ok(tokio::spawn(async move {
-        for job in jobs {
-            let _ = job.await;
-        }
-    }))
+    for name in names(args, n) {
+        let (manager, held) = (manager.clone(), held.clone());
+        tokio::spawn(async move {
+            let job = async || {
+                held.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            };
+            let _ = manager.using(name.as_bytes(), ttl, job).await;
+        });
+    }
 }
 
 /// etcd's Election API: one lease kept alive every ttl/3 (as etcd's
 /// `concurrency.Session` serves all the elections of a process), and a
 /// `Campaign` of each election with it.
-async fn etcd_election(
-    args: &ChildArgs,
-    n: usize,
-    held: Arc<AtomicUsize>,
-    stopped: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<()>> {
+async fn etcd_election(args: &ChildArgs, n: usize, held: Arc<AtomicUsize>) -> Result<()> {
     let etcd = args
         .store
         .as_deref()
         .ok_or("the etcd-election peer needs --store etcd://...")?;
     let kept = super::KeptLease::grant(etcd, args.ttl).await?;
-    let (client, lease) = (kept.client.clone(), kept.lease);
-    let campaigns: Vec<_> = names(args, n)
-        .into_iter()
-        .map(|name| {
-            let (mut elections, held, id) =
-                (client.election_client(), held.clone(), args.id.clone());
-            tokio::spawn(async move {
-                if elections.campaign(name, id, lease).await.is_ok() {
-                    held.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        })
-        .collect();
-    Ok(tokio::spawn(async move {
-        let mut stopped = stopped;
-        let _ = stopped.wait_for(|s| *s).await;
-        kept.keeping.abort();
-        for campaign in campaigns {
-            campaign.abort();
-        }
-    }))
+    // Its keep-alive task runs on until the process ends.
+    for name in names(args, n) {
+        let (mut elections, held, id) =
+            (kept.client.election_client(), held.clone(), args.id.clone());
+        let lease = kept.lease;
+        tokio::spawn(async move {
+            if elections.campaign(name, id, lease).await.is_ok() {
+                held.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    }
+    Ok(())
 }
